@@ -1,0 +1,13 @@
+localrules:
+    summarize,
+
+
+rule summarize:
+    input:
+        metrics=expand(METRICS, dataset=DATASETS),
+    output:
+        table=SUMMARY,
+    log:
+        f"{PATHS['logs']}/summarize.log",
+    script:
+        "../scripts/summarize.py"

@@ -1,0 +1,78 @@
+"""Atomic file writes and safe model-file loading."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+FORMAT_VERSION = 1
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+    """Yield a binary handle to a hidden temporary file beside `path`; on success flush,
+    fsync and rename it over `path`, so readers see the old file or the whole new one,
+    never a part. On failure the temporary file is removed."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(
+        dir=target.parent, prefix=f".{target.name}.", suffix=".partial", delete=False
+    )
+    try:
+        with handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(handle.name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(handle.name)
+        raise
+    directory = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def write_json(payload: dict, path: str | os.PathLike) -> None:
+    with atomic_write(path) as handle:
+        handle.write((json.dumps(payload, indent=2, sort_keys=True) + "\n").encode())
+
+
+def save_checkpoint(checkpoint: dict, path: str | os.PathLike) -> None:
+    import torch
+
+    with atomic_write(path) as handle:
+        torch.save(checkpoint, handle)
+
+
+class ModelFileError(ValueError):
+    """A model file that is missing, truncated, or not written by rnnfleet."""
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Load a model file without unpickling arbitrary objects (weights_only=True)."""
+    import torch
+
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: no such model file") from None
+    except Exception as error:  # torch raises many kinds for truncated or foreign files
+        raise ModelFileError(
+            f"{path}: not a readable rnnfleet model file ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else 'no detail'})"
+        ) from None
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != "rnnfleet":
+        raise ModelFileError(f"{path}: not an rnnfleet model file (no 'format: rnnfleet' entry)")
+    if checkpoint.get("format_version") != FORMAT_VERSION:
+        raise ModelFileError(
+            f"{path}: model file format version {checkpoint.get('format_version')}, "
+            f"this rnnfleet reads version {FORMAT_VERSION}"
+        )
+    return checkpoint
