@@ -1,12 +1,9 @@
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
 
 configfile: "config.yaml"
-
-
-validate(config, schema="schemas/config.schema.yaml")
 
 
 include: "rules/common.smk"
@@ -16,7 +13,7 @@ include: "rules/summary.smk"
 
 
 rule all:
+    default_target: True
     input:
         expand(MODEL, dataset=DATASETS),
         SUMMARY,
-    default_target: True

@@ -2,6 +2,35 @@ import os
 import re
 from fnmatch import fnmatch
 
+import yaml
+from snakemake.utils import validate
+
+SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
+
+
+def coerce_command_line_numbers(values, schema):
+    """Nested values given with --config 'train={"epochs": 3}' reach the config as strings
+    (Snakemake parses them with YAML's BaseLoader); turn those the schema types as numbers
+    or booleans back into them, so validation sees what the user meant."""
+    for key, subschema in schema.get("properties", {}).items():
+        value = values.get(key) if isinstance(values, dict) else None
+        if isinstance(value, dict):
+            coerce_command_line_numbers(value, subschema)
+        elif isinstance(value, str) and subschema.get("type") in (
+            "integer",
+            "number",
+            "boolean",
+        ):
+            try:
+                values[key] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                pass  # left as a string: validation names the key
+
+
+with open(SCHEMA_PATH) as schema_file:
+    coerce_command_line_numbers(config, yaml.safe_load(schema_file))
+validate(config, schema=SCHEMA_PATH)
+
 # A dataset name becomes part of output paths: no path separators, no leading dot,
 # nothing a shell or a file system could misread.
 DATASET_NAME = r"[\w][\w.+=@,-]*"

@@ -9,5 +9,7 @@ rule summarize:
         table=SUMMARY,
     log:
         f"{PATHS['logs']}/summarize.log",
+    conda:
+        "../envs/rnnfleet.yaml"
     script:
         "../scripts/summarize.py"

@@ -4,17 +4,19 @@ rule train:
     output:
         model=MODEL,
         metrics=METRICS,
-    params:
-        model=config["model"],
-        train=TRAIN_HPARAMS,
-        columns=config["columns"],
     log:
         log_path("train"),
     benchmark:
         benchmark_path("train")
+    priority: 10
+    conda:
+        "../envs/rnnfleet.yaml"
     threads: config["train"]["threads"]
     resources:
         gpu_mem=config["train"]["gpu_mem"],
-    priority: 10
+    params:
+        model=config["model"],
+        train=TRAIN_HPARAMS,
+        columns=config["columns"],
     script:
         "../scripts/train.py"

@@ -6,8 +6,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 FORMAT_VERSION = 1
 
@@ -19,9 +20,7 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     never a part. On failure the temporary file is removed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".partial", delete=False
-    )
+    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial", delete=False)
     try:
         with handle:
             yield handle

@@ -70,9 +70,7 @@ def read_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None = None
     if os.path.getsize(csv_path) == 0:
         raise DataError(f"{name}: the file is empty")
     try:
-        frame = pd.read_csv(
-            csv_path, usecols=lambda col: col in set(columns.values()), encoding="utf-8"
-        )
+        frame = pd.read_csv(csv_path, usecols=lambda col: col in set(columns.values()), encoding="utf-8")
     except UnicodeDecodeError as error:
         raise DataError(f"{name}: not valid UTF-8 text ({error.reason} at byte {error.start})") from None
     except pd.errors.EmptyDataError:

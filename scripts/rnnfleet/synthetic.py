@@ -31,8 +31,14 @@ def synthetic_bars(rows: int, seed: int, start_price: float = 100.0):
     volume = np.round(1000 * (1 + 200 * np.abs(returns)) * rng.lognormal(0, 0.3, rows), 2)
     timestamps = pd.date_range("2024-01-01", periods=rows, freq="min")
     return pd.DataFrame(
-        {"timestamp": timestamps.strftime("%Y-%m-%d %H:%M:%S"), "open": open_, "high": high,
-         "low": low, "close": close, "volume": volume}
+        {
+            "timestamp": timestamps.strftime("%Y-%m-%d %H:%M:%S"),
+            "open": open_,
+            "high": high,
+            "low": low,
+            "close": close,
+            "volume": volume,
+        }
     )
 
 

@@ -137,11 +137,20 @@ def train_model(
 
 
 def library_versions() -> dict:
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__}
+    return {
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "numpy": str(np.__version__),
+    }
 
 
 def build_checkpoint(
-    dataset: str, result: TrainingResult, arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, metrics: dict
+    dataset: str,
+    result: TrainingResult,
+    arrays: PreparedArrays,
+    model_hparams: dict,
+    train_hparams: dict,
+    metrics: dict,
 ) -> dict:
     """Everything needed to rebuild the model and use it on new bars; loads with weights_only=True."""
     return {
@@ -195,6 +204,7 @@ def train_one(
     from rnnfleet.device import cap_gpu_memory, choose_device, configure_threads, release_gpu_memory
 
     startup_seconds = seconds_since_process_start()
+    job_started = time.perf_counter()
     configure_threads(threads)
     device = choose_device(train_hparams.get("device", "auto"))
     cap_gpu_memory(device, gpu_mem_gb)
@@ -218,6 +228,7 @@ def train_one(
             "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
             "val_windows": arrays.rows - arrays.val_start,
             "startup_seconds": startup_seconds,
+            "process_started_at": time.time() - (startup_seconds or 0.0) - (time.perf_counter() - job_started),
             "load_seconds": load_seconds,
             "history": result.history,
         }
@@ -226,6 +237,7 @@ def train_one(
         checkpoint["features"]["columns"] = dict(columns or {})
         save_checkpoint(checkpoint, model_path)
         metrics["save_seconds"] = time.perf_counter() - save_started
+        metrics["finished_at"] = time.time()
         write_json(metrics, metrics_path)
     finally:
         release_gpu_memory(device)

@@ -1,0 +1,45 @@
+# Two commands for a fresh machine:  make run  (demo)  and  make test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of PyTorch (a plain `torch` requirement pulls a multi-GB CUDA build).
+# With a GPU: make TORCH=torch==2.13.0 TORCH_INDEX=https://download.pytorch.org/whl/cu128 venv
+TORCH ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+CORES ?= all
+
+.PHONY: venv run test lint fmt bench clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH)" --extra-index-url $(TORCH_INDEX)
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+demo_data: | venv
+	$(BIN)/python scripts/make_demo_data.py demo_data
+
+run: venv demo_data
+	$(BIN)/snakemake --cores $(CORES) --config data_dir=demo_data
+
+test: venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile rules/
+	$(BIN)/ruff check scripts tests bench
+	$(BIN)/ruff format --check scripts tests bench
+
+fmt: venv
+	$(BIN)/snakefmt Snakefile rules/
+	$(BIN)/ruff format scripts tests bench
+
+bench: venv
+	$(BIN)/python bench/bench_speed.py $(BENCH_ARGS)
+
+clean:
+	rm -rf prep models metrics results logs benchmarks .snakemake

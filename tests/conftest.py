@@ -1,0 +1,84 @@
+"""Shared helpers: generated datasets in temporary folders and real `snakemake` runs on them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
+
+# Small enough that a training job takes about a second on one CPU thread.
+TINY_CONFIG = {
+    "model": {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0},
+    "train": {"seq_len": 16, "batch_size": 64, "epochs": 2, "patience": 2, "threads": 1, "gpu_mem": 2},
+}
+TINY_ROWS = 400
+
+
+def write_config(workdir: Path, **overrides) -> Path:
+    """config.yaml in workdir: the repo's, with TINY_CONFIG and overrides merged in."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    for layer in (TINY_CONFIG, overrides):
+        for section, values in layer.items():
+            if isinstance(values, dict):
+                config[section] = {**config.get(section, {}), **values}
+            else:
+                config[section] = values
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def add_datasets(workdir: Path, names: list[str], rows: int = TINY_ROWS, seed: int = 0) -> None:
+    for offset, name in enumerate(names):
+        write_synthetic_csv(workdir / "data" / f"{name}.csv", rows, seed + offset + zlib.crc32(name.encode()) % 1000)
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 600, env=None):
+    """Run the real snakemake on the repo's Snakefile in workdir (default profile applies)."""
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir)]
+    command += ["--cores", "2", *args] if "--cores" not in args else list(args)
+    result = subprocess.run(
+        command,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-6000:]}")
+    return result
+
+
+def pending_jobs(dry_run_output: str, rule: str) -> dict[str, str]:
+    """{dataset: reason} for every `rule` job in snakemake -n output."""
+    jobs, current_rule, reason = {}, None, ""
+    for line in dry_run_output.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("rule ", "localrule ")):
+            current_rule, reason = stripped.split()[1].rstrip(":"), ""
+        elif stripped.startswith("reason:"):
+            reason = stripped[len("reason:") :].strip()
+        elif stripped.startswith("wildcards:") and current_rule == rule:
+            jobs[stripped.split("dataset=")[1].split(",")[0]] = reason
+    return jobs
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A folder with three tiny 1m datasets, two decoys and a tiny-model config.yaml."""
+    add_datasets(tmp_path, ["EURUSD_1m", "BTCUSDT_1m", "SPY_1m"])
+    write_synthetic_csv(tmp_path / "data" / "EURUSD_5m.csv", 100, 5)
+    (tmp_path / "data" / "README.txt").write_text("not a dataset\n")
+    write_config(tmp_path, data_dir="data")
+    return tmp_path

@@ -1,0 +1,76 @@
+"""Unit tests of the plain data functions: features, split, normalisation, array I/O."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import TINY_ROWS
+
+from rnnfleet.data import (
+    DataError,
+    compute_features,
+    load_arrays,
+    prepare_dataset,
+    save_arrays,
+    split_and_normalise,
+)
+from rnnfleet.synthetic import write_synthetic_csv
+
+
+def test_features_are_log_ratios_to_previous_close_and_target_looks_ahead():
+    prices = np.array([[10, 11, 9, 10], [10, 12, 10, 11], [11, 11, 10, 10], [10, 13, 10, 12]], dtype=float)
+    volume = np.array([1.0, 2.0, 0.0, 3.0])
+    features, targets, last_close = compute_features(prices, volume, horizon=1)
+    assert features.shape == (2, 5) and targets.shape == (2,)
+    np.testing.assert_allclose(features[0], np.log([10 / 10, 12 / 10, 10 / 10, 11 / 10, 1 + 2.0]))
+    np.testing.assert_allclose(targets, np.log([10 / 11, 12 / 10]))  # close t -> close t+1
+    assert last_close == 12
+    features2, targets2, _ = compute_features(prices, volume, horizon=2)
+    assert len(features2) == len(targets2) == 1
+    np.testing.assert_allclose(targets2, np.log([12 / 11]))
+
+
+@pytest.mark.parametrize("bad_price", [0.0, -1.0])
+def test_non_positive_prices_are_rejected_with_the_row(bad_price):
+    prices = np.full((5, 4), 10.0)
+    prices[3, 2] = bad_price
+    with pytest.raises(DataError, match="data row 4"):
+        compute_features(prices, np.ones(5), horizon=1, name="x.csv")
+
+
+def test_split_is_chronological_and_statistics_come_from_training_rows_only():
+    rng = np.random.default_rng(0)
+    features, targets = rng.normal(size=(1000, 5)), rng.normal(size=1000)
+    arrays = split_and_normalise(features, targets, seq_len=10, horizon=3, val_fraction=0.2, last_close=1.0)
+    assert arrays.val_start == 800 and arrays.train_end == 797  # train targets stop before validation
+    shifted = features.copy()
+    shifted[800:] += 1000.0  # validation rows must not move the statistics
+    arrays_shifted = split_and_normalise(shifted, targets, 10, 3, 0.2, 1.0)
+    np.testing.assert_array_equal(arrays.feature_mean, arrays_shifted.feature_mean)
+    np.testing.assert_allclose(arrays.features[:800].mean(axis=0), 0, atol=1e-5)
+    assert arrays.features.dtype == np.float32 and arrays.features.flags.c_contiguous
+
+
+def test_too_few_rows_is_a_clear_error():
+    with pytest.raises(DataError, match="too few rows"):
+        split_and_normalise(np.zeros((30, 5)), np.zeros(30), seq_len=60, horizon=1, val_fraction=0.2, last_close=1.0)
+
+
+def test_arrays_round_trip_without_pickle(tmp_path):
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS, 1)
+    arrays, notes = prepare_dataset(csv_path, seq_len=16, horizon=1, val_fraction=0.2)
+    assert notes == []
+    save_arrays(arrays, tmp_path / "A.npz")
+    loaded = load_arrays(tmp_path / "A.npz")
+    np.testing.assert_array_equal(loaded.features, arrays.features)
+    np.testing.assert_array_equal(loaded.targets, arrays.targets)
+    assert (loaded.train_end, loaded.val_start, loaded.horizon) == (arrays.train_end, arrays.val_start, 1)
+    assert loaded.rows == TINY_ROWS - 2  # first bar has no previous close, last has no target
+    # Stored once (rows x features), not as pre-cut windows.
+    assert (tmp_path / "A.npz").stat().st_size < 2 * TINY_ROWS * 6 * 4 + 4096
+
+
+def test_array_file_with_pickled_objects_is_refused(tmp_path):
+    np.savez(tmp_path / "evil.npz", features=np.array([object()], dtype=object))
+    with pytest.raises(DataError, match="not a valid rnnfleet array file"):
+        load_arrays(tmp_path / "evil.npz")

@@ -1,0 +1,79 @@
+"""Unit tests of the training loop, the model file and its round trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rnnfleet.checkpoint import ModelFileError, atomic_write, load_checkpoint, save_checkpoint
+from rnnfleet.data import prepare_dataset
+from rnnfleet.model import load_model
+from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.training import build_checkpoint, train_model, window_view
+
+MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
+TRAIN = {"seq_len": 20, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}
+
+
+@pytest.fixture(scope="module")
+def arrays(tmp_path_factory):
+    csv_path = write_synthetic_csv(tmp_path_factory.mktemp("data") / "A_1m.csv", 3000, 3)
+    return prepare_dataset(csv_path, seq_len=TRAIN["seq_len"], horizon=1, val_fraction=0.2)[0]
+
+
+def test_windows_are_views_in_bar_order():
+    features = torch.arange(30, dtype=torch.float32).reshape(10, 3)
+    windows = window_view(features, 4)
+    assert windows.shape == (7, 4, 3)
+    assert windows.untyped_storage().data_ptr() == features.untyped_storage().data_ptr()  # no copy
+    torch.testing.assert_close(windows[2], features[2:6])
+
+
+def test_model_beats_the_naive_forecast_on_structured_data(arrays):
+    torch.set_num_threads(1)
+    result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))
+    assert result.skill > 0.05, (result.val_loss, result.naive_val_loss)
+    assert 1 <= result.best_epoch <= result.epochs_run <= TRAIN["epochs"]
+    assert result.val_loss == min(entry["val_loss"] for entry in result.history)
+
+
+@pytest.mark.parametrize("cell, amp", [("gru", "off"), ("lstm", "bf16")])
+def test_other_cells_and_mixed_precision_path_run(arrays, cell, amp):
+    result = train_model(arrays, {**MODEL, "cell": cell}, {**TRAIN, "epochs": 1, "amp": amp}, torch.device("cpu"))
+    assert np.isfinite(result.val_loss)
+
+
+def test_saved_model_predicts_exactly_like_the_trained_one(arrays, tmp_path):
+    train = {**TRAIN, "epochs": 2}
+    result = train_model(arrays, MODEL, train, torch.device("cpu"))
+    save_checkpoint(
+        build_checkpoint("A_1m", result, arrays, MODEL, train, {"val_loss": result.val_loss}), tmp_path / "A.pt"
+    )
+    model, checkpoint = load_model(tmp_path / "A.pt")
+    windows = window_view(torch.from_numpy(arrays.features), train["seq_len"])[-100:]
+    with torch.no_grad():
+        torch.testing.assert_close(model(windows), result.model(windows), rtol=0, atol=0)
+    assert checkpoint["features"]["horizon"] == 1 and checkpoint["versions"]["torch"]
+
+
+def test_truncated_or_foreign_model_files_give_clear_errors(arrays, tmp_path):
+    result = train_model(arrays, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"))
+    path = tmp_path / "A.pt"
+    save_checkpoint(build_checkpoint("A_1m", result, arrays, MODEL, TRAIN, {}), path)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ModelFileError, match="not a readable rnnfleet model file"):
+        load_checkpoint(path)
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(ModelFileError, match="not an rnnfleet model file"):
+        load_checkpoint(tmp_path / "other.pt")
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "model.pt"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_write(target) as handle:
+        handle.write(b"half")
+        raise RuntimeError("killed mid-write")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]

@@ -1,0 +1,153 @@
+"""The workflow end to end: real snakemake runs on tiny generated datasets."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import add_datasets, pending_jobs, snakemake, write_config
+
+from rnnfleet.data import load_arrays
+from rnnfleet.model import load_model
+from rnnfleet.training import window_view
+
+DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
+
+
+def test_dry_run_lists_pending_models_and_ignores_decoys(workdir):
+    result = snakemake(workdir, "-n")
+    pending = pending_jobs(result.stdout, "train")
+    assert set(pending) == DATASETS
+    assert all("Missing output files" in reason for reason in pending.values())
+    assert "EURUSD_5m" not in result.stdout and "README" not in result.stdout
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """One real run over three datasets, copied (metadata and mtimes included) by each test."""
+    workdir = tmp_path_factory.mktemp("trained")
+    add_datasets(workdir, sorted(DATASETS))
+    write_config(workdir, data_dir="data")
+    snakemake(workdir)
+    return workdir
+
+
+@pytest.fixture
+def trained_copy(trained, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy, symlinks=True)
+    return copy
+
+
+def test_run_saves_a_loadable_model_per_dataset(trained):
+    for dataset in DATASETS:
+        model_path = trained / "models" / f"{dataset}.pt"
+        raw = torch.load(model_path, weights_only=True)
+        assert raw["dataset"] == dataset and raw["format"] == "rnnfleet"
+        assert set(raw["normalisation"]) == {"feature_mean", "feature_std", "target_std"}
+        model, checkpoint = load_model(model_path)
+        arrays = load_arrays(trained / "prep" / f"{dataset}.npz")
+        windows = window_view(torch.from_numpy(arrays.features), checkpoint["features"]["seq_len"])
+        predictions = model(windows[-32:])
+        assert predictions.shape == (32,) and torch.isfinite(predictions).all()
+    assert not list((trained / "models").glob(".*")), "temporary files left in models/"
+
+
+def test_summary_has_one_row_per_dataset(trained):
+    with open(trained / "results" / "metrics.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["dataset"] for row in rows} == DATASETS and len(rows) == len(DATASETS)
+    for row in rows:
+        assert float(row["naive_val_loss"]) > 0
+        assert float(row["skill"]) == pytest.approx(1 - float(row["val_loss"]) / float(row["naive_val_loss"]))
+        assert row["device"] == "cpu" and int(row["epochs_run"]) >= int(row["best_epoch"]) >= 1
+
+
+def test_every_rule_logs(trained):
+    for rule in ("preprocess", "train"):
+        for dataset in DATASETS:
+            assert (trained / "logs" / rule / f"{dataset}.log").stat().st_size > 0
+            assert (trained / "benchmarks" / rule / f"{dataset}.tsv").exists()
+    assert "epoch   1" in (trained / "logs" / "train" / "EURUSD_1m.log").read_text()
+
+
+def test_rerun_with_nothing_changed_does_nothing(trained_copy):
+    result = snakemake(trained_copy)
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_added_datasets_train_alone(trained_copy):
+    add_datasets(trained_copy, ["GOLD_1m", "ETHUSDT_1m"], seed=50)
+    dry = snakemake(trained_copy, "-n").stdout
+    assert set(pending_jobs(dry, "preprocess")) == {"GOLD_1m", "ETHUSDT_1m"}
+    assert set(pending_jobs(dry, "train")) == {"GOLD_1m", "ETHUSDT_1m"}
+    before = {d: (trained_copy / "models" / f"{d}.pt").stat().st_mtime_ns for d in DATASETS}
+    snakemake(trained_copy)
+    after = {d: (trained_copy / "models" / f"{d}.pt").stat().st_mtime_ns for d in DATASETS}
+    assert before == after
+    assert (trained_copy / "models" / "GOLD_1m.pt").exists()
+
+
+def test_replaced_csv_retrains_only_that_dataset(trained_copy):
+    time.sleep(0.01)
+    add_datasets(trained_copy, ["SPY_1m"], rows=450, seed=77)  # newer data, newer mtime
+    pending = pending_jobs(snakemake(trained_copy, "-n").stdout, "train")
+    assert set(pending) == {"SPY_1m"}
+    assert "Updated input files" in pending["SPY_1m"] or "updated by another job" in pending["SPY_1m"]
+
+
+def test_changed_hyperparameter_retrains_all(trained_copy):
+    write_config(trained_copy, data_dir="data", model={"hidden_size": 12})
+    pending = pending_jobs(snakemake(trained_copy, "-n").stdout, "train")
+    assert set(pending) == DATASETS
+    assert all("Params have changed" in reason for reason in pending.values())
+
+
+def test_changed_gpu_budget_or_threads_retrains_nothing(trained_copy):
+    write_config(trained_copy, data_dir="data", train={"gpu_mem": 6, "threads": 2})
+    result = snakemake(trained_copy, "-n", "--resources", "gpu_mem=20")
+    assert pending_jobs(result.stdout, "train") == {}
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_config_override_on_command_line_merges(trained_copy):
+    result = snakemake(trained_copy, "-n", "--config", 'train={"epochs": 3}')
+    assert set(pending_jobs(result.stdout, "train")) == DATASETS
+
+
+def test_edited_training_code_does_not_retrain(trained_copy):
+    # rerun-triggers in profiles/default leave out `code`: editing scripts/ must not re-train.
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train.py"
+    os.utime(script)  # newer mtime than every model
+    result = snakemake(trained_copy, "-n")
+    assert pending_jobs(result.stdout, "train") == {}
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.mark.parametrize("budget, expected", [(4, lambda peak: peak == 2), (8, lambda peak: peak > 2)])
+def test_gpu_mem_budget_bounds_concurrent_trainings(tmp_path, budget, expected):
+    import json
+
+    names = [f"S{i}_1m" for i in range(6)]
+    add_datasets(tmp_path, names)
+    write_config(tmp_path, data_dir="data", train={"gpu_mem": 2})
+    snakemake(tmp_path, "--until", "preprocess")  # all trainings ready at once
+    snakemake(tmp_path, "--cores", "6", "--resources", f"gpu_mem={budget}")
+    intervals = []
+    for name in names:
+        metrics = json.loads((tmp_path / "metrics" / f"{name}.json").read_text())
+        intervals.append((metrics["process_started_at"], metrics["finished_at"]))
+    assert expected(_max_overlap(intervals)), intervals
