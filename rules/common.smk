@@ -76,7 +76,7 @@ SUMMARY = f"{PATHS['results']}/metrics.csv"
 
 # Hyper-parameters that change what a model learns: these reach the train job through
 # `params:`, so editing them re-trains. threads, gpu_mem and device only change how fast.
-RUNTIME_ONLY_KEYS = ("threads", "gpu_mem", "device")
+RUNTIME_ONLY_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
 TRAIN_HPARAMS = {k: v for k, v in config["train"].items() if k not in RUNTIME_ONLY_KEYS}
 
 

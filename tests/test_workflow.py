@@ -151,3 +151,13 @@ def test_gpu_mem_budget_bounds_concurrent_trainings(tmp_path, budget, expected):
         metrics = json.loads((tmp_path / "metrics" / f"{name}.json").read_text())
         intervals.append((metrics["process_started_at"], metrics["finished_at"]))
     assert expected(_max_overlap(intervals)), intervals
+
+
+def test_cold_and_warm_training_give_identical_models(trained_copy):
+    # `trained` ran with warm workers (the default); train again, each job in its own process.
+    warm_state = torch.load(trained_copy / "models" / "SPY_1m.pt", weights_only=True)["state_dict"]
+    snakemake(trained_copy, "--forcerun", "train", "--config", 'train={"warm_workers": false}')
+    cold = torch.load(trained_copy / "models" / "SPY_1m.pt", weights_only=True)
+    for key, value in warm_state.items():
+        torch.testing.assert_close(cold["state_dict"][key], value, rtol=0, atol=0)
+    assert cold["metrics"]["startup_seconds"] > 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import platform
 import sys
 import time
@@ -176,16 +175,6 @@ def build_checkpoint(
     }
 
 
-def seconds_since_process_start() -> float | None:
-    """Wall time since this process was created (interpreter start + imports so far); Linux only."""
-    try:
-        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-            return float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def train_one(
     dataset: str,
     arrays_path: str,
@@ -196,6 +185,7 @@ def train_one(
     threads: int,
     gpu_mem_gb: int,
     columns: dict | None = None,
+    process_started_at: float | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically).
     Returns the metrics."""
@@ -203,8 +193,8 @@ def train_one(
     from rnnfleet.data import load_arrays
     from rnnfleet.device import cap_gpu_memory, choose_device, configure_threads, release_gpu_memory
 
-    startup_seconds = seconds_since_process_start()
-    job_started = time.perf_counter()
+    # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
+    startup_seconds = time.time() - process_started_at if process_started_at else None
     configure_threads(threads)
     device = choose_device(train_hparams.get("device", "auto"))
     cap_gpu_memory(device, gpu_mem_gb)
@@ -228,7 +218,7 @@ def train_one(
             "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
             "val_windows": arrays.rows - arrays.val_start,
             "startup_seconds": startup_seconds,
-            "process_started_at": time.time() - (startup_seconds or 0.0) - (time.perf_counter() - job_started),
+            "process_started_at": process_started_at,
             "load_seconds": load_seconds,
             "history": result.history,
         }

@@ -1,0 +1,292 @@
+"""Warm workers: run training jobs in processes forked from one that already imported torch.
+
+Snakemake starts a fresh interpreter per `script:` job, and `import torch` alone costs
+about 1.3 CPU-seconds: for small models that is a third of each job. Instead, the job's
+script (a thin client) hands the work to a per-folder server that imported torch once and
+forks one child per job. For Snakemake nothing changes: the job is still one process that
+runs while the training runs and exits with the training's status, so scheduling,
+resources, triggers, dry-runs and per-job failures behave as before.
+
+- The client passes its stdout, stderr and log file descriptors (SCM_RIGHTS), working
+  folder, environment and sys.path; the child adopts them, so its output goes exactly where the
+  job's would, and per-job environment (CUDA_VISIBLE_DEVICES, ...) applies.
+- If the client dies (job killed, Ctrl+C), the server sees the connection close and
+  terminates the child.
+- The server is started by the first job that finds none (under a file lock, so only
+  one starts), and exits after IDLE_SECONDS without jobs. Its key includes the code's
+  modification times, so a server never runs code older than the files on disk.
+- The server never touches CUDA or torch's thread pools, so forking it is safe.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+IDLE_SECONDS = 10.0
+CONNECT_TIMEOUT_SECONDS = 120.0
+PACKAGE_DIR = Path(__file__).resolve().parent
+_HEADER = struct.Struct("!I")
+
+
+def server_address(workdir: str | os.PathLike) -> Path:
+    """One server per working folder, Python and code version. Short path: AF_UNIX limits it to ~100 bytes."""
+    code_stamp = sorted((path.name, path.stat().st_mtime_ns) for path in PACKAGE_DIR.glob("*.py"))
+    key = json.dumps([str(Path(workdir).resolve()), sys.executable, code_stamp, os.getuid()])
+    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"rnnfleet-warm-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / f"{digest}.sock"
+
+
+def _send_message(connection: socket.socket, payload: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(payload).encode()
+    message = _HEADER.pack(len(data)) + data
+    if fds:
+        socket.send_fds(connection, [message], fds)
+    else:
+        connection.sendall(message)
+
+
+def _receive_exact(connection: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        data += chunk
+    return data
+
+
+def _receive_message(connection: socket.socket, max_fds: int = 0) -> tuple[dict, list[int]]:
+    fds: list[int] = []
+    if max_fds:
+        head, fds, _, _ = socket.recv_fds(connection, _HEADER.size, max_fds)
+        if len(head) < _HEADER.size:
+            head += _receive_exact(connection, _HEADER.size - len(head))
+    else:
+        head = _receive_exact(connection, _HEADER.size)
+    (size,) = _HEADER.unpack(head)
+    return json.loads(_receive_exact(connection, size)), fds
+
+
+def process_started_at() -> float | None:
+    """Wall-clock time (epoch seconds) at which this process was created; Linux only."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            age = float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - age
+
+
+def run_job(target: str, kwargs: dict, warm: bool) -> None:
+    """The job's entry point: in a warm worker when asked for and possible, else here.
+    Under SLURM each job runs alone on its allocation, so a server would never be reused."""
+    if warm and "SLURM_JOB_ID" not in os.environ:
+        try:
+            exit_status = run_warm(target, kwargs, sys.stderr)
+        except OSError as error:
+            print(f"warm worker unavailable ({error}); running in the job's own process", file=sys.stderr)
+        else:
+            if exit_status:
+                sys.exit(exit_status)
+            return
+    from rnnfleet.device import tune_cpu_allocator
+
+    tune_cpu_allocator()
+    call(target, kwargs)
+
+
+def call(target: str, kwargs: dict) -> None:
+    """Run `module:function(**kwargs)` here (used for the cold path and inside warm children)."""
+    module_name, function_name = target.split(":")
+    getattr(importlib.import_module(module_name), function_name)(**kwargs)
+
+
+# --- client -----------------------------------------------------------------------------
+
+
+def run_warm(target: str, kwargs: dict, log_file) -> int:
+    """Run the job in a warm child; returns its exit status. Raises OSError if no server can be had."""
+    address = server_address(os.getcwd())
+    connection = _connect_or_start(address)
+    log_file.flush()
+    request = {"target": target, "kwargs": kwargs, "cwd": os.getcwd(), "env": dict(os.environ), "sys_path": sys.path}
+    _send_message(connection, request, [sys.stdout.fileno(), sys.__stderr__.fileno(), log_file.fileno()])
+    reply, _ = _receive_message(connection)  # blocks for the whole training
+    return int(reply["exit_status"])
+
+
+def _connect(address: Path) -> socket.socket:
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(str(address))
+    except OSError:
+        connection.close()
+        raise
+    return connection
+
+
+def _connect_or_start(address: Path) -> socket.socket:
+    try:
+        return _connect(address)
+    except OSError:
+        pass
+    with open(f"{address}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one job starts the server; the others wait for it
+        try:
+            return _connect(address)
+        except OSError:
+            pass
+        with open(f"{address}.log", "a") as server_log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "rnnfleet.warm", str(address)],
+                cwd=PACKAGE_DIR.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=server_log,
+                stderr=server_log,
+                start_new_session=True,  # outlives this job; not killed with its process group
+            )
+        deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                raise OSError(f"warm server exited with status {server.returncode}; see {address}.log")
+            try:
+                return _connect(address)
+            except OSError:
+                time.sleep(0.02)
+        raise OSError(f"warm server did not start within {CONNECT_TIMEOUT_SECONDS:.0f} s; see {address}.log")
+
+
+# --- server -----------------------------------------------------------------------------
+
+
+def _run_child(request: dict, fds: list[int]) -> None:
+    """In the forked child: become the job's process, run it, never return."""
+    exit_status = 1
+    try:
+        os.setpgid(0, 0)
+        stdout_fd, stderr_fd, log_fd = fds
+        os.dup2(stdout_fd, 1)
+        os.dup2(stderr_fd, 2)
+        sys.stderr = os.fdopen(log_fd, "w", buffering=1)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[:] = request["sys_path"]
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        call(request["target"], request["kwargs"])
+        exit_status = 0
+    except SystemExit as stop:
+        exit_status = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stderr.flush()
+            sys.stdout.flush()
+        finally:
+            os._exit(exit_status)
+
+
+def serve(address: Path) -> None:
+    from rnnfleet.device import tune_cpu_allocator
+
+    tune_cpu_allocator()  # inherited by every child
+    import torch  # noqa: F401  the point of this server: imported once
+
+    import rnnfleet.training  # noqa: F401
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if address.exists():
+        address.unlink()  # stale: the lock holder found no server answering
+    listener.bind(str(address))
+    listener.listen(64)
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the loop when a child exits
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, "accept")
+    selector.register(wakeup_read, selectors.EVENT_READ, "wakeup")
+    children: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    last_activity = time.monotonic()
+    try:
+        while children or time.monotonic() - last_activity < IDLE_SECONDS:
+            for key, _ in selector.select(timeout=1.0):
+                if key.data == "accept":
+                    connection, _ = listener.accept()
+                    _start_job(connection, selector, children)
+                elif key.data == "wakeup":
+                    os.read(wakeup_read, 4096)
+                else:  # a client's connection: readable means it closed, so its job was cancelled
+                    selector.unregister(key.fileobj)
+                    _terminate(key.data)
+            _reap(children, selector)
+            last_activity = time.monotonic() if children else last_activity
+    finally:
+        address.unlink(missing_ok=True)
+        for pid in children:
+            _terminate(pid)
+
+
+def _terminate(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _start_job(connection: socket.socket, selector: selectors.BaseSelector, children: dict) -> None:
+    try:
+        request, fds = _receive_message(connection, max_fds=3)
+    except (OSError, ValueError):
+        connection.close()
+        return
+    pid = os.fork()
+    if pid == 0:
+        _run_child(request, fds)
+    try:
+        os.setpgid(pid, pid)  # also in the child: whichever runs first, killpg finds the group
+    except OSError:
+        pass
+    for fd in fds:
+        os.close(fd)
+    children[pid] = connection
+    selector.register(connection, selectors.EVENT_READ, pid)
+
+
+def _reap(children: dict, selector: selectors.BaseSelector) -> None:
+    for pid in list(children):
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if not finished:
+            continue
+        connection = children.pop(pid)
+        if connection.fileno() in selector.get_map():
+            selector.unregister(connection)
+        exit_status = os.waitstatus_to_exitcode(status)
+        try:
+            _send_message(connection, {"exit_status": exit_status if exit_status >= 0 else 128 - exit_status})
+        except OSError:
+            pass  # the client is gone already
+        connection.close()
+
+
+if __name__ == "__main__":
+    serve(Path(sys.argv[1]))

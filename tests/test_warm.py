@@ -1,0 +1,82 @@
+"""Warm workers: jobs forked from a server that imported torch once behave like their own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO
+
+TESTS = Path(__file__).resolve().parent
+
+
+def start_client(workdir: Path, target: str, kwargs: dict, env: dict | None = None) -> subprocess.Popen:
+    """A process that does what scripts/train.py does: log to a file, then run_job(..., warm=True)."""
+    code = (
+        "import sys, json\n"
+        f"sys.path[:0] = [{str(REPO / 'scripts')!r}, {str(TESTS)!r}]\n"
+        "sys.stderr = open('job.log', 'w', buffering=1)\n"
+        "from rnnfleet.warm import run_job\n"
+        f"run_job({target!r}, json.loads({json.dumps(kwargs)!r}), warm=True)\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=workdir,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_job_runs_in_a_warm_child_with_the_clients_environment_and_exit_status(tmp_path):
+    report = tmp_path / "report.json"
+    client = start_client(
+        tmp_path, "warm_targets:report_and_exit", {"report_path": str(report), "exit_status": 3}, {"MARKER": "m1"}
+    )
+    _, job_stderr = client.communicate(timeout=120)
+    assert client.returncode == 3
+    facts = json.loads(report.read_text())
+    assert facts["marker"] == "m1" and facts["cwd"] == str(tmp_path)
+    assert facts["pid"] != client.pid and facts["parent"] != client.pid  # forked by the server
+    assert "to the log" in (tmp_path / "job.log").read_text()
+    assert "to the job's stderr" in job_stderr
+
+
+def test_concurrent_jobs_share_one_server(tmp_path):
+    reports = [tmp_path / f"r{i}.json" for i in range(4)]
+    clients = [
+        start_client(tmp_path, "warm_targets:report_and_exit", {"report_path": str(r), "exit_status": 0})
+        for r in reports
+    ]
+    assert [client.wait(timeout=120) for client in clients] == [0, 0, 0, 0]
+    parents = {json.loads(r.read_text())["parent"] for r in reports}
+    assert len(parents) == 1
+
+
+def test_killing_the_job_terminates_its_warm_child(tmp_path):
+    report = tmp_path / "pid"
+    client = start_client(tmp_path, "warm_targets:write_pid_and_sleep", {"report_path": str(report)})
+    deadline = time.monotonic() + 120
+    while not report.exists() or not report.read_text():
+        assert time.monotonic() < deadline and client.poll() is None
+        time.sleep(0.05)
+    child_pid = int(report.read_text())
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    deadline = time.monotonic() + 10
+    while _alive(child_pid):
+        assert time.monotonic() < deadline, "warm child outlived its killed job"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,21 @@
+"""Job functions for tests/test_warm.py: imported by warm children through the client's sys.path."""
+
+import json
+import os
+import sys
+import time
+
+
+def report_and_exit(report_path: str, exit_status: int) -> None:
+    print("to the log", file=sys.stderr)
+    print("to the job's stderr", file=sys.__stderr__)
+    report = {"pid": os.getpid(), "parent": os.getppid(), "cwd": os.getcwd(), "marker": os.environ.get("MARKER")}
+    with open(report_path, "w") as handle:
+        json.dump(report, handle)
+    sys.exit(exit_status)
+
+
+def write_pid_and_sleep(report_path: str) -> None:
+    with open(report_path, "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(120)
