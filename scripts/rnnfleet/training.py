@@ -33,6 +33,7 @@ class TrainingResult:
     best_epoch: int
     epochs_run: int
     train_seconds: float
+    setup_seconds: float  # model, optimizer and data on the device, before the first step
     history: list[dict] = field(default_factory=list)
 
     @property
@@ -67,6 +68,7 @@ def train_model(
     arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
 ) -> TrainingResult:
     """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start."""
+    entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
     amp_dtype = AMP_DTYPES[train_hparams.get("amp", "off")]
     torch.manual_seed(int(train_hparams["seed"]))
@@ -131,6 +133,7 @@ def train_model(
         best_epoch=best_epoch,
         epochs_run=len(history),
         train_seconds=time.perf_counter() - started,
+        setup_seconds=started - entered,
         history=history,
     )
 
@@ -220,6 +223,7 @@ def train_one(
             "startup_seconds": startup_seconds,
             "process_started_at": process_started_at,
             "load_seconds": load_seconds,
+            "setup_seconds": result.setup_seconds,
             "history": result.history,
         }
         save_started = time.perf_counter()
