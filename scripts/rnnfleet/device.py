@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
+
+from rnnfleet.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -39,6 +42,30 @@ def choose_device(preferred: str = "auto"):
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"train.device is '{preferred}' but CUDA is not available on this machine")
     return device
+
+
+def claim_device(preferred: str, gpu_mem_gb: int) -> tuple:
+    """choose_device(), plus, where several GPUs are visible and no index was asked for, one
+    of them: the one with the most undeclared memory (rnnfleet.gpu_slots), made this process's
+    current device. Returns (device, slot); the caller releases the slot when done (process
+    exit releases it too)."""
+    import torch
+
+    device = choose_device(preferred)
+    if device.type != "cuda" or device.index is not None or torch.cuda.device_count() < 2:
+        return device, NO_SLOT
+    slot: GpuSlot = claim_gpu(visible_gpus(), gpu_mem_gb)
+    torch.cuda.set_device(slot.device.index)
+    return torch.device("cuda", slot.device.index), slot
+
+
+def placement_note() -> str:
+    """Where the job runs, for its log: SLURM job id and node, the GPUs it was given."""
+    notes = [f"SLURM job {os.environ['SLURM_JOB_ID']}"] if "SLURM_JOB_ID" in os.environ else []
+    notes.append(f"host {os.uname().nodename}")
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        notes.append(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")
+    return ", ".join(notes)
 
 
 def configure_threads(threads: int) -> None:

@@ -194,14 +194,17 @@ def train_one(
     Returns the metrics."""
     from rnnfleet.checkpoint import save_checkpoint, write_json
     from rnnfleet.data import load_arrays
-    from rnnfleet.device import cap_gpu_memory, choose_device, configure_threads, release_gpu_memory
+    from rnnfleet.device import cap_gpu_memory, claim_device, configure_threads, placement_note, release_gpu_memory
 
     # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
     startup_seconds = time.time() - process_started_at if process_started_at else None
     configure_threads(threads)
-    device = choose_device(train_hparams.get("device", "auto"))
+    device, gpu_slot = claim_device(train_hparams.get("device", "auto"), gpu_mem_gb)
     cap_gpu_memory(device, gpu_mem_gb)
-    log(f"{dataset}: training on {device} with {threads} thread(s), gpu_mem {gpu_mem_gb} GB declared")
+    log(
+        f"{dataset}: training on {device} with {threads} thread(s), gpu_mem {gpu_mem_gb} GB declared "
+        f"({placement_note()})"
+    )
 
     load_started = time.perf_counter()
     arrays = load_arrays(arrays_path)
@@ -235,6 +238,7 @@ def train_one(
         write_json(metrics, metrics_path)
     finally:
         release_gpu_memory(device)
+        gpu_slot.release()
     log(
         f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"

@@ -1,0 +1,149 @@
+"""The multi-GPU ledger on a simulated device list: many processes, killed holders, no double booking."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rnnfleet.device import claim_device
+from rnnfleet.gpu_slots import NO_SLOT, GpuDevice, GpuSlot, claim_gpu, free_units
+
+# fork: the workers only take file locks, and start far faster than with spawn.
+FORK = multiprocessing.get_context("fork")
+
+
+def simulated_gpus(count: int, capacity_gb: int) -> list[GpuDevice]:
+    return [GpuDevice(index=index, key=f"GPU-sim-{index}", capacity_gb=capacity_gb) for index in range(count)]
+
+
+def test_claims_spread_over_devices_by_most_free_memory(tmp_path):
+    devices = simulated_gpus(4, 12)  # a 4 x 12 GB node, trainings declaring 2 GB
+    slots = [claim_gpu(devices, 2, tmp_path) for _ in range(24)]
+    per_device = {index: sum(slot.gb for slot in slots if slot.device.index == index) for index in range(4)}
+    assert per_device == {0: 12, 1: 12, 2: 12, 3: 12}
+    # the first four went to four different cards, not all to cuda:0
+    assert [slot.device.index for slot in slots[:4]] == [0, 1, 2, 3]
+    with pytest.raises(TimeoutError):
+        claim_gpu(devices, 1, tmp_path, timeout_seconds=0)
+    slots[5].release()
+    assert claim_gpu(devices, 2, tmp_path, timeout_seconds=0).device == slots[5].device
+
+
+def test_picks_the_device_with_most_undeclared_memory(tmp_path):
+    devices = simulated_gpus(3, 8)
+    held = [claim_gpu(devices, gb, tmp_path) for gb in (6, 3, 4, 5)]
+    # 6 -> empty cuda:0; 3 -> cuda:1 (8 free); 4 -> cuda:2 (8 free vs 5 and 2); 5 -> cuda:1, the only one with 5
+    assert [slot.device.index for slot in held] == [0, 1, 2, 1]
+    assert [free_units(tmp_path, device) for device in devices] == [2, 0, 4]
+    held.pop().release()
+    assert [free_units(tmp_path, device) for device in devices] == [2, 5, 4]
+
+
+def test_a_request_no_device_can_hold_fails_at_once(tmp_path):
+    with pytest.raises(ValueError, match="largest visible GPU holds 8 GB"):
+        claim_gpu(simulated_gpus(2, 8), 9, tmp_path)
+
+
+def _hold_until_killed(devices: list[GpuDevice], gb: int, ledger_dir: Path, holding) -> None:
+    slot = claim_gpu(devices, gb, ledger_dir)
+    holding.set()
+    time.sleep(600)
+    slot.release()  # never reached: the test kills this process
+
+
+def test_a_killed_holder_frees_its_memory(tmp_path):
+    devices = simulated_gpus(2, 4)
+    holding = FORK.Event()
+    holder = FORK.Process(target=_hold_until_killed, args=(devices, 4, tmp_path, holding))
+    holder.start()
+    try:
+        assert holding.wait(30)
+        assert sorted(free_units(tmp_path, device) for device in devices) == [0, 4]
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+        assert [free_units(tmp_path, device) for device in devices] == [4, 4]
+        assert claim_gpu(devices, 4, tmp_path, timeout_seconds=0).gb == 4
+    finally:
+        holder.kill()
+
+
+def _audited_worker(claim: Callable, devices, ledger_dir: Path, audit_path: Path, seed: int, rounds: int) -> None:
+    """Claim, hold a little, release; book every hold in an audit file checked under its own lock."""
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        gb = rng.choice([1, 2, 3])
+        slot = claim(devices, gb, ledger_dir)
+        _audit(audit_path, slot.device, +gb)
+        time.sleep(rng.uniform(0.005, 0.03))
+        _audit(audit_path, slot.device, -gb)
+        slot.release()
+
+
+def _audit(audit_path: Path, device: GpuDevice, change_gb: int) -> None:
+    with open(audit_path, "r+") as audit:
+        fcntl.flock(audit, fcntl.LOCK_EX)
+        state = json.load(audit)
+        held = state["held"].get(device.key, 0) + change_gb
+        state["held"][device.key] = held
+        if held > device.capacity_gb:
+            state["overbooked"].append([device.key, held])
+        state["max_held"][device.key] = max(state["max_held"].get(device.key, 0), held)
+        audit.seek(0)
+        audit.truncate()
+        json.dump(state, audit)
+
+
+def run_concurrent_claims(claim: Callable, tmp_path: Path, processes: int = 16, rounds: int = 6) -> dict:
+    devices = simulated_gpus(3, 5)
+    audit_path = tmp_path / "audit.json"
+    audit_path.write_text(json.dumps({"held": {}, "max_held": {}, "overbooked": []}))
+    workers = [
+        FORK.Process(target=_audited_worker, args=(claim, devices, tmp_path / "ledger", audit_path, seed, rounds))
+        for seed in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert [worker.exitcode for worker in workers] == [0] * processes
+    return json.loads(audit_path.read_text())
+
+
+def test_concurrent_processes_never_overbook_a_device(tmp_path):
+    audit = run_concurrent_claims(claim_gpu, tmp_path)
+    assert audit["overbooked"] == []
+    assert set(audit["held"].values()) == {0}
+    assert max(audit["max_held"].values()) >= 3, "the workers never overlapped: the test proves nothing"
+    devices = simulated_gpus(3, 5)
+    assert [free_units(tmp_path / "ledger", device) for device in devices] == [5, 5, 5]
+
+
+def _unlocked_claim(devices: list[GpuDevice], gb: int, ledger_dir) -> GpuSlot:
+    return GpuSlot(device=devices[0], gb=gb)
+
+
+def test_the_audit_catches_an_allocator_that_overbooks(tmp_path):
+    # The same harness around an allocator without locks: it must report overbooking,
+    # or the test above could not fail.
+    assert run_concurrent_claims(_unlocked_claim, tmp_path)["overbooked"] != []
+
+
+def test_cpu_jobs_claim_no_gpu():
+    device, slot = claim_device("cpu", gpu_mem_gb=2)
+    assert device.type == "cpu" and slot is NO_SLOT
+    slot.release()  # a no-op, as train_one calls it
+
+
+def test_a_slot_nobody_references_is_freed(tmp_path):
+    devices = simulated_gpus(1, 2)
+    claim_gpu(devices, 2, tmp_path)  # dropped at once: its lock files close with it
+    assert free_units(tmp_path, devices[0]) == 2

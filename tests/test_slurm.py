@@ -1,0 +1,82 @@
+"""The demo workflow through a real one-node SLURM cluster with profiles/slurm.
+
+The session fixture runs tests/slurm/start_cluster.sh, which installs Debian's slurm-wlm and
+munge where they are missing (as root, with apt-get) and starts munged, slurmctld and
+slurmd. Where that is impossible the test is skipped with the script's reason, except under
+CI (CI set), where it fails: CI must really run it.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+
+import pytest
+from conftest import REPO, snakemake
+
+START_CLUSTER = REPO / "tests" / "slurm" / "start_cluster.sh"
+# The real profile, then the test cluster's own settings (status via squeue, fast polling).
+PROFILES = ("--profile", str(REPO / "profiles" / "slurm"), "--profile", str(REPO / "tests" / "slurm" / "profile"))
+CANNOT_INSTALL, FOREIGN_CONFIG = 3, 4
+DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    started = subprocess.run(["bash", str(START_CLUSTER)], capture_output=True, text=True, timeout=900)
+    if started.returncode == 0:
+        return
+    reason = f"cannot start a SLURM test cluster: {started.stderr.strip()} (exit {started.returncode})"
+    if os.environ.get("CI") or started.returncode not in (CANNOT_INSTALL, FOREIGN_CONFIG):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def submitted_job_ids(snakemake_output: str) -> list[str]:
+    """SLURM job ids the executor plugin reports for its sbatch calls."""
+    return re.findall(r"submitted with SLURM jobid (\d+)", snakemake_output)
+
+
+def slurm_job(job_id: str) -> dict[str, str]:
+    """The controller's record of a job (finished jobs stay for MinJobAge)."""
+    line = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True).stdout
+    return dict(field.split("=", 1) for field in line.split() if "=" in field)
+
+
+def newest_slurm_job_id() -> int:
+    ids = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i"], capture_output=True, text=True)
+    return max((int(job_id) for job_id in ids.stdout.split()), default=0)
+
+
+def test_trainings_go_through_sbatch_and_a_rerun_submits_nothing(slurm_cluster, workdir):
+    first = snakemake(workdir, *PROFILES)
+
+    for dataset in DATASETS:
+        assert (workdir / "models" / f"{dataset}.pt").stat().st_size > 0
+    with open(workdir / "results" / "metrics.csv") as table:
+        assert {row["dataset"] for row in csv.DictReader(table)} == DATASETS
+
+    # One SLURM job per dataset (its preprocess and train grouped), each really run by SLURM
+    # with the profile's GPU request.
+    job_ids = submitted_job_ids(first.stderr)
+    assert len(job_ids) == len(DATASETS), first.stderr[-3000:]
+    for job_id in job_ids:
+        record = slurm_job(job_id)
+        assert record["JobState"] == "COMPLETED", record
+        assert record["TresPerJob"] == "gres:gpu:1", record
+        assert (workdir / ".snakemake" / "slurm_logs" / "group_dataset_preprocess_train" / f"{job_id}.log").exists()
+    # Each training ran inside the job that trained it, on a GPU SLURM assigned to it.
+    logged = {}
+    for dataset in DATASETS:
+        first_line = (workdir / "logs" / "train" / f"{dataset}.log").read_text().splitlines()[0]
+        logged[dataset] = re.search(r"SLURM job (\d+)", first_line).group(1)
+        assert "CUDA_VISIBLE_DEVICES=" in first_line, first_line
+    assert sorted(logged.values()) == sorted(job_ids)
+
+    newest_before = newest_slurm_job_id()
+    rerun = snakemake(workdir, *PROFILES)
+    assert "Nothing to be done" in rerun.stderr + rerun.stdout
+    assert submitted_job_ids(rerun.stderr) == []
+    assert newest_slurm_job_id() == newest_before
