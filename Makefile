@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CORES ?= all
 
-.PHONY: venv run test lint fmt bench clean
+.PHONY: venv run test lint fmt bench bench-scale clean
 
 venv: $(VENV)/.installed
 
@@ -40,6 +40,9 @@ fmt: venv
 
 bench: venv
 	$(BIN)/python bench/bench_speed.py $(BENCH_ARGS)
+
+bench-scale: venv
+	$(BIN)/python bench/bench_scale.py $(BENCH_ARGS)
 
 clean:
 	rm -rf prep models metrics results logs benchmarks .snakemake
