@@ -1,14 +1,16 @@
 """Scale: the workflow with thousands of datasets. Prints figures; appends a JSON line to bench/out/scale.jsonl.
 
-    make bench-scale                                   # dry-runs of 1,000 and 10,000, a real run of 200
-    .venv/bin/python bench/bench_scale.py --sizes 1000 --run-datasets 0
+    make bench-scale                                   # about 10 minutes on 2 cores
+    .venv/bin/python bench/bench_scale.py --sizes 1000 --run-datasets
 
 1. Dry-run (`snakemake -n`, full job listing) on N empty dataset files, for each --sizes N:
    wall time, CPU time and peak memory of the snakemake process; and the parse alone
    (`snakemake --list-rules`: Snakefile, config validation, discovery of the N files).
-2. A real local run of --run-datasets trivially small trainings (tiny model, one epoch,
+2. Real local runs of --run-datasets trivially small trainings (tiny model, one epoch,
    --cores all): wall time, the CPU the snakemake process itself spent per job (scheduling,
-   DAG bookkeeping, spawning: sampled from /proc), and where a job's wall time goes.
+   DAG bookkeeping, spawning: sampled from /proc), the median job times. Two sizes show
+   how the per-job cost grows with the number of datasets; the largest size is also run in
+   --run-batches batches (`snakemake summarize --batch summarize=i/B`), the remedy.
 
 The machine is shared and small: wall times move with other load; the CPU figures less so.
 """
@@ -54,7 +56,15 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000], help="datasets per dry-run")
     parser.add_argument("--reps", type=int, default=1, help="dry-runs per size (the median is printed)")
-    parser.add_argument("--run-datasets", type=int, default=200, help="tiny trainings in the real run (0: skip)")
+    parser.add_argument(
+        "--run-datasets", type=int, nargs="*", default=[100, 300], help="tiny trainings per real run (none: skip)"
+    )
+    parser.add_argument(
+        "--run-batches",
+        type=int,
+        default=3,
+        help="also run the largest --run-datasets as this many `snakemake summarize --batch summarize=i/B` runs",
+    )
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args()
 
@@ -146,19 +156,31 @@ def benchmark_seconds(workdir: Path, rule: str) -> list[float]:
     return seconds
 
 
-def real_run_figures(datasets: int) -> dict:
+def real_run_figures(datasets: int, batches: int = 1) -> dict:
+    """One run over all datasets, or `batches` runs of a slice each (the last one summarises)."""
     with tempfile.TemporaryDirectory(prefix="rnnfleet-scale-run-") as folder:
         workdir = Path(folder)
         for number in range(datasets):
             write_synthetic_csv(workdir / "data" / f"T{number:04d}_1m.csv", TINY_ROWS, number)
         write_config(workdir, model=TINY_MODEL, train=TINY_TRAIN)
         cores = os.cpu_count() or 1
-        wall, snakemake_cpu = run_and_sample_cpu(snakemake_command(workdir, "--cores", str(cores)))
+        if batches == 1:
+            commands = [snakemake_command(workdir, "--cores", str(cores))]
+        else:
+            commands = [
+                snakemake_command(
+                    workdir, "--cores", str(cores), "summarize", "--batch", f"summarize={batch}/{batches}"
+                )
+                for batch in range(1, batches + 1)
+            ]
+        timings = [run_and_sample_cpu(command) for command in commands]
+        wall, snakemake_cpu = sum(wall for wall, _ in timings), sum(cpu for _, cpu in timings)
         preprocess, train = benchmark_seconds(workdir, "preprocess"), benchmark_seconds(workdir, "train")
         train_loop = [json.loads(path.read_text())["train_seconds"] for path in (workdir / "metrics").glob("*.json")]
-    jobs = 2 * datasets + 2
+    jobs = 2 * datasets + (2 if batches == 1 else 1)  # preprocess + train each, summarize (+ all)
     return {
         "datasets": datasets,
+        "batches": batches,
         "jobs": jobs,
         "cores": cores,
         "wall_s": wall,
@@ -175,7 +197,7 @@ def real_run_figures(datasets: int) -> dict:
 def main():
     args = parse_args()
     machine = f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}"
-    record = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine, "dry_runs": [], "run": None}
+    record = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine, "dry_runs": []}
     print(f"bench_scale on {machine}; load average at start {os.getloadavg()[0]:.1f}")
     print("\ndry-run (snakemake -n, every job listed), N empty dataset files:")
     print(
@@ -189,17 +211,25 @@ def main():
             f"{figures['dry_run_cpu_s']:>7.1f} {figures['dry_run_peak_rss_mb']:>8.0f} "
             f"{figures['parse_wall_s']:>13.2f} {figures['parse_cpu_s']:>12.2f}"
         )
-    if args.run_datasets:
-        run = real_run_figures(args.run_datasets)
-        record["run"] = run
-        print(f"\nreal run: {run['datasets']} tiny trainings ({run['jobs']} jobs) on {run['cores']} cores")
-        print(f"  wall {run['wall_s']:.1f} s, {run['models_per_min']:.0f} models/min")
-        print(f"  snakemake's own CPU per job:           {run['snakemake_cpu_per_job_ms']:.0f} ms")
-        print(f"  core time per job outside any job:     {run['outside_jobs_per_job_ms']:.0f} ms")
+    runs = [(size, 1) for size in args.run_datasets]
+    if args.run_datasets and args.run_batches > 1:
+        runs.append((max(args.run_datasets), args.run_batches))
+    if runs:
+        print("\nreal runs of tiny trainings (one epoch of a 4-unit GRU on 300 rows), --cores all:")
         print(
-            f"  median preprocess job / train job:     {run['preprocess_job_median_s']:.2f} s / {run['train_job_median_s']:.2f} s"
+            f"{'datasets':>9} {'batches':>8} {'jobs':>5} {'wall s':>7} {'models/min':>11} {'snakemake CPU/job':>18} "
+            f"{'idle core/job':>14} {'preprocess job':>15} {'train job':>10} {'train loop':>11}"
         )
-        print(f"  median training loop inside train job: {run['train_loop_median_s']:.2f} s")
+    record["runs"] = []
+    for size, batches in runs:
+        run = real_run_figures(size, batches)
+        record["runs"].append(run)
+        print(
+            f"{run['datasets']:>9} {run['batches']:>8} {run['jobs']:>5} {run['wall_s']:>7.1f} "
+            f"{run['models_per_min']:>11.0f} {run['snakemake_cpu_per_job_ms']:>15.0f} ms "
+            f"{run['outside_jobs_per_job_ms']:>11.0f} ms {run['preprocess_job_median_s']:>13.2f} s "
+            f"{run['train_job_median_s']:>8.2f} s {run['train_loop_median_s']:>9.2f} s"
+        )
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine inflates wall times)")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / "scale.jsonl", "a") as handle:
