@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -147,3 +148,28 @@ def test_a_slot_nobody_references_is_freed(tmp_path):
     devices = simulated_gpus(1, 2)
     claim_gpu(devices, 2, tmp_path)  # dropped at once: its lock files close with it
     assert free_units(tmp_path, devices[0]) == 2
+
+
+def test_training_jobs_on_a_multi_gpu_node_each_get_their_own_device(monkeypatch, tmp_path):
+    # What train_one calls, on a simulated node of two 8 GB cards (torch's CUDA queries faked).
+    import torch
+
+    cards = [SimpleNamespace(total_memory=8 * 2**30 + 5, uuid=f"GPU-fake-{index}") for index in range(2)]
+    current_device = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(cards))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: cards[index])
+    monkeypatch.setattr(torch.cuda, "set_device", current_device.append)
+    monkeypatch.chdir(tmp_path)  # the ledger lives under the job's working folder
+
+    claims = [claim_device("auto", gpu_mem_gb=4) for _ in range(4)]
+    assert [str(device) for device, _ in claims] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert current_device == [0, 1, 0, 1]
+    assert sorted(path.name for path in (tmp_path / ".snakemake" / "gpu_slots").glob("GPU-fake-0.*")) == [
+        f"GPU-fake-0.{unit}.lock" for unit in range(8)
+    ]
+    with pytest.raises(TimeoutError):
+        claim_gpu([slot.device for _, slot in claims[:2]], 1, tmp_path / ".snakemake" / "gpu_slots", timeout_seconds=0)
+    claims[0][1].release()
+    assert str(claim_device("auto", gpu_mem_gb=4)[0]) == "cuda:0"
+    assert claim_device("cuda:1", gpu_mem_gb=4)[1] is NO_SLOT  # an explicit index is the user's choice

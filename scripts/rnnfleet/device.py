@@ -6,8 +6,12 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from rnnfleet.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
+
+if TYPE_CHECKING:
+    import torch
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -44,7 +48,7 @@ def choose_device(preferred: str = "auto"):
     return device
 
 
-def claim_device(preferred: str, gpu_mem_gb: int) -> tuple:
+def claim_device(preferred: str, gpu_mem_gb: int) -> tuple[torch.device, GpuSlot]:
     """choose_device(), plus, where several GPUs are visible and no index was asked for, one
     of them: the one with the most undeclared memory (rnnfleet.gpu_slots), made this process's
     current device. Returns (device, slot); the caller releases the slot when done (process
@@ -54,7 +58,7 @@ def claim_device(preferred: str, gpu_mem_gb: int) -> tuple:
     device = choose_device(preferred)
     if device.type != "cuda" or device.index is not None or torch.cuda.device_count() < 2:
         return device, NO_SLOT
-    slot: GpuSlot = claim_gpu(visible_gpus(), gpu_mem_gb)
+    slot = claim_gpu(visible_gpus(), gpu_mem_gb)
     torch.cuda.set_device(slot.device.index)
     return torch.device("cuda", slot.device.index), slot
 
