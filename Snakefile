@@ -10,6 +10,7 @@ include: "rules/common.smk"
 include: "rules/preprocess.smk"
 include: "rules/train.smk"
 include: "rules/summary.smk"
+include: "rules/recovery.smk"
 
 
 rule all:

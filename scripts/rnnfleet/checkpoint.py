@@ -10,6 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from rnnfleet.errors import UserError
+from rnnfleet.faults import pause_point
+
 FORMAT_VERSION = 1
 
 
@@ -48,9 +51,11 @@ def save_checkpoint(checkpoint: dict, path: str | os.PathLike) -> None:
 
     with atomic_write(path) as handle:
         torch.save(checkpoint, handle)
+        handle.flush()
+        pause_point("model-write")
 
 
-class ModelFileError(ValueError):
+class ModelFileError(UserError):
     """A model file that is missing, truncated, or not written by rnnfleet."""
 
 

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnfleet.errors import UserError
+from rnnfleet.faults import pause_point
+
 FEATURE_NAMES = (
     "log_open_over_prev_close",
     "log_high_over_prev_close",
@@ -32,7 +35,7 @@ DEFAULT_COLUMNS = {
 }
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """A problem with a user's dataset; the message names the file and the problem."""
 
 
@@ -67,10 +70,14 @@ def read_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None = None
 
     columns = {**DEFAULT_COLUMNS, **(columns or {})}
     name = str(csv_path)
-    if os.path.getsize(csv_path) == 0:
-        raise DataError(f"{name}: the file is empty")
+    wanted = set(columns.values())
     try:
-        frame = pd.read_csv(csv_path, usecols=lambda col: col in set(columns.values()), encoding="utf-8")
+        if os.path.getsize(csv_path) == 0:
+            raise DataError(f"{name}: the file is empty")
+        # The one read of the file: only the six columns, parsed straight to numbers.
+        frame = pd.read_csv(csv_path, usecols=lambda col: col in wanted, encoding="utf-8")
+    except OSError as error:
+        raise DataError(f"{name}: cannot be read ({error.strerror or error})") from None
     except UnicodeDecodeError as error:
         raise DataError(f"{name}: not valid UTF-8 text ({error.reason} at byte {error.start})") from None
     except pd.errors.EmptyDataError:
@@ -110,7 +117,7 @@ def _sorted_unique_by_time(frame, name: str, timestamp_column: str):
                 f"(data row {bad_row + 1} holds {frame['timestamp'].iloc[bad_row]!r})"
             )
         parsed = numeric
-    frame = frame.assign(timestamp=parsed)
+    frame["timestamp"] = parsed  # replaces the text column in place: no copy of the prices
     notes = []
     if not frame["timestamp"].is_monotonic_increasing:
         frame = frame.sort_values("timestamp", kind="stable")
@@ -184,9 +191,9 @@ def split_and_normalise(
     if n_train < 1 or n_val < 1:
         needed = int(np.ceil((seq_len + horizon) / (1.0 - val_fraction))) + 2 + horizon
         raise DataError(
-            f"{name}: too few rows for one training window plus validation "
-            f"({rows + 1 + horizon} usable rows; seq_len={seq_len}, horizon={horizon}, "
-            f"val_fraction={val_fraction} need about {needed})"
+            f"{name}: too few rows for one training window plus validation: {rows + 1 + horizon} usable rows, "
+            f"train.seq_len={seq_len} with train.horizon={horizon} and preprocess.val_fraction={val_fraction} "
+            f"need about {needed} (lower train.seq_len or give this dataset more rows)"
         )
     train_features = features[:val_start]
     feature_mean = train_features.mean(axis=0)
@@ -194,7 +201,7 @@ def split_and_normalise(
     feature_std[feature_std == 0] = 1.0
     target_std = float(targets[:train_end].std()) or 1.0
     return PreparedArrays(
-        features=np.ascontiguousarray((features - feature_mean) / feature_std, dtype=np.float32),
+        features=np.divide(features - feature_mean, feature_std, out=np.empty(features.shape, np.float32)),
         targets=np.ascontiguousarray(targets / target_std, dtype=np.float32),
         feature_mean=feature_mean.astype(np.float32),
         feature_std=feature_std.astype(np.float32),
@@ -218,10 +225,11 @@ def prepare_dataset(
     name = str(csv_path)
     frame = drop_non_finite(read_bars(csv_path, columns), name, max_bad_fraction)
     notes = list(frame.attrs.get("notes", []))
-    prices = frame[list(PRICE_KEYS)].to_numpy(dtype=np.float64)
-    volume = frame["volume"].to_numpy(dtype=np.float64)
+    bars = frame[[*PRICE_KEYS, "volume"]].to_numpy(dtype=np.float64)
+    del frame  # from here on only the numbers are held (a large file is in memory once)
+    prices, volume = bars[:, :4], bars[:, 4]
     if len(prices) < 2 + horizon:
-        raise DataError(f"{name}: only {len(prices)} data rows, too few to compute one target")
+        raise DataError(f"{name}: too few rows for one training window plus validation: only {len(prices)} usable rows")
     features, targets, last_close = compute_features(prices, volume, horizon, name)
     return split_and_normalise(features, targets, seq_len, horizon, val_fraction, last_close, name), notes
 
@@ -279,6 +287,7 @@ def preprocess_one(
     arrays, notes = prepare_dataset(csv_path, seq_len, horizon, val_fraction, columns, max_bad_fraction)
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
+    pause_point("preprocess")
     Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
     save_arrays(arrays, arrays_path)
     print(

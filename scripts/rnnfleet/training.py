@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from rnnfleet.data import FEATURE_NAMES, TARGET_NAME, PreparedArrays
+from rnnfleet.faults import pause_point
 from rnnfleet.model import SequenceRegressor, build_model
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -113,6 +114,7 @@ def train_model(
             f"epoch {epoch:3d}  train_loss {train_loss:.5f}  val_loss {val_loss:.5f}  "
             f"{seconds:.2f}s  {n_train / seconds:,.0f} samples/s"
         )
+        pause_point("epoch")
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"training diverged at epoch {epoch} (train loss {train_loss})")
         if val_loss < best_val_loss:

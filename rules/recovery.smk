@@ -1,0 +1,17 @@
+from rnnfleet.recovery import stop_jobs_on_signals
+from rnnfleet.summary import write_summary_after_failures
+
+
+onstart:
+    stop_jobs_on_signals()
+
+
+# With failed or stopped jobs Snakemake skips the summarize job (its inputs are missing):
+# the table is written here instead, with every dataset's status and error.
+onerror:
+    write_summary_after_failures(
+        DATASETS,
+        {"preprocess": log_path("preprocess"), "train": log_path("train")},
+        METRICS,
+        SUMMARY,
+    )
