@@ -1,7 +1,6 @@
 import sys
 
-# A retry appends to the log, so that it tells what happened to the attempt before.
-sys.stderr = open(snakemake.log[0], "a" if snakemake.resources.attempt > 1 else "w", buffering=1)
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from rnnfleet.errors import job_guard
 from rnnfleet.warm import process_started_at, run_job

@@ -78,16 +78,17 @@ def read_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None = None
         frame = pd.read_csv(csv_path, usecols=lambda col: col in wanted, encoding="utf-8")
     except OSError as error:
         raise DataError(f"{name}: cannot be read ({error.strerror or error})") from None
-    except UnicodeDecodeError as error:
-        raise DataError(f"{name}: not valid UTF-8 text ({error.reason} at byte {error.start})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{name}: not UTF-8 text{first_undecodable_line(csv_path)}; save it as UTF-8") from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{name}: the file is empty") from None
     except pd.errors.ParserError as error:
         raise DataError(f"{name}: not a readable CSV ({error})") from None
     missing = [col for col in columns.values() if col not in frame.columns]
     if missing:
+        header = ", ".join(map(str, pd.read_csv(csv_path, nrows=0, encoding="utf-8").columns))
         raise DataError(
-            f"{name}: missing required column(s) {', '.join(missing)} "
+            f"{name}: missing required column(s) {', '.join(missing)}; its header is {header[:200]!r} "
             f"(set `columns:` in the config if the file names them differently)"
         )
     frame = frame.rename(columns={csv_name: key for key, csv_name in columns.items()})
@@ -102,6 +103,20 @@ def read_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None = None
                 f"(data row {bad_row + 1} holds {frame[key].iloc[bad_row]!r})"
             )
     return _sorted_unique_by_time(frame, name, columns["timestamp"])
+
+
+def first_undecodable_line(csv_path: str | os.PathLike) -> str:
+    """' (line N holds ...)' for the first line that is not UTF-8, or '' for a compressed
+    file. Reads the file again, line by line: only on this error path."""
+    if Path(csv_path).suffix in (".gz", ".bz2", ".xz", ".zst", ".zip"):
+        return ""
+    with open(csv_path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return f" (line {number} holds {line[max(0, error.start - 12) : error.end + 12]!r})"
+    return ""
 
 
 def _sorted_unique_by_time(frame, name: str, timestamp_column: str):
@@ -269,7 +284,11 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 horizon=int(stored["horizon"]),
             )
     except (OSError, ValueError, KeyError) as error:
-        raise DataError(f"{path}: not a valid rnnfleet array file ({error}); delete it and re-run") from None
+        import zipfile
+
+        archive = isinstance(error, OSError) or zipfile.is_zipfile(path)
+        reason = str(error).splitlines()[0] if archive else "not an .npz archive"
+        raise DataError(f"{path}: not a valid rnnfleet array file ({reason}); delete it and re-run") from None
 
 
 def preprocess_one(
