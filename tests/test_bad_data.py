@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 import sys
 import tracemalloc
 from pathlib import Path
@@ -104,6 +105,18 @@ def test_good_and_cleanable_files_train_despite_the_broken_ones(mixed_run):
         assert all(note in log for note in notes), log
     assert len(summary) == len(GOOD) + len(CLEANED) + len(bad_files())
     assert f"{len(bad_files())} of {len(summary)} datasets are not done" in result.stderr
+
+
+def test_after_the_broken_files_are_removed_the_summary_is_clean(mixed_run, tmp_path):
+    # Nothing needs training then, yet the table written after the failures must not stay.
+    workdir = tmp_path / "fixed"
+    shutil.copytree(mixed_run[0], workdir, symlinks=True)
+    for dataset in bad_files():
+        (workdir / "data" / f"{dataset}.csv").unlink()
+    result = snakemake(workdir)
+    assert "rule train" not in result.stdout + result.stderr
+    summary = summary_by_dataset(workdir)
+    assert set(summary) == {*GOOD, *CLEANED} and {row["status"] for row in summary.values()} == {"ok"}
 
 
 def test_unsafe_file_names_are_refused_before_any_job(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -23,16 +23,18 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     never a part. On failure the temporary file is removed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial", delete=False)
+    # Mode 0o666 less the umask, as for any new file (tempfile would make it 0o600).
+    temporary = target.parent / f".{target.name}.{secrets.token_hex(6)}.partial"
+    handle = os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb")
     try:
         with handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(handle.name, target)
+        os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(handle.name)
+            os.unlink(temporary)
         raise
     directory = os.open(target.parent, os.O_RDONLY)
     try:

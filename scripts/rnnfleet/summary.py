@@ -61,9 +61,12 @@ def outcome_row(dataset: str, step_logs: dict[str, str], metrics_path: str) -> d
         if line is not None:
             status = "failed" if line.startswith(ERROR_PREFIX) else "stopped"
             return {"dataset": dataset, "status": status, "error": f"{step}: {line.split(': ', 1)[1]}"}
-    if os.path.exists(metrics_path):
+    try:
         return metrics_row(metrics_path)
-    return {"dataset": dataset, "status": "not run", "error": ""}
+    except FileNotFoundError:
+        return {"dataset": dataset, "status": "not run", "error": ""}
+    except (OSError, ValueError) as error:
+        return {"dataset": dataset, "status": "failed", "error": f"summary: {metrics_path} is unreadable ({error})"}
 
 
 def write_summary_after_failures(
