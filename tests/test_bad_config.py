@@ -81,3 +81,14 @@ def test_seq_len_longer_than_every_dataset_fails_each_preprocess_naming_the_key(
     for row in rows:
         assert "too few rows for one training window" in row["error"] and "train.seq_len=5000" in row["error"]
     assert "2 of 2 datasets are not done" in result.stderr
+
+
+def test_cuda_asked_for_where_there_is_none_is_a_user_error_naming_the_key(monkeypatch):
+    import torch
+
+    from rnnfleet.device import choose_device
+    from rnnfleet.errors import UserError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="config key 'train.device' is 'cuda:1' but CUDA is not available"):
+        choose_device("cuda:1")

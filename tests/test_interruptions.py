@@ -140,7 +140,8 @@ def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
     with_new_dataset, signal_number, whole_group
 ):
     workdir = with_new_dataset
-    run, job_pid = start_paused_run(workdir, "epoch")
+    run, job_pid = start_paused_run(workdir, "model-write")
+    assert hidden_files(workdir), "the model was not being written"
     if whole_group:  # what a terminal does on Ctrl+C
         os.killpg(run.pid, signal_number)
     else:  # `kill <pid>`, a batch system, a service manager
@@ -148,6 +149,7 @@ def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
     assert run.wait(timeout=120) != 0
     wait_until_gone(job_pid)  # the training stopped; it did not run on to its end
 
+    assert hidden_files(workdir) == []  # the job removed its half-written model itself
     assert snakemake_lock_files(workdir) == []
     assert "STOPPED: B_1m: stopped by SIG" in (workdir / "logs" / "train" / "B_1m.log").read_text()
     assert not (workdir / "models" / "B_1m.pt").exists()
