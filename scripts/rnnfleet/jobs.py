@@ -61,3 +61,5 @@ def check_retry_helps(attempt: int, earlier_attempts_log: Path, gpu_mem_gb: int)
     elif previous.startswith(ERROR_PREFIX):
         problem = previous[len(ERROR_PREFIX) :]
         raise UserError(problem if problem.endswith(NOT_RETRIED) else problem + NOT_RETRIED)
+    else:
+        print(f"the previous attempt ended with: {previous}", file=sys.stderr)
