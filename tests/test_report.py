@@ -94,6 +94,12 @@ def test_report_has_the_summary_table_skill_overview_and_description(run):
     assert re.search(r"hidden_size = <tt[^>]*>8</tt>", text)
 
 
+def test_training_log_has_a_line_per_epoch_and_ends_with_the_verdict(run):
+    lines = (run / "logs" / "train" / f"{DATASETS[0]}.log").read_text().splitlines()
+    assert sum(line.startswith("epoch ") for line in lines) >= 1
+    assert re.match(rf"{DATASETS[0]}: best epoch \d+ of \d+, val_loss .* \(skill [+-][\d.]+\) -> ", lines[-1])
+
+
 def test_configured_forecasts_are_part_of_the_run(run):
     assert not (run / "predictions" / f"{DATASETS[1]}.csv").exists()
     forecasts = pd.read_csv(run / "predictions" / f"{DATASETS[0]}.csv")

@@ -64,7 +64,9 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     plt = pyplot()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
+    figure, axes = plt.subplots(figsize=(8.0, 3.6))
+    # Fixed margins, legend on the right: an automatic layout would draw every figure twice.
+    figure.subplots_adjust(left=0.09, right=0.70, top=0.91, bottom=0.14)
     written = []
     for metrics_path in metrics_paths:
         with open(metrics_path) as handle:
@@ -77,7 +79,8 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         epochs = [entry["epoch"] for entry in history]
         axes.plot(epochs, [entry["train_loss"] for entry in history], "o-", label="training")
         axes.plot(epochs, [entry["val_loss"] for entry in history], "o-", label="validation")
-        axes.axhline(metrics["naive_val_loss"], color="0.5", linestyle="--", label="naive (zero return), validation")
+        naive = [metrics["naive_val_loss"]] * len(epochs)  # a line, not axhline: it widens the y range
+        axes.plot(epochs, naive, "--", color="0.5", label="naive forecast, validation")
         axes.axvline(metrics["best_epoch"], color="0.8", linestyle=":", label=f"best epoch ({metrics['best_epoch']})")
         axes.set(
             title=f"{dataset}: skill {metrics['skill']:+.4f}",
@@ -85,7 +88,7 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
             ylabel="MSE (scaled returns)",
         )
         axes.xaxis.get_major_locator().set_params(integer=True)
-        axes.legend(fontsize="small")
+        axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
         path = folder / f"{dataset}.png"
         save_figure(figure, path, LOSS_CURVE_DPI)
         written.append(path)
