@@ -64,6 +64,16 @@ def _autocast(device: torch.device, amp_dtype):
     return torch.autocast(device_type=device.type, dtype=amp_dtype)
 
 
+def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float, batch_size: int) -> str:
+    """Where a long epoch is: batches done, rate, and the time the rest should take."""
+    seconds = max(seconds, 1e-9)
+    seconds_left = seconds / batch_number * (n_batches - batch_number)
+    return (
+        f"  epoch {epoch}: batch {batch_number}/{n_batches} ({batch_number / n_batches:.0%}), "
+        f"{batch_number * batch_size / seconds:,.0f} samples/s, ~{seconds_left:.0f}s left in this epoch"
+    )
+
+
 def train_model(
     arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
 ) -> TrainingResult:
@@ -106,7 +116,7 @@ def train_model(
             loss_sum += loss.detach() * len(batch)
             if time.perf_counter() - last_progress > PROGRESS_EVERY_SECONDS:
                 last_progress = time.perf_counter()
-                log(f"  epoch {epoch}: batch {batch_number}/{n_batches}")
+                log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
         val_loss = evaluate(model, val_windows, val_targets, amp_dtype)
         seconds = time.perf_counter() - epoch_started
