@@ -71,6 +71,13 @@ def test_truncated_or_foreign_model_files_give_clear_errors(arrays, tmp_path):
         load_checkpoint(tmp_path / "other.pt")
 
 
+def test_atomic_write_gives_normal_file_permissions(tmp_path):
+    with atomic_write(tmp_path / "metrics.json") as handle:
+        handle.write(b"{}")
+    (tmp_path / "plain.json").write_bytes(b"{}")
+    assert (tmp_path / "metrics.json").stat().st_mode == (tmp_path / "plain.json").stat().st_mode
+
+
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "model.pt"
     target.write_bytes(b"old")

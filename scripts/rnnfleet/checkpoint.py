@@ -13,6 +13,16 @@ from typing import IO
 FORMAT_VERSION = 1
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Temporary files are created 0600; the finished file gets the permissions of a normal open().
+FILE_MODE = 0o666 & ~_current_umask()
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """Yield a binary handle to a hidden temporary file beside `path`; on success flush,
@@ -25,6 +35,7 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         with handle:
             yield handle
             handle.flush()
+            os.fchmod(handle.fileno(), FILE_MODE)
             os.fsync(handle.fileno())
         os.replace(handle.name, target)
     except BaseException:
