@@ -227,6 +227,7 @@ def train_one(
             "epochs_run": result.epochs_run,
             "train_seconds": result.train_seconds,
             "device": str(device),
+            "torch_threads": torch.get_num_threads(),
             "rows": arrays.rows,
             "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
             "val_windows": arrays.rows - arrays.val_start,
