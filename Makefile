@@ -42,4 +42,4 @@ bench: venv
 	$(BIN)/python bench/bench_speed.py $(BENCH_ARGS)
 
 clean:
-	rm -rf prep models metrics results logs benchmarks .snakemake
+	rm -rf prep models metrics results logs benchmarks predictions report.html .snakemake

@@ -113,6 +113,10 @@ ARRAYS = f"{PATHS['prep']}/{{dataset}}.npz"
 MODEL = f"{PATHS['models']}/{{dataset}}.pt"
 METRICS = f"{PATHS['metrics']}/{{dataset}}.json"
 SUMMARY = f"{PATHS['results']}/metrics.csv"
+SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
+SKILL_PLOT = f"{PATHS['results']}/skill.png"
+LOSS_CURVES = f"{PATHS['results']}/loss_curves"
+PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 
 # Hyper-parameters that change what a model learns: these reach the train job through
 # `params:`, so editing them re-trains. threads, gpu_mem and device only change how fast.
@@ -146,6 +150,29 @@ def gpu_mem_for_attempt(wildcards, attempt):
 def attempt_number(wildcards, attempt):
     """Tells the job which attempt it is (1 = first), as resources.attempt."""
     return attempt
+
+
+def recent_bars_csv(wildcards):
+    """The bars a forecast starts from: predict.recent_dir/<dataset>.csv, or the dataset's own CSV."""
+    recent_dir = config["predict"]["recent_dir"]
+    if recent_dir:
+        return f"{recent_dir}/{wildcards.dataset}.csv"
+    return DATA_FILES[wildcards.dataset]
+
+
+def datasets_to_forecast(requested):
+    """The datasets whose forecasts the default target includes (predict.datasets)."""
+    if requested == "all":
+        return DATASETS
+    unknown = sorted(set(requested) - set(DATA_FILES))
+    if unknown:
+        raise WorkflowError(
+            f"predict.datasets names {', '.join(unknown)}: not a dataset in data_dir '{config['data_dir']}'"
+        )
+    return list(requested)
+
+
+FORECAST_DATASETS = datasets_to_forecast(config["predict"]["datasets"])
 
 
 wildcard_constraints:

@@ -11,7 +11,7 @@ onstart:
 onerror:
     write_summary_after_failures(
         DATASETS,
-        {"preprocess": log_path("preprocess"), "train": log_path("train")},
+        {step: log_path(step) for step in ("preprocess", "train", "predict")},
         METRICS,
         SUMMARY,
     )

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 from conftest import add_datasets, snakemake, snakemake_command, write_config
 
-from rnnfleet.checkpoint import atomic_write
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME
 from rnnfleet.model import load_model
 
@@ -172,14 +171,3 @@ def test_second_run_in_the_same_folder_is_refused_and_the_first_finishes(with_ne
     resume(workdir, "epoch")
     assert run.wait(timeout=300) == 0, (workdir.parent / "snakemake-output.txt").read_text()
     assert_everything_trained_and_loads(workdir)
-
-
-def test_atomic_writes_make_ordinary_files(tmp_path):
-    umask = os.umask(0o022)
-    try:
-        with atomic_write(tmp_path / "model.pt") as handle:
-            handle.write(b"weights")
-    finally:
-        os.umask(umask)
-    assert (tmp_path / "model.pt").stat().st_mode & 0o777 == 0o644  # readable like any file, not 0o600
-    assert [path.name for path in tmp_path.iterdir()] == ["model.pt"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -16,6 +16,16 @@ from rnnfleet.faults import pause_point
 FORMAT_VERSION = 1
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Temporary files are created 0600; the finished file gets the permissions of a normal open().
+FILE_MODE = 0o666 & ~_current_umask()
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """Yield a binary handle to a hidden temporary file beside `path`; on success flush,
@@ -23,18 +33,17 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     never a part. On failure the temporary file is removed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Mode 0o666 less the umask, as for any new file (tempfile would make it 0o600).
-    temporary = target.parent / f".{target.name}.{secrets.token_hex(6)}.partial"
-    handle = os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb")
+    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial", delete=False)
     try:
         with handle:
             yield handle
             handle.flush()
+            os.fchmod(handle.fileno(), FILE_MODE)
             os.fsync(handle.fileno())
-        os.replace(temporary, target)
+        os.replace(handle.name, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+            os.unlink(handle.name)
         raise
     directory = os.open(target.parent, os.O_RDONLY)
     try:

@@ -162,6 +162,25 @@ def drop_non_finite(frame, name: str, max_fraction: float):
     return frame
 
 
+def bar_features(prices: np.ndarray, volume: np.ndarray, name: str = "dataset") -> np.ndarray:
+    """The features of every bar that has a previous close: (rows-1, 5) float64, row i
+    describing bar i+1. The one feature definition, used by preprocessing and prediction.
+
+    prices: (rows, 4) open, high, low, close; volume: (rows,).
+    """
+    if (prices <= 0).any():
+        row = int(np.nonzero((prices <= 0).any(axis=1))[0][0])
+        raise DataError(f"{name}: zero or negative price in data row {row + 1} (log returns need prices > 0)")
+    if (volume < 0).any():
+        row = int(np.nonzero(volume < 0)[0][0])
+        raise DataError(f"{name}: negative volume in data row {row + 1}")
+    log_prices = np.log(prices)
+    features = np.empty((len(prices) - 1, len(FEATURE_NAMES)), dtype=np.float64)
+    features[:, :4] = log_prices[1:] - log_prices[:-1, 3, None]
+    features[:, 4] = np.log1p(volume[1:])
+    return features
+
+
 def compute_features(
     prices: np.ndarray, volume: np.ndarray, horizon: int, name: str = "dataset"
 ) -> tuple[np.ndarray, np.ndarray, float]:
@@ -171,20 +190,18 @@ def compute_features(
     targets (rows-1-horizon,) and the close of the last bar (for forecasts in price units).
     The first bar has no previous close and the last `horizon` bars have no target.
     """
-    if (prices <= 0).any():
-        row = int(np.nonzero((prices <= 0).any(axis=1))[0][0])
-        raise DataError(f"{name}: zero or negative price in data row {row + 1} (log returns need prices > 0)")
-    if (volume < 0).any():
-        row = int(np.nonzero(volume < 0)[0][0])
-        raise DataError(f"{name}: negative volume in data row {row + 1}")
-    log_prices = np.log(prices)
-    log_close = log_prices[:, 3]
-    features = np.empty((len(prices) - 1, len(FEATURE_NAMES)), dtype=np.float64)
-    features[:, :4] = log_prices[1:] - log_close[:-1, None]
-    features[:, 4] = np.log1p(volume[1:])
+    features = bar_features(prices, volume, name)
+    log_close = np.log(prices[:, 3])
     targets = log_close[1 + horizon :] - log_close[1:-horizon]
-    rows = len(targets)
-    return features[:rows], targets, float(prices[-1, 3])
+    return features[: len(targets)], targets, float(prices[-1, 3])
+
+
+def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.ndarray) -> np.ndarray:
+    """(features - mean) / std as contiguous float32, from the float32 statistics that the
+    model file stores, so that prediction reproduces the training inputs bit for bit."""
+    centred = features - feature_mean.astype(np.float64)
+    # Divided straight into the float32 result: one float64 temporary, not two.
+    return np.divide(centred, feature_std.astype(np.float64), out=np.empty(features.shape, np.float32))
 
 
 def split_and_normalise(
@@ -211,21 +228,33 @@ def split_and_normalise(
             f"need about {needed} (lower train.seq_len or give this dataset more rows)"
         )
     train_features = features[:val_start]
-    feature_mean = train_features.mean(axis=0)
-    feature_std = train_features.std(axis=0)
+    feature_mean = train_features.mean(axis=0).astype(np.float32)
+    feature_std = train_features.std(axis=0).astype(np.float32)
     feature_std[feature_std == 0] = 1.0
     target_std = float(targets[:train_end].std()) or 1.0
     return PreparedArrays(
-        features=np.divide(features - feature_mean, feature_std, out=np.empty(features.shape, np.float32)),
+        features=normalise(features, feature_mean, feature_std),
         targets=np.ascontiguousarray(targets / target_std, dtype=np.float32),
-        feature_mean=feature_mean.astype(np.float32),
-        feature_std=feature_std.astype(np.float32),
+        feature_mean=feature_mean,
+        feature_std=feature_std,
         target_std=target_std,
         train_end=train_end,
         val_start=val_start,
         last_close=last_close,
         horizon=horizon,
     )
+
+
+def read_clean_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None, max_bad_fraction: float):
+    """read_bars, then drop_non_finite: the bars that preprocessing and prediction both start from."""
+    return drop_non_finite(read_bars(csv_path, columns), str(csv_path), max_bad_fraction)
+
+
+def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, 4) open, high, low, close and (rows,) volume, float64, from read_bars' frame
+    (views of one copy of the numbers)."""
+    bars = frame[[*PRICE_KEYS, "volume"]].to_numpy(dtype=np.float64)
+    return bars[:, :4], bars[:, 4]
 
 
 def prepare_dataset(
@@ -238,11 +267,10 @@ def prepare_dataset(
 ) -> tuple[PreparedArrays, list[str]]:
     """CSV -> PreparedArrays, plus notes on what was cleaned (for the log)."""
     name = str(csv_path)
-    frame = drop_non_finite(read_bars(csv_path, columns), name, max_bad_fraction)
+    frame = read_clean_bars(csv_path, columns, max_bad_fraction)
     notes = list(frame.attrs.get("notes", []))
-    bars = frame[[*PRICE_KEYS, "volume"]].to_numpy(dtype=np.float64)
+    prices, volume = prices_and_volume(frame)
     del frame  # from here on only the numbers are held (a large file is in memory once)
-    prices, volume = bars[:, :4], bars[:, 4]
     if len(prices) < 2 + horizon:
         raise DataError(f"{name}: too few rows for one training window plus validation: only {len(prices)} usable rows")
     features, targets, last_close = compute_features(prices, volume, horizon, name)

@@ -34,6 +34,7 @@ class TrainingResult:
     best_epoch: int
     epochs_run: int
     train_seconds: float
+    setup_seconds: float  # model, optimizer and data on the device, before the first step
     history: list[dict] = field(default_factory=list)
 
     @property
@@ -64,10 +65,21 @@ def _autocast(device: torch.device, amp_dtype):
     return torch.autocast(device_type=device.type, dtype=amp_dtype)
 
 
+def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float, batch_size: int) -> str:
+    """Where a long epoch is: batches done, rate, and the time the rest should take."""
+    seconds = max(seconds, 1e-9)
+    seconds_left = seconds / batch_number * (n_batches - batch_number)
+    return (
+        f"  epoch {epoch}: batch {batch_number}/{n_batches} ({batch_number / n_batches:.0%}), "
+        f"{batch_number * batch_size / seconds:,.0f} samples/s, ~{seconds_left:.0f}s left in this epoch"
+    )
+
+
 def train_model(
     arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
 ) -> TrainingResult:
     """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start."""
+    entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
     amp_dtype = AMP_DTYPES[train_hparams.get("amp", "off")]
     torch.manual_seed(int(train_hparams["seed"]))
@@ -105,7 +117,7 @@ def train_model(
             loss_sum += loss.detach() * len(batch)
             if time.perf_counter() - last_progress > PROGRESS_EVERY_SECONDS:
                 last_progress = time.perf_counter()
-                log(f"  epoch {epoch}: batch {batch_number}/{n_batches}")
+                log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
         val_loss = evaluate(model, val_windows, val_targets, amp_dtype)
         seconds = time.perf_counter() - epoch_started
@@ -133,6 +145,7 @@ def train_model(
         best_epoch=best_epoch,
         epochs_run=len(history),
         train_seconds=time.perf_counter() - started,
+        setup_seconds=started - entered,
         history=history,
     )
 
@@ -216,12 +229,14 @@ def train_one(
             "epochs_run": result.epochs_run,
             "train_seconds": result.train_seconds,
             "device": str(device),
+            "torch_threads": torch.get_num_threads(),
             "rows": arrays.rows,
             "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
             "val_windows": arrays.rows - arrays.val_start,
             "startup_seconds": startup_seconds,
             "process_started_at": process_started_at,
             "load_seconds": load_seconds,
+            "setup_seconds": result.setup_seconds,
             "history": result.history,
         }
         save_started = time.perf_counter()

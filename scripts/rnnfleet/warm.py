@@ -210,6 +210,7 @@ def serve(address: Path) -> None:
 
     tune_cpu_allocator()  # inherited by every child
     import torch  # noqa: F401  the point of this server: imported once
+    import torch._dynamo  # noqa: F401  torch.optim imports it on first use: another ~1.2 s per job
 
     import rnnfleet.training  # noqa: F401
 

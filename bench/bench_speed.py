@@ -1,0 +1,215 @@
+"""Speed: rnnfleet against the hand-written loop it replaces, same data and work, one run.
+
+    make bench                                   # 12 datasets x 5,000 rows, 3 epochs, 2 repetitions
+    .venv/bin/python bench/bench_speed.py --datasets 6 --rows 3000 --reps 1
+
+Variants (interleaved per repetition; models/min is the median over repetitions):
+  naive      bench/naive_loop.py: sequential pandas + DataLoader loop, torch default threads
+  snakemake  the workflow: snakemake --cores <all> in a fresh folder (warm workers on)
+  cold       the workflow with warm_workers off: every job imports torch itself
+  one-proc   rnnfleet's preprocess_one + train_one in one warm process, no orchestration,
+             at 1 thread and at <all> threads (its best layout is the reference)
+Also prints where a model's time goes in the workflow, and the CPU allocator's effect on
+one training step. Appends one JSON line per run to bench/out/speed.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", type=int, default=12)
+    parser.add_argument("--rows", type=int, default=5000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--cores", type=int, default=os.cpu_count())
+    parser.add_argument("--variants", default="naive,snakemake,cold,one-proc")
+    parser.add_argument("--out", default=str(BENCH / "out"))
+    parser.add_argument(
+        "--concurrency",
+        default="",
+        help="also run the workflow with this many concurrent trainings, e.g. 1,2,4,8 (each declares "
+        "gpu_mem=2, budget --resources gpu_mem=2*N): the GPU concurrency curve",
+    )
+    return parser.parse_args()
+
+
+def workflow_config(args, data_dir: Path) -> dict:
+    return {
+        "data_dir": str(data_dir),
+        "pattern": "*1m*.csv",
+        "preprocess": {"val_fraction": 0.2},
+        "model": {"cell": "lstm", "hidden_size": 64, "num_layers": 2, "dropout": 0.1},
+        "train": {
+            "seq_len": 60,
+            "horizon": 1,
+            "batch_size": 128,
+            "epochs": args.epochs,
+            "lr": 0.001,
+            "patience": args.epochs + 1,  # no early stop: every variant does the same steps
+            "seed": 0,
+            "threads": 1,
+            "gpu_mem": 2,
+        },
+    }
+
+
+def timed(command: list[str], **kwargs) -> tuple[float, str]:
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, **kwargs)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed:\n{result.stderr[-3000:]}")
+    return seconds, result.stdout
+
+
+def metrics_of(folder: Path) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted((folder / "metrics").glob("*.json"))]
+
+
+def run_naive(args, data_dir: Path, work: Path) -> dict:
+    seconds, stdout = timed(
+        [sys.executable, str(BENCH / "naive_loop.py"), str(data_dir), str(work), "--epochs", str(args.epochs)]
+    )
+    losses = [json.loads(line)["val_loss"] for line in stdout.splitlines() if line.startswith("{")]
+    return {"seconds": seconds, "val_loss": statistics.mean(losses)}
+
+
+def run_workflow(args, data_dir: Path, work: Path, warm: bool, concurrent: int | None = None) -> dict:
+    import yaml
+
+    config = workflow_config(args, data_dir)
+    config["train"]["warm_workers"] = warm
+    work.mkdir(parents=True)
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work)]
+    limits = ["--cores", str(args.cores)]
+    if concurrent:
+        limits = ["--cores", str(max(args.cores, concurrent)), "--resources", f"gpu_mem={2 * concurrent}"]
+    seconds, _ = timed([*command, *limits, "--quiet"], cwd=work)
+    metrics = metrics_of(work)
+    train_wall = [
+        float(next(csv.DictReader(p.open(), delimiter="\t"))["s"])
+        for p in (work / "benchmarks" / "train").glob("*.tsv")
+    ]
+    prep_wall = [
+        float(next(csv.DictReader(p.open(), delimiter="\t"))["s"])
+        for p in (work / "benchmarks" / "preprocess").glob("*.tsv")
+    ]
+    split = {
+        key: statistics.median(m[key] for m in metrics)
+        for key in ("startup_seconds", "load_seconds", "setup_seconds", "train_seconds", "save_seconds")
+    }
+    split["train_job_wall_seconds"] = statistics.median(train_wall)
+    split["preprocess_job_wall_seconds"] = statistics.median(prep_wall)
+    return {"seconds": seconds, "val_loss": statistics.mean(m["val_loss"] for m in metrics), "split": split}
+
+
+def run_one_process(args, data_dir: Path, work: Path, threads: int) -> dict:
+    config = json.dumps(workflow_config(args, data_dir))
+    seconds, _ = timed(
+        [sys.executable, str(BENCH / "one_process.py"), str(data_dir), str(work), config, "--threads", str(threads)]
+    )
+    return {"seconds": seconds, "val_loss": statistics.mean(m["val_loss"] for m in metrics_of(work))}
+
+
+def step_milliseconds(tuned: bool) -> float:
+    command = [sys.executable, str(BENCH / "step_time.py"), "--threads", "1"] + (["--tuned"] if tuned else [])
+    return float(timed(command)[1].strip())
+
+
+def main():
+    args = parse_args()
+    variants = args.variants.split(",")
+    root = Path(tempfile.mkdtemp(prefix="rnnfleet-bench-"))
+    data_dir = root / "data"
+    for index in range(args.datasets):
+        write_synthetic_csv(data_dir / f"S{index:03d}_1m.csv", args.rows, 1000 + index)
+    runners = {
+        "naive": lambda work: run_naive(args, data_dir, work),
+        "snakemake": lambda work: run_workflow(args, data_dir, work, warm=True),
+        "cold": lambda work: run_workflow(args, data_dir, work, warm=False),
+        "one-proc-1t": lambda work: run_one_process(args, data_dir, work, 1),
+        f"one-proc-{args.cores}t": lambda work: run_one_process(args, data_dir, work, args.cores),
+    }
+    if "one-proc" in variants:
+        variants = [v for v in variants if v != "one-proc"] + ["one-proc-1t", f"one-proc-{args.cores}t"]
+    results: dict[str, list[dict]] = {name: [] for name in variants}
+    print(
+        f"{args.datasets} datasets x {args.rows} rows, LSTM(5, 64, 2 layers), seq 60, batch 128, {args.epochs} epochs, {args.cores} cores"
+    )
+    for rep in range(args.reps):
+        for name in variants:
+            outcome = runners[name](root / f"{name}-{rep}")
+            results[name].append(outcome)
+            print(
+                f"  rep {rep + 1} {name:<14} {outcome['seconds']:7.1f} s  val_loss {outcome['val_loss']:.4f}",
+                flush=True,
+            )
+
+    per_min = {
+        name: statistics.median(args.datasets * 60 / r["seconds"] for r in runs) for name, runs in results.items()
+    }
+    baseline = per_min.get("naive")
+    print(f"\n{'variant':<16}{'models/min':>11}{'x naive':>9}{'mean val_loss':>15}")
+    for name, runs in results.items():
+        ratio = f"{per_min[name] / baseline:9.2f}" if baseline else f"{'-':>9}"
+        print(f"{name:<16}{per_min[name]:11.1f}{ratio}{statistics.mean(r['val_loss'] for r in runs):15.4f}")
+    one_proc = [name for name in per_min if name.startswith("one-proc")]
+    summary = {
+        "datasets": args.datasets,
+        "rows": args.rows,
+        "epochs": args.epochs,
+        "cores": args.cores,
+        "models_per_min": per_min,
+    }
+    if "snakemake" in per_min and one_proc:
+        best = max(one_proc, key=per_min.get)
+        summary["snakemake_vs_best_one_process"] = per_min["snakemake"] / per_min[best]
+        print(f"\nsnakemake / best one-process ({best}): {summary['snakemake_vs_best_one_process']:.2f}")
+    for name in ("snakemake", "cold"):
+        if name in results:
+            split = {k: statistics.median(r["split"][k] for r in results[name]) for k in results[name][0]["split"]}
+            summary[f"{name}_split_seconds"] = split
+            print(
+                f"{name} per model (median s): "
+                + ", ".join(f"{k.removesuffix('_seconds')} {v:.2f}" for k, v in split.items())
+            )
+    if args.concurrency:
+        curve = {}
+        for concurrent in map(int, args.concurrency.split(",")):
+            outcome = run_workflow(args, data_dir, root / f"curve-{concurrent}", warm=True, concurrent=concurrent)
+            curve[concurrent] = args.datasets * 60 / outcome["seconds"]
+            print(f"{concurrent} concurrent trainings: {curve[concurrent]:.1f} models/min", flush=True)
+        summary["concurrency_models_per_min"] = curve
+    shutil.rmtree(root, ignore_errors=True)
+    tuned, default = step_milliseconds(True), step_milliseconds(False)
+    summary["step_ms"] = {"tuned_allocator": tuned, "glibc_default": default}
+    print(
+        f"one training step, 1 thread: {tuned:.1f} ms with rnnfleet's allocator settings, {default:.1f} ms with glibc defaults ({default / tuned:.2f}x)"
+    )
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with open(Path(args.out) / "speed.jsonl", "a") as handle:
+        handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **summary}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

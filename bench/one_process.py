@@ -1,0 +1,52 @@
+"""Reference: rnnfleet's own functions called in one warm process, one dataset after another.
+
+python bench/one_process.py DATA_DIR OUT_DIR CONFIG_JSON --threads T
+No orchestration: the same preprocess_one + train_one the workflow runs, minus Snakemake.
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+
+from rnnfleet.device import tune_cpu_allocator  # noqa: E402
+
+tune_cpu_allocator()
+
+from rnnfleet.data import preprocess_one  # noqa: E402
+from rnnfleet.training import train_one  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data_dir")
+    parser.add_argument("out_dir")
+    parser.add_argument("config_json", help="the workflow's config as JSON (model, train, preprocess)")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    config = json.loads(args.config_json)
+    train = {k: v for k, v in config["train"].items() if k not in ("threads", "gpu_mem", "warm_workers")}
+    for path in sorted(glob.glob(os.path.join(args.data_dir, config.get("pattern", "*1m*.csv")))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        started = time.time()
+        arrays_path = os.path.join(args.out_dir, "prep", name + ".npz")
+        preprocess_one(path, arrays_path, train["seq_len"], train["horizon"], config["preprocess"]["val_fraction"])
+        train_one(
+            dataset=name,
+            arrays_path=arrays_path,
+            model_path=os.path.join(args.out_dir, "models", name + ".pt"),
+            metrics_path=os.path.join(args.out_dir, "metrics", name + ".json"),
+            model_hparams=config["model"],
+            train_hparams=train,
+            threads=args.threads,
+            gpu_mem_gb=config["train"]["gpu_mem"],
+        )
+        print(json.dumps({"dataset": name, "seconds": time.time() - started}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
