@@ -105,7 +105,9 @@ DATA_FILES = discover_datasets(config["data_dir"], config["pattern"])
 DATASETS = list(DATA_FILES)
 
 PATHS = config["paths"]
-OUTPUT_FOLDERS = [PATHS[key] for key in ("prep", "models", "metrics", "results")]
+OUTPUT_FOLDERS = [
+    PATHS[key] for key in ("prep", "models", "metrics", "results", "predictions")
+]
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
     claim_run_folder(OUTPUT_FOLDERS)

@@ -20,7 +20,7 @@ from conftest import add_datasets, snakemake, snakemake_command, write_config
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME
 from rnnfleet.model import load_model
 
-OUTPUT_FOLDERS = ("prep", "models", "metrics", "results")
+OUTPUT_FOLDERS = ("prep", "models", "metrics", "results", "predictions")
 
 
 @pytest.fixture(scope="module")
