@@ -45,4 +45,4 @@ bench-scale: venv
 	$(BIN)/python bench/bench_scale.py $(BENCH_ARGS)
 
 clean:
-	rm -rf prep models metrics results logs benchmarks .snakemake
+	rm -rf prep models metrics results logs benchmarks predictions report.html .snakemake

@@ -6,11 +6,17 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/preprocess.smk"
 include: "rules/train.smk"
 include: "rules/summary.smk"
+include: "rules/plots.smk"
+include: "rules/predict.smk"
 include: "rules/mps.smk"
+include: "rules/recovery.smk"
 
 
 rule all:
@@ -18,3 +24,5 @@ rule all:
     input:
         expand(MODEL, dataset=DATASETS),
         SUMMARY,
+        rules.plots.output,
+        expand(PREDICTIONS, dataset=FORECAST_DATASETS),

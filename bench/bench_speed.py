@@ -43,6 +43,12 @@ def parse_args():
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--variants", default="naive,snakemake,cold,one-proc")
     parser.add_argument("--out", default=str(BENCH / "out"))
+    parser.add_argument(
+        "--concurrency",
+        default="",
+        help="also run the workflow with this many concurrent trainings, e.g. 1,2,4,8 (each declares "
+        "gpu_mem=2, budget --resources gpu_mem=2*N): the GPU concurrency curve",
+    )
     return parser.parse_args()
 
 
@@ -87,7 +93,7 @@ def run_naive(args, data_dir: Path, work: Path) -> dict:
     return {"seconds": seconds, "val_loss": statistics.mean(losses)}
 
 
-def run_workflow(args, data_dir: Path, work: Path, warm: bool) -> dict:
+def run_workflow(args, data_dir: Path, work: Path, warm: bool, concurrent: int | None = None) -> dict:
     import yaml
 
     config = workflow_config(args, data_dir)
@@ -95,7 +101,10 @@ def run_workflow(args, data_dir: Path, work: Path, warm: bool) -> dict:
     work.mkdir(parents=True)
     (work / "config.yaml").write_text(yaml.safe_dump(config))
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work)]
-    seconds, _ = timed([*command, "--cores", str(args.cores), "--quiet"], cwd=work)
+    limits = ["--cores", str(args.cores)]
+    if concurrent:
+        limits = ["--cores", str(max(args.cores, concurrent)), "--resources", f"gpu_mem={2 * concurrent}"]
+    seconds, _ = timed([*command, *limits, "--quiet"], cwd=work)
     metrics = metrics_of(work)
     train_wall = [
         float(next(csv.DictReader(p.open(), delimiter="\t"))["s"])
@@ -155,7 +164,6 @@ def main():
                 f"  rep {rep + 1} {name:<14} {outcome['seconds']:7.1f} s  val_loss {outcome['val_loss']:.4f}",
                 flush=True,
             )
-    shutil.rmtree(root, ignore_errors=True)
 
     per_min = {
         name: statistics.median(args.datasets * 60 / r["seconds"] for r in runs) for name, runs in results.items()
@@ -185,6 +193,14 @@ def main():
                 f"{name} per model (median s): "
                 + ", ".join(f"{k.removesuffix('_seconds')} {v:.2f}" for k, v in split.items())
             )
+    if args.concurrency:
+        curve = {}
+        for concurrent in map(int, args.concurrency.split(",")):
+            outcome = run_workflow(args, data_dir, root / f"curve-{concurrent}", warm=True, concurrent=concurrent)
+            curve[concurrent] = args.datasets * 60 / outcome["seconds"]
+            print(f"{concurrent} concurrent trainings: {curve[concurrent]:.1f} models/min", flush=True)
+        summary["concurrency_models_per_min"] = curve
+    shutil.rmtree(root, ignore_errors=True)
     tuned, default = step_milliseconds(True), step_milliseconds(False)
     summary["step_ms"] = {"tuned_allocator": tuned, "glibc_default": default}
     print(

@@ -1,11 +1,17 @@
 import os
 import re
+import sys
 from fnmatch import fnmatch
 
 import yaml
 from snakemake.utils import validate
 
 SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
+# The workflow's own checks and hooks live beside the job code, in scripts/rnnfleet.
+sys.path.insert(0, f"{workflow.basedir}/scripts")
+
+from rnnfleet.config_check import config_problems
+from rnnfleet.recovery import claim_run_folder
 
 
 def coerce_command_line_numbers(values, schema):
@@ -28,8 +34,15 @@ def coerce_command_line_numbers(values, schema):
 
 
 with open(SCHEMA_PATH) as schema_file:
-    coerce_command_line_numbers(config, yaml.safe_load(schema_file))
-validate(config, schema=SCHEMA_PATH)
+    CONFIG_SCHEMA = yaml.safe_load(schema_file)
+coerce_command_line_numbers(config, CONFIG_SCHEMA)
+CONFIG_PROBLEMS = config_problems(config, CONFIG_SCHEMA)
+if CONFIG_PROBLEMS:
+    raise WorkflowError(
+        "invalid configuration (config.yaml or --config):\n"
+        + "\n".join(f"  - {problem}" for problem in CONFIG_PROBLEMS)
+    )
+validate(config, schema=SCHEMA_PATH)  # fills in the schema's defaults
 
 # A dataset name becomes part of output paths: no path separators, no leading dot,
 # nothing a shell or a file system could misread.
@@ -49,17 +62,40 @@ def discover_datasets(data_dir, pattern):
     from one listing of the folder (no per-file stat at parse time)."""
     if not os.path.isdir(data_dir):
         raise WorkflowError(
-            f"data_dir '{data_dir}' is not a folder (set data_dir in config.yaml or --config data_dir=...)"
+            f"config key 'data_dir' = {data_dir!r} is not a folder; allowed: an existing folder holding "
+            "the CSV files (set data_dir in config.yaml or --config data_dir=...)"
         )
-    found = {}
+    found, other_names, same_name = {}, [], []
     with os.scandir(data_dir) as entries:
         for entry in entries:
-            if fnmatch(entry.name, pattern) and not entry.name.startswith("."):
+            if not fnmatch(entry.name, pattern) or entry.name.startswith("."):
+                other_names.append(entry.name)
+            elif dataset_name(entry.name) in found:
+                same_name.append(
+                    f"{found[dataset_name(entry.name)]!r} and {entry.path!r}"
+                )
+            else:
                 found[dataset_name(entry.name)] = entry.path
+    if not found:
+        holds = (
+            f"it holds {', '.join(sorted(other_names)[:5])}"
+            if other_names
+            else "it is empty"
+        )
+        if len(other_names) > 5:
+            holds += f" and {len(other_names) - 5} more"
+        raise WorkflowError(
+            f"config key 'pattern' = {pattern!r} matches no file in data_dir {data_dir!r} ({holds}); "
+            "allowed: a glob on file names, e.g. '*1m*.csv'"
+        )
+    if same_name:
+        raise WorkflowError(
+            f"data_dir {data_dir!r}: two files give the same dataset name; keep one of: {'; '.join(same_name)}"
+        )
     bad_names = sorted(name for name in found if not re.fullmatch(DATASET_NAME, name))
     if bad_names:
         raise WorkflowError(
-            f"data_dir '{data_dir}': dataset file names may hold only letters, digits and . _ + = @ , - "
+            f"data_dir {data_dir!r}: dataset file names may hold only letters, digits and . _ + = @ , - "
             f"(and must not start with a dot or dash); rename: {', '.join(repr(found[n]) for n in bad_names)}"
         )
     return dict(sorted(found.items()))
@@ -69,10 +105,20 @@ DATA_FILES = discover_datasets(config["data_dir"], config["pattern"])
 DATASETS = list(DATA_FILES)
 
 PATHS = config["paths"]
+OUTPUT_FOLDERS = [
+    PATHS[key] for key in ("prep", "models", "metrics", "results", "predictions")
+]
+if workflow.is_main_process:
+    # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
+    claim_run_folder(OUTPUT_FOLDERS)
 ARRAYS = f"{PATHS['prep']}/{{dataset}}.npz"
 MODEL = f"{PATHS['models']}/{{dataset}}.pt"
 METRICS = f"{PATHS['metrics']}/{{dataset}}.json"
 SUMMARY = f"{PATHS['results']}/metrics.csv"
+SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
+SKILL_PLOT = f"{PATHS['results']}/skill.png"
+LOSS_CURVES = f"{PATHS['results']}/loss_curves"
+PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 
 # Hyper-parameters that change what a model learns: these reach the train job through
 # `params:`, so editing them re-trains. threads, gpu_mem and device only change how fast.
@@ -89,7 +135,46 @@ def benchmark_path(rule_name):
 
 
 def dataset_csv(wildcards):
+    if wildcards.dataset not in DATA_FILES:
+        raise WorkflowError(
+            f"no dataset {wildcards.dataset!r}: no file in data_dir {config['data_dir']!r} "
+            f"matching {config['pattern']!r} has that name"
+        )
     return DATA_FILES[wildcards.dataset]
+
+
+def gpu_mem_for_attempt(wildcards, attempt):
+    """A retry after an out-of-memory error declares (and caps itself at) twice as much
+    GPU memory; Snakemake never grants more than --resources gpu_mem."""
+    return config["train"]["gpu_mem"] * 2 ** (attempt - 1)
+
+
+def attempt_number(wildcards, attempt):
+    """Tells the job which attempt it is (1 = first), as resources.attempt."""
+    return attempt
+
+
+def recent_bars_csv(wildcards):
+    """The bars a forecast starts from: predict.recent_dir/<dataset>.csv, or the dataset's own CSV."""
+    recent_dir = config["predict"]["recent_dir"]
+    if recent_dir:
+        return f"{recent_dir}/{wildcards.dataset}.csv"
+    return DATA_FILES[wildcards.dataset]
+
+
+def datasets_to_forecast(requested):
+    """The datasets whose forecasts the default target includes (predict.datasets)."""
+    if requested == "all":
+        return DATASETS
+    unknown = sorted(set(requested) - set(DATA_FILES))
+    if unknown:
+        raise WorkflowError(
+            f"predict.datasets names {', '.join(unknown)}: not a dataset in data_dir '{config['data_dir']}'"
+        )
+    return list(requested)
+
+
+FORECAST_DATASETS = datasets_to_forecast(config["predict"]["datasets"])
 
 
 wildcard_constraints:

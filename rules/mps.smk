@@ -1,7 +1,9 @@
 # CUDA MPS (config `mps: true`, Linux with an NVIDIA driver): one MPS control daemon for
 # this run, so kernels of concurrent trainings on a GPU overlap instead of taking turns.
-# Started before the first job, stopped when the run ends (success or error). Its pipe and
-# log folders are private to this working folder; the jobs inherit them via the environment.
+# Started before the first job, stopped when the run ends (success or error): the calls are
+# in the run's onstart/onsuccess/onerror handlers in recovery.smk (Snakemake keeps one
+# handler of each kind). Its pipe and log folders are private to this working folder; the
+# jobs inherit them via the environment.
 import shutil
 import subprocess
 
@@ -21,7 +23,9 @@ def mps_control():
     return control
 
 
-def start_mps():
+def start_mps_if_on():
+    if not config["mps"]:
+        return
     control = mps_control()
     for folder in MPS_ENVIRONMENT.values():
         os.makedirs(folder, exist_ok=True)
@@ -29,20 +33,6 @@ def start_mps():
     subprocess.run([control, "-d"], check=True)
 
 
-def stop_mps():
-    subprocess.run([mps_control()], input="quit\n", text=True, check=False)
-
-
-onstart:
+def stop_mps_if_on():
     if config["mps"]:
-        start_mps()
-
-
-onsuccess:
-    if config["mps"]:
-        stop_mps()
-
-
-onerror:
-    if config["mps"]:
-        stop_mps()
+        subprocess.run([mps_control()], input="quit\n", text=True, check=False)

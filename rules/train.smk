@@ -9,11 +9,15 @@ rule train:
     benchmark:
         benchmark_path("train")
     priority: 10
+    # Out of GPU memory: try again with more (see gpu_mem_for_attempt); a retry after any
+    # other error stops at once (rnnfleet.jobs.train_job).
+    retries: 2
     conda:
         "../envs/rnnfleet.yaml"
     threads: config["train"]["threads"]
     resources:
-        gpu_mem=config["train"]["gpu_mem"],
+        gpu_mem=gpu_mem_for_attempt,
+        attempt=attempt_number,
     params:
         model=config["model"],
         train=TRAIN_HPARAMS,

@@ -43,12 +43,16 @@ def add_datasets(workdir: Path, names: list[str], rows: int = TINY_ROWS, seed: i
         write_synthetic_csv(workdir / "data" / f"{name}.csv", rows, seed + offset + zlib.crc32(name.encode()) % 1000)
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 600, env=None):
-    """Run the real snakemake on the repo's Snakefile in workdir (default profile applies)."""
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    """The real snakemake on the repo's Snakefile in workdir (default profile applies)."""
     command = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir)]
-    command += ["--cores", "2", *args] if "--cores" not in args else list(args)
+    return command + (["--cores", "2", *args] if "--cores" not in args else list(args))
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 600, env=None):
+    """Run snakemake_command to the end; raise with its stderr if it fails and check is set."""
     result = subprocess.run(
-        command,
+        snakemake_command(workdir, *args),
         cwd=workdir,
         capture_output=True,
         text=True,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -69,6 +71,13 @@ def test_truncated_or_foreign_model_files_give_clear_errors(arrays, tmp_path):
         load_checkpoint(tmp_path / "other.pt")
 
 
+def test_atomic_write_gives_normal_file_permissions(tmp_path):
+    with atomic_write(tmp_path / "metrics.json") as handle:
+        handle.write(b"{}")
+    (tmp_path / "plain.json").write_bytes(b"{}")
+    assert (tmp_path / "metrics.json").stat().st_mode == (tmp_path / "plain.json").stat().st_mode
+
+
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "model.pt"
     target.write_bytes(b"old")
@@ -77,3 +86,20 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
         raise RuntimeError("killed mid-write")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_log_shows_each_epoch_and_progress_inside_long_epochs(arrays, monkeypatch, capsys):
+    from rnnfleet import training
+
+    train = {**TRAIN, "epochs": 2}
+    train_model(arrays, MODEL, train, torch.device("cpu"))
+    quick = capsys.readouterr().err.splitlines()
+    assert [line.split()[:2] for line in quick] == [["epoch", "1"], ["epoch", "2"]]  # short epochs: no progress lines
+    assert re.fullmatch(r"epoch +1  train_loss [\d.]+  val_loss [\d.]+  [\d.]+s  [\d,]+ samples/s", quick[0])
+
+    monkeypatch.setattr(training, "PROGRESS_EVERY_SECONDS", 0.0)  # every batch counts as a long wait
+    train_model(arrays, MODEL, {**train, "epochs": 1}, torch.device("cpu"))
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  epoch")]
+    n_batches = -(-(arrays.train_end - TRAIN["seq_len"] + 1) // TRAIN["batch_size"])
+    assert len(progress) == n_batches
+    assert re.fullmatch(r"  epoch 1: batch 1/\d+ \(\d+%\), [\d,]+ samples/s, ~\d+s left in this epoch", progress[0])

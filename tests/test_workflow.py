@@ -76,6 +76,13 @@ def test_every_rule_logs(trained):
     assert "epoch   1" in (trained / "logs" / "train" / "EURUSD_1m.log").read_text()
 
 
+def test_each_training_uses_exactly_its_declared_threads(trained):
+    import json
+
+    for dataset in DATASETS:
+        assert json.loads((trained / "metrics" / f"{dataset}.json").read_text())["torch_threads"] == 1
+
+
 def test_rerun_with_nothing_changed_does_nothing(trained_copy):
     result = snakemake(trained_copy)
     assert "Nothing to be done" in result.stdout + result.stderr

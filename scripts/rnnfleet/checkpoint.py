@@ -10,7 +10,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from rnnfleet.errors import UserError
+from rnnfleet.faults import pause_point
+
 FORMAT_VERSION = 1
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Temporary files are created 0600; the finished file gets the permissions of a normal open().
+FILE_MODE = 0o666 & ~_current_umask()
 
 
 @contextlib.contextmanager
@@ -25,6 +38,7 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         with handle:
             yield handle
             handle.flush()
+            os.fchmod(handle.fileno(), FILE_MODE)
             os.fsync(handle.fileno())
         os.replace(handle.name, target)
     except BaseException:
@@ -48,9 +62,11 @@ def save_checkpoint(checkpoint: dict, path: str | os.PathLike) -> None:
 
     with atomic_write(path) as handle:
         torch.save(checkpoint, handle)
+        handle.flush()
+        pause_point("model-write")
 
 
-class ModelFileError(ValueError):
+class ModelFileError(UserError):
     """A model file that is missing, truncated, or not written by rnnfleet."""
 
 

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnfleet.errors import UserError
+from rnnfleet.faults import pause_point
+
 FEATURE_NAMES = (
     "log_open_over_prev_close",
     "log_high_over_prev_close",
@@ -32,7 +35,7 @@ DEFAULT_COLUMNS = {
 }
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """A problem with a user's dataset; the message names the file and the problem."""
 
 
@@ -67,20 +70,25 @@ def read_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None = None
 
     columns = {**DEFAULT_COLUMNS, **(columns or {})}
     name = str(csv_path)
-    if os.path.getsize(csv_path) == 0:
-        raise DataError(f"{name}: the file is empty")
+    wanted = set(columns.values())
     try:
-        frame = pd.read_csv(csv_path, usecols=lambda col: col in set(columns.values()), encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(f"{name}: not valid UTF-8 text ({error.reason} at byte {error.start})") from None
+        if os.path.getsize(csv_path) == 0:
+            raise DataError(f"{name}: the file is empty")
+        # The one read of the file: only the six columns, parsed straight to numbers.
+        frame = pd.read_csv(csv_path, usecols=lambda col: col in wanted, encoding="utf-8")
+    except OSError as error:
+        raise DataError(f"{name}: cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{name}: not UTF-8 text{first_undecodable_line(csv_path)}; save it as UTF-8") from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{name}: the file is empty") from None
     except pd.errors.ParserError as error:
         raise DataError(f"{name}: not a readable CSV ({error})") from None
     missing = [col for col in columns.values() if col not in frame.columns]
     if missing:
+        header = ", ".join(map(str, pd.read_csv(csv_path, nrows=0, encoding="utf-8").columns))
         raise DataError(
-            f"{name}: missing required column(s) {', '.join(missing)} "
+            f"{name}: missing required column(s) {', '.join(missing)}; its header is {header[:200]!r} "
             f"(set `columns:` in the config if the file names them differently)"
         )
     frame = frame.rename(columns={csv_name: key for key, csv_name in columns.items()})
@@ -97,6 +105,20 @@ def read_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None = None
     return _sorted_unique_by_time(frame, name, columns["timestamp"])
 
 
+def first_undecodable_line(csv_path: str | os.PathLike) -> str:
+    """' (line N holds ...)' for the first line that is not UTF-8, or '' for a compressed
+    file. Reads the file again, line by line: only on this error path."""
+    if Path(csv_path).suffix in (".gz", ".bz2", ".xz", ".zst", ".zip"):
+        return ""
+    with open(csv_path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return f" (line {number} holds {line[max(0, error.start - 12) : error.end + 12]!r})"
+    return ""
+
+
 def _sorted_unique_by_time(frame, name: str, timestamp_column: str):
     import pandas as pd
 
@@ -110,7 +132,7 @@ def _sorted_unique_by_time(frame, name: str, timestamp_column: str):
                 f"(data row {bad_row + 1} holds {frame['timestamp'].iloc[bad_row]!r})"
             )
         parsed = numeric
-    frame = frame.assign(timestamp=parsed)
+    frame["timestamp"] = parsed  # replaces the text column in place: no copy of the prices
     notes = []
     if not frame["timestamp"].is_monotonic_increasing:
         frame = frame.sort_values("timestamp", kind="stable")
@@ -140,6 +162,25 @@ def drop_non_finite(frame, name: str, max_fraction: float):
     return frame
 
 
+def bar_features(prices: np.ndarray, volume: np.ndarray, name: str = "dataset") -> np.ndarray:
+    """The features of every bar that has a previous close: (rows-1, 5) float64, row i
+    describing bar i+1. The one feature definition, used by preprocessing and prediction.
+
+    prices: (rows, 4) open, high, low, close; volume: (rows,).
+    """
+    if (prices <= 0).any():
+        row = int(np.nonzero((prices <= 0).any(axis=1))[0][0])
+        raise DataError(f"{name}: zero or negative price in data row {row + 1} (log returns need prices > 0)")
+    if (volume < 0).any():
+        row = int(np.nonzero(volume < 0)[0][0])
+        raise DataError(f"{name}: negative volume in data row {row + 1}")
+    log_prices = np.log(prices)
+    features = np.empty((len(prices) - 1, len(FEATURE_NAMES)), dtype=np.float64)
+    features[:, :4] = log_prices[1:] - log_prices[:-1, 3, None]
+    features[:, 4] = np.log1p(volume[1:])
+    return features
+
+
 def compute_features(
     prices: np.ndarray, volume: np.ndarray, horizon: int, name: str = "dataset"
 ) -> tuple[np.ndarray, np.ndarray, float]:
@@ -149,20 +190,18 @@ def compute_features(
     targets (rows-1-horizon,) and the close of the last bar (for forecasts in price units).
     The first bar has no previous close and the last `horizon` bars have no target.
     """
-    if (prices <= 0).any():
-        row = int(np.nonzero((prices <= 0).any(axis=1))[0][0])
-        raise DataError(f"{name}: zero or negative price in data row {row + 1} (log returns need prices > 0)")
-    if (volume < 0).any():
-        row = int(np.nonzero(volume < 0)[0][0])
-        raise DataError(f"{name}: negative volume in data row {row + 1}")
-    log_prices = np.log(prices)
-    log_close = log_prices[:, 3]
-    features = np.empty((len(prices) - 1, len(FEATURE_NAMES)), dtype=np.float64)
-    features[:, :4] = log_prices[1:] - log_close[:-1, None]
-    features[:, 4] = np.log1p(volume[1:])
+    features = bar_features(prices, volume, name)
+    log_close = np.log(prices[:, 3])
     targets = log_close[1 + horizon :] - log_close[1:-horizon]
-    rows = len(targets)
-    return features[:rows], targets, float(prices[-1, 3])
+    return features[: len(targets)], targets, float(prices[-1, 3])
+
+
+def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.ndarray) -> np.ndarray:
+    """(features - mean) / std as contiguous float32, from the float32 statistics that the
+    model file stores, so that prediction reproduces the training inputs bit for bit."""
+    centred = features - feature_mean.astype(np.float64)
+    # Divided straight into the float32 result: one float64 temporary, not two.
+    return np.divide(centred, feature_std.astype(np.float64), out=np.empty(features.shape, np.float32))
 
 
 def split_and_normalise(
@@ -184,26 +223,38 @@ def split_and_normalise(
     if n_train < 1 or n_val < 1:
         needed = int(np.ceil((seq_len + horizon) / (1.0 - val_fraction))) + 2 + horizon
         raise DataError(
-            f"{name}: too few rows for one training window plus validation "
-            f"({rows + 1 + horizon} usable rows; seq_len={seq_len}, horizon={horizon}, "
-            f"val_fraction={val_fraction} need about {needed})"
+            f"{name}: too few rows for one training window plus validation: {rows + 1 + horizon} usable rows, "
+            f"train.seq_len={seq_len} with train.horizon={horizon} and preprocess.val_fraction={val_fraction} "
+            f"need about {needed} (lower train.seq_len or give this dataset more rows)"
         )
     train_features = features[:val_start]
-    feature_mean = train_features.mean(axis=0)
-    feature_std = train_features.std(axis=0)
+    feature_mean = train_features.mean(axis=0).astype(np.float32)
+    feature_std = train_features.std(axis=0).astype(np.float32)
     feature_std[feature_std == 0] = 1.0
     target_std = float(targets[:train_end].std()) or 1.0
     return PreparedArrays(
-        features=np.ascontiguousarray((features - feature_mean) / feature_std, dtype=np.float32),
+        features=normalise(features, feature_mean, feature_std),
         targets=np.ascontiguousarray(targets / target_std, dtype=np.float32),
-        feature_mean=feature_mean.astype(np.float32),
-        feature_std=feature_std.astype(np.float32),
+        feature_mean=feature_mean,
+        feature_std=feature_std,
         target_std=target_std,
         train_end=train_end,
         val_start=val_start,
         last_close=last_close,
         horizon=horizon,
     )
+
+
+def read_clean_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None, max_bad_fraction: float):
+    """read_bars, then drop_non_finite: the bars that preprocessing and prediction both start from."""
+    return drop_non_finite(read_bars(csv_path, columns), str(csv_path), max_bad_fraction)
+
+
+def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, 4) open, high, low, close and (rows,) volume, float64, from read_bars' frame
+    (views of one copy of the numbers)."""
+    bars = frame[[*PRICE_KEYS, "volume"]].to_numpy(dtype=np.float64)
+    return bars[:, :4], bars[:, 4]
 
 
 def prepare_dataset(
@@ -216,12 +267,12 @@ def prepare_dataset(
 ) -> tuple[PreparedArrays, list[str]]:
     """CSV -> PreparedArrays, plus notes on what was cleaned (for the log)."""
     name = str(csv_path)
-    frame = drop_non_finite(read_bars(csv_path, columns), name, max_bad_fraction)
+    frame = read_clean_bars(csv_path, columns, max_bad_fraction)
     notes = list(frame.attrs.get("notes", []))
-    prices = frame[list(PRICE_KEYS)].to_numpy(dtype=np.float64)
-    volume = frame["volume"].to_numpy(dtype=np.float64)
+    prices, volume = prices_and_volume(frame)
+    del frame  # from here on only the numbers are held (a large file is in memory once)
     if len(prices) < 2 + horizon:
-        raise DataError(f"{name}: only {len(prices)} data rows, too few to compute one target")
+        raise DataError(f"{name}: too few rows for one training window plus validation: only {len(prices)} usable rows")
     features, targets, last_close = compute_features(prices, volume, horizon, name)
     return split_and_normalise(features, targets, seq_len, horizon, val_fraction, last_close, name), notes
 
@@ -261,7 +312,11 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 horizon=int(stored["horizon"]),
             )
     except (OSError, ValueError, KeyError) as error:
-        raise DataError(f"{path}: not a valid rnnfleet array file ({error}); delete it and re-run") from None
+        import zipfile
+
+        archive = isinstance(error, OSError) or zipfile.is_zipfile(path)
+        reason = str(error).splitlines()[0] if archive else "not an .npz archive"
+        raise DataError(f"{path}: not a valid rnnfleet array file ({reason}); delete it and re-run") from None
 
 
 def preprocess_one(
@@ -279,6 +334,7 @@ def preprocess_one(
     arrays, notes = prepare_dataset(csv_path, seq_len, horizon, val_fraction, columns, max_bad_fraction)
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
+    pause_point("preprocess")
     Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
     save_arrays(arrays, arrays_path)
     print(

@@ -44,7 +44,9 @@ def choose_device(preferred: str = "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(preferred)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"train.device is '{preferred}' but CUDA is not available on this machine")
+        from rnnfleet.errors import UserError
+
+        raise UserError(f"config key 'train.device' is '{preferred}' but CUDA is not available on this machine")
     return device
 
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from rnnfleet.data import FEATURE_NAMES, TARGET_NAME, PreparedArrays
+from rnnfleet.faults import pause_point
 from rnnfleet.model import SequenceRegressor, build_model
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -64,6 +65,16 @@ def _autocast(device: torch.device, amp_dtype):
     return torch.autocast(device_type=device.type, dtype=amp_dtype)
 
 
+def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float, batch_size: int) -> str:
+    """Where a long epoch is: batches done, rate, and the time the rest should take."""
+    seconds = max(seconds, 1e-9)
+    seconds_left = seconds / batch_number * (n_batches - batch_number)
+    return (
+        f"  epoch {epoch}: batch {batch_number}/{n_batches} ({batch_number / n_batches:.0%}), "
+        f"{batch_number * batch_size / seconds:,.0f} samples/s, ~{seconds_left:.0f}s left in this epoch"
+    )
+
+
 def train_model(
     arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
 ) -> TrainingResult:
@@ -106,7 +117,7 @@ def train_model(
             loss_sum += loss.detach() * len(batch)
             if time.perf_counter() - last_progress > PROGRESS_EVERY_SECONDS:
                 last_progress = time.perf_counter()
-                log(f"  epoch {epoch}: batch {batch_number}/{n_batches}")
+                log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
         val_loss = evaluate(model, val_windows, val_targets, amp_dtype)
         seconds = time.perf_counter() - epoch_started
@@ -115,6 +126,7 @@ def train_model(
             f"epoch {epoch:3d}  train_loss {train_loss:.5f}  val_loss {val_loss:.5f}  "
             f"{seconds:.2f}s  {n_train / seconds:,.0f} samples/s"
         )
+        pause_point("epoch")
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"training diverged at epoch {epoch} (train loss {train_loss})")
         if val_loss < best_val_loss:
@@ -220,6 +232,7 @@ def train_one(
             "epochs_run": result.epochs_run,
             "train_seconds": result.train_seconds,
             "device": str(device),
+            "torch_threads": torch.get_num_threads(),
             "rows": arrays.rows,
             "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
             "val_windows": arrays.rows - arrays.val_start,

@@ -1,0 +1,32 @@
+# One job draws every figure: a job per dataset would pay for starting Python and
+# importing matplotlib hundreds of times.
+rule plots:
+    input:
+        table=SUMMARY,
+        metrics=rules.summarize.input.metrics,
+    output:
+        table_html=report(
+            SUMMARY_HTML,
+            caption="../report/summary_table.rst",
+            category="All datasets",
+            labels={"figure": "summary table"},
+        ),
+        skill_plot=report(
+            SKILL_PLOT,
+            caption="../report/skill_overview.rst",
+            category="All datasets",
+            labels={"figure": "skill by dataset"},
+        ),
+        loss_curves=report(
+            directory(LOSS_CURVES),
+            patterns=["{dataset}.png"],
+            caption="../report/loss_curve.rst",
+            category="Loss curves",
+            labels={"dataset": "{dataset}"},
+        ),
+    log:
+        f"{PATHS['logs']}/plots.log",
+    conda:
+        "../envs/rnnfleet.yaml"
+    script:
+        "../scripts/plots.py"

@@ -1,0 +1,23 @@
+from rnnfleet.recovery import stop_jobs_on_signals
+from rnnfleet.summary import write_summary_after_failures
+
+
+onstart:
+    stop_jobs_on_signals()
+    start_mps_if_on()
+
+
+onsuccess:
+    stop_mps_if_on()
+
+
+# With failed or stopped jobs Snakemake skips the summarize job (its inputs are missing):
+# the table is written here instead, with every dataset's status and error.
+onerror:
+    stop_mps_if_on()
+    write_summary_after_failures(
+        DATASETS,
+        {step: log_path(step) for step in ("preprocess", "train", "predict")},
+        METRICS,
+        SUMMARY,
+    )

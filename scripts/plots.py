@@ -1,0 +1,15 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+from rnnfleet.errors import job_guard
+from rnnfleet.plots import draw_report_figures
+
+with job_guard("report figures"):
+    draw_report_figures(
+        table_path=snakemake.input.table,
+        metrics_paths=snakemake.input.metrics,
+        loss_curves_folder=snakemake.output.loss_curves,
+        skill_plot_path=snakemake.output.skill_plot,
+        table_html_path=snakemake.output.table_html,
+    )

@@ -1,0 +1,15 @@
+import sys
+
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+from rnnfleet.errors import job_guard
+from rnnfleet.predict import forecast_csv
+
+with job_guard(snakemake.wildcards.dataset):
+    forecast_csv(
+        model_path=snakemake.input.model,
+        csv_path=snakemake.input.csv,
+        forecasts_path=snakemake.output.forecasts,
+        last=snakemake.params.last,
+        max_bad_fraction=snakemake.params.max_bad_fraction,
+    )

@@ -1,0 +1,115 @@
+"""How a job ends when something goes wrong, so that every failure explains itself.
+
+A problem the user can fix (a bad file, too little memory) ends the job with one line that
+names the file and the problem, in the job's log and in Snakemake's own error output; a
+bug keeps its traceback in the log and gets the same one-line summary; SIGTERM or SIGINT
+stop the job through the normal exception path, so half-written files are removed.
+The last marked line of a log is the job's outcome: the run summary reads it back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+ERROR_PREFIX = "ERROR: "
+STOPPED_PREFIX = "STOPPED: "
+ATTEMPT_PREFIX = "ATTEMPT "  # starts a retry's part of the log
+OUT_OF_MEMORY = "ran out of GPU memory"
+_TAIL_BYTES = 64 * 1024
+
+
+class UserError(ValueError):
+    """A problem the user can fix; the message is one sentence naming the file or the setting."""
+
+
+class JobStopped(BaseException):
+    """SIGTERM or SIGINT reached the job (a BaseException, like KeyboardInterrupt, so only
+    clean-up code such as atomic_write's sees it on the way out)."""
+
+    def __init__(self, signal_number: int):
+        super().__init__(signal.Signals(signal_number).name)
+        self.signal_number = signal_number
+
+
+def one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def report(line: str) -> None:
+    """Write a line to the job's log (sys.stderr) and to Snakemake's error output (the
+    process's original stderr) when the two differ."""
+    print(line, file=sys.stderr, flush=True)
+    if sys.__stderr__ is not None and sys.__stderr__ is not sys.stderr:
+        print(line, file=sys.__stderr__, flush=True)
+
+
+def _stop(signal_number: int, _frame) -> None:
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, signal.SIG_IGN)  # a second signal must not interrupt the clean-up
+    raise JobStopped(signal_number)
+
+
+def _is_out_of_memory(error: BaseException) -> bool:
+    torch = sys.modules.get("torch")  # only a job that imported torch can run out of GPU memory
+    return torch is not None and isinstance(error, torch.OutOfMemoryError)
+
+
+@contextlib.contextmanager
+def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> Iterator[None]:
+    """Run a job's work; on failure write one marked line (see module doc) and exit non-zero.
+
+    subject names what the job works on (the dataset) in lines whose error does not name a file.
+    """
+    previous_handlers = {number: signal.signal(number, _stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except UserError as error:
+        report(ERROR_PREFIX + one_line(error))
+        raise SystemExit(1) from None
+    except (JobStopped, KeyboardInterrupt) as stop:
+        number = stop.signal_number if isinstance(stop, JobStopped) else signal.SIGINT
+        report(
+            f"{STOPPED_PREFIX}{subject}: stopped by {signal.Signals(number).name} before finishing; "
+            "nothing half-written was kept, the next run does this job again"
+        )
+        raise SystemExit(128 + number) from None
+    except Exception as error:
+        if _is_out_of_memory(error):
+            report(
+                f"{ERROR_PREFIX}{subject}: {OUT_OF_MEMORY} within its train.gpu_mem of {gpu_mem_gb} GB "
+                f"(attempt {attempt}); Snakemake retries with twice the gpu_mem while attempts are left, "
+                "after that raise train.gpu_mem or lower train.batch_size"
+            )
+        else:
+            traceback.print_exc()
+            report(
+                f"{ERROR_PREFIX}{subject}: internal error {type(error).__name__}: {one_line(error)} "
+                "(traceback in the log)"
+            )
+        raise SystemExit(1) from None
+    finally:
+        for number, handler in previous_handlers.items():
+            signal.signal(number, handler)
+
+
+def last_marked_line(log_path: str | Path) -> str | None:
+    """The job's outcome as its log last recorded it: the last ERROR or STOPPED line of its
+    latest attempt, or None if there is none (it succeeded, is still running, or was killed)."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(0, 2)
+            log.seek(max(0, log.tell() - _TAIL_BYTES))
+            tail = log.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    for line in reversed(tail.splitlines()):
+        if line.startswith(ATTEMPT_PREFIX):
+            return None
+        if line.startswith((ERROR_PREFIX, STOPPED_PREFIX)):
+            return line
+    return None

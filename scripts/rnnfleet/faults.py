@@ -1,0 +1,48 @@
+"""Test hooks that make failures happen on purpose, at a known moment. Each does nothing
+unless its environment variable is set; the tests set them for real snakemake runs.
+
+RNNFLEET_TEST_PAUSE_AT=<point> with RNNFLEET_TEST_PAUSE_FILE=<path>: the first job that
+    reaches <point> ("preprocess", "epoch", "model-write") creates <path> holding its pid
+    and waits there until the file's content is "resume" (or a signal ends it).
+RNNFLEET_FAULT_OOM_ATTEMPTS=<n>: train attempts 1..n raise torch.OutOfMemoryError, the
+    error CUDA raises when a job exceeds its memory cap.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+PAUSE_AT = "RNNFLEET_TEST_PAUSE_AT"
+PAUSE_FILE = "RNNFLEET_TEST_PAUSE_FILE"
+OOM_ATTEMPTS = "RNNFLEET_FAULT_OOM_ATTEMPTS"
+RESUME = "resume"
+MAX_PAUSE_SECONDS = 600.0
+
+
+def pause_point(point: str) -> None:
+    if os.environ.get(PAUSE_AT) != point:
+        return
+    marker = os.environ[PAUSE_FILE]
+    try:
+        descriptor = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return  # another job paused here already: pause once per marker
+    os.write(descriptor, str(os.getpid()).encode())
+    os.close(descriptor)
+    print(f"test hook: paused at {point} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + MAX_PAUSE_SECONDS
+    while time.monotonic() < deadline:
+        with open(marker) as handle:
+            if handle.read() == RESUME:
+                return
+        time.sleep(0.05)
+
+
+def raise_injected_out_of_memory(attempt: int) -> None:
+    failing_attempts = int(os.environ.get(OOM_ATTEMPTS) or 0)
+    if attempt <= failing_attempts:
+        import torch
+
+        raise torch.OutOfMemoryError(f"test fault: {OOM_ATTEMPTS}={failing_attempts} fails attempt {attempt}")

@@ -1,0 +1,178 @@
+"""Figures and the HTML table for Snakemake's report: loss curves, skill overview, summary."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import math
+import os
+from pathlib import Path
+
+from rnnfleet.checkpoint import atomic_write
+
+LOSS_CURVE_DPI = 100
+# Above this many datasets the overview drops the names (they are in the summary table).
+MAX_NAMED_BARS = 60
+
+
+def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
+    """The summary table (results/metrics.csv): its columns, whatever they are, and its rows."""
+    with open(table_path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        rows = list(reader)
+        return list(reader.fieldnames or []), rows
+
+
+def as_number(text: str | None) -> float:
+    """A table cell as a float; NaN where it is empty or not a number (a failed dataset)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def best_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Rows by skill, highest first; rows without a skill last."""
+
+    def order(row: dict[str, str]) -> tuple[bool, float]:
+        skill = as_number(row.get("skill"))
+        return math.isnan(skill), -skill
+
+    return sorted(rows, key=order)
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display on a cluster node)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(figure, path: str | os.PathLike, dpi: int) -> None:
+    with atomic_write(path) as handle:
+        figure.savefig(handle, format=Path(path).suffix.lstrip("."), dpi=dpi)
+
+
+def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> list[Path]:
+    """One PNG per dataset, named <dataset>.png: training and validation loss per epoch,
+    the best epoch and the naive forecast's validation loss. Datasets whose metrics hold no
+    per-epoch history (no model) get no curve."""
+    plt = pyplot()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(8.0, 3.6))
+    # Fixed margins, legend on the right: an automatic layout would draw every figure twice.
+    figure.subplots_adjust(left=0.09, right=0.70, top=0.91, bottom=0.14)
+    written = []
+    for metrics_path in metrics_paths:
+        with open(metrics_path) as handle:
+            metrics = json.load(handle)
+        history = metrics.get("history") or []
+        if not history:
+            continue
+        dataset = Path(metrics_path).stem
+        axes.clear()
+        epochs = [entry["epoch"] for entry in history]
+        axes.plot(epochs, [entry["train_loss"] for entry in history], "o-", label="training")
+        axes.plot(epochs, [entry["val_loss"] for entry in history], "o-", label="validation")
+        naive = [metrics["naive_val_loss"]] * len(epochs)  # a line, not axhline: it widens the y range
+        axes.plot(epochs, naive, "--", color="0.5", label="naive forecast, validation")
+        axes.axvline(metrics["best_epoch"], color="0.8", linestyle=":", label=f"best epoch ({metrics['best_epoch']})")
+        axes.set(
+            title=f"{dataset}: skill {metrics['skill']:+.4f}",
+            xlabel="epoch",
+            ylabel="MSE (scaled returns)",
+        )
+        axes.xaxis.get_major_locator().set_params(integer=True)
+        axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        path = folder / f"{dataset}.png"
+        save_figure(figure, path, LOSS_CURVE_DPI)
+        written.append(path)
+    plt.close(figure)
+    return written
+
+
+def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
+    """Skill of every dataset, best first; datasets without a skill are counted in the title."""
+    plt = pyplot()
+    ranked = [(row["dataset"], as_number(row.get("skill"))) for row in best_first(rows)]
+    scored = [(name, skill) for name, skill in ranked if not math.isnan(skill)]
+    without_skill = len(ranked) - len(scored)
+    named = len(scored) <= MAX_NAMED_BARS
+    height = 1.5 + 0.25 * len(scored) if named else 6.0
+    figure, axes = plt.subplots(figsize=(7.0, height), layout="constrained")
+    positions = range(len(scored))
+    colours = ["tab:green" if skill > 0 else "tab:red" for _, skill in scored]
+    axes.barh(positions, [skill for _, skill in scored], color=colours, height=0.8 if named else 1.0)
+    axes.axvline(0, color="black", linewidth=0.8)
+    axes.invert_yaxis()  # best at the top
+    if named:
+        axes.set_yticks(list(positions), [name for name, _ in scored])
+    else:
+        axes.set_ylabel("datasets, best first")
+        axes.set_yticks([])
+    beating = sum(skill > 0 for _, skill in scored)
+    title = f"Skill = 1 - val_loss / naive_val_loss: {beating} of {len(scored)} models beat the naive forecast"
+    if without_skill:
+        title += f"\n{without_skill} dataset(s) without a model"
+    axes.set_title(title, fontsize="medium")
+    axes.set_xlabel("skill (> 0: better than predicting a zero return)")
+    save_figure(figure, path, dpi=100)
+    plt.close(figure)
+
+
+def format_cell(text: str) -> str:
+    number = as_number(text)
+    if math.isnan(number) or text.strip().lstrip("-").isdigit():
+        return html.escape(text)
+    return f"{number:.5g}"
+
+
+def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str | os.PathLike) -> None:
+    """The summary table as a small self-contained HTML page, best skill first (the report
+    shows it in a frame; a CSV there would only offer a download)."""
+    header = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    body = []
+    for row in best_first(rows):
+        skill = as_number(row.get("skill"))
+        css_class = "good" if skill > 0 else "bad" if skill <= 0 else "none"
+        cells = "".join(f"<td>{format_cell(row.get(column) or '')}</td>" for column in columns)
+        body.append(f'<tr class="{css_class}">{cells}</tr>')
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>rnnfleet: all datasets</title>
+<style>
+body {{ font-family: sans-serif; font-size: 14px; margin: 1em; }}
+table {{ border-collapse: collapse; }}
+th, td {{ padding: 0.25em 0.7em; border-bottom: 1px solid #ddd; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+th {{ background: #f0f0f0; position: sticky; top: 0; }}
+tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
+tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
+tr.none td:first-child {{ border-left: 4px solid #999; }}
+</style></head><body>
+<p>{len(rows)} dataset(s), best skill first. Green: the model beats the naive zero-return forecast.</p>
+<table><thead><tr>{header}</tr></thead>
+<tbody>
+{chr(10).join(body)}
+</tbody></table></body></html>
+"""
+    with atomic_write(path) as handle:
+        handle.write(page.encode())
+
+
+def draw_report_figures(
+    table_path: str | os.PathLike,
+    metrics_paths: list[str],
+    loss_curves_folder: str | os.PathLike,
+    skill_plot_path: str | os.PathLike,
+    table_html_path: str | os.PathLike,
+) -> None:
+    """The plots job: everything the report shows besides what Snakemake adds itself."""
+    columns, rows = read_table(table_path)
+    write_table_html(rows, columns, table_html_path)
+    draw_skill_overview(rows, skill_plot_path)
+    draw_loss_curves(metrics_paths, loss_curves_folder)

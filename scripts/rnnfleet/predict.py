@@ -1,0 +1,139 @@
+"""Forecasts from a saved model file and a CSV of recent bars.
+
+Command line (with `scripts` on the Python path):
+
+    PYTHONPATH=scripts python -m rnnfleet.predict --model models/EURUSD_1m.pt \\
+        --csv recent.csv --out forecasts.csv [--last 100]
+
+The CSV has the same columns as the training data (the names the model file recorded).
+Each output row is the forecast made at one bar: the close log return from that bar to
+`horizon` bars later and the close it implies. The last row forecasts beyond the data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+
+import numpy as np
+import torch
+
+from rnnfleet.checkpoint import ModelFileError, atomic_write
+from rnnfleet.data import DataError, bar_features, normalise, prices_and_volume, read_clean_bars
+from rnnfleet.model import SequenceRegressor, load_model
+from rnnfleet.training import EVAL_BATCH, window_view
+
+FORECAST_COLUMNS = ("timestamp", "close", "horizon", "forecast_log_return", "forecast_close")
+
+
+@torch.no_grad()
+def predict_scaled(model: SequenceRegressor, features: np.ndarray, seq_len: int) -> np.ndarray:
+    """The model's raw output (target / target_std) for every window of normalised features,
+    in window order."""
+    device = next(model.parameters()).device
+    windows = window_view(torch.from_numpy(features).to(device), seq_len)
+    outputs = [model(windows[start : start + EVAL_BATCH]) for start in range(0, len(windows), EVAL_BATCH)]
+    return torch.cat(outputs).float().cpu().numpy()
+
+
+def forecast_frame(model: SequenceRegressor, checkpoint: dict, bars, last: int | None = None, name: str = "bars"):
+    """A DataFrame of FORECAST_COLUMNS, one row per bar that ends a full window (only the
+    last `last` of them when given), from bars as read_clean_bars returns them."""
+    import pandas as pd
+
+    seq_len = int(checkpoint["features"]["seq_len"])
+    horizon = int(checkpoint["features"]["horizon"])
+    normalisation = checkpoint["normalisation"]
+    needed_rows = seq_len + 1  # one window of features; the first bar only gives its close
+    if len(bars) < needed_rows:
+        raise DataError(f"{name}: {len(bars)} bars, a forecast needs at least {needed_rows} (seq_len {seq_len} + 1)")
+    if last is not None:
+        bars = bars.iloc[-(last + seq_len) :]
+    prices, volume = prices_and_volume(bars)
+    features = normalise(
+        bar_features(prices, volume, name),
+        np.asarray(normalisation["feature_mean"], dtype=np.float32),
+        np.asarray(normalisation["feature_std"], dtype=np.float32),
+    )
+    log_return = predict_scaled(model, features, seq_len).astype(np.float64) * float(normalisation["target_std"])
+    # Window w ends at feature row w + seq_len - 1, which describes bar w + seq_len.
+    window_end_bars = bars.iloc[seq_len:]
+    close = prices[seq_len:, 3]
+    return pd.DataFrame(
+        {
+            "timestamp": window_end_bars["timestamp"].to_numpy(),
+            "close": close,
+            "horizon": horizon,
+            "forecast_log_return": log_return,
+            "forecast_close": close * np.exp(log_return),
+        },
+        columns=list(FORECAST_COLUMNS),
+    )
+
+
+def forecast_csv(
+    model_path: str | os.PathLike,
+    csv_path: str | os.PathLike,
+    forecasts_path: str | os.PathLike,
+    last: int | None = None,
+    max_bad_fraction: float = 0.0,
+    device: str = "cpu",
+):
+    """Load the model file and the bars, write the forecasts CSV atomically; returns them.
+
+    The CSV is read with the column names the model file recorded. Rows with NaN or inf
+    are dropped up to max_bad_fraction of the file (as preprocessing does), else refused.
+    """
+    model, checkpoint = load_model(model_path, device=device)
+    columns = checkpoint["features"].get("columns") or None
+    bars = read_clean_bars(csv_path, columns, max_bad_fraction)
+    for note in bars.attrs.get("notes", []):
+        print(f"{csv_path}: note: {note}", file=sys.stderr)
+    forecasts = forecast_frame(model, checkpoint, bars, last, name=str(csv_path))
+    text = io.StringIO()
+    forecasts.to_csv(text, index=False)  # floats written with repr: they read back exactly
+    with atomic_write(forecasts_path) as handle:
+        handle.write(text.getvalue().encode())
+    print(
+        f"{model_path} on {csv_path}: {len(forecasts)} forecast(s) -> {forecasts_path}; "
+        f"last: {forecasts['forecast_log_return'].iloc[-1]:+.6f} log return, "
+        f"close {forecasts['close'].iloc[-1]:.6g} -> {forecasts['forecast_close'].iloc[-1]:.6g}",
+        file=sys.stderr,
+    )
+    return forecasts
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rnnfleet.predict",
+        description="Forecast the close log return (and the implied close) at each bar of a CSV "
+        "with a model file written by rnnfleet.",
+    )
+    parser.add_argument("--model", required=True, help="model file, e.g. models/EURUSD_1m.pt")
+    parser.add_argument("--csv", required=True, help="bars in the training data's format, oldest first")
+    parser.add_argument("--out", required=True, help="forecasts CSV to write")
+    parser.add_argument("--last", type=positive_int, help="forecast only at the last N bars (default: every bar)")
+    parser.add_argument(
+        "--max-bad-fraction", type=float, default=0.0, help="drop rows with NaN/inf up to this fraction (default 0)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    args = parser.parse_args(argv)
+    try:
+        forecast_csv(args.model, args.csv, args.out, args.last, args.max_bad_fraction, args.device)
+    except (DataError, ModelFileError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

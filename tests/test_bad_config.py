@@ -1,0 +1,94 @@
+"""Bad settings stop the real workflow before any job runs, with the key and what it allows."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from conftest import add_datasets, snakemake, write_config
+
+CASES = {
+    "misspelled key": (
+        {"train": {"lrr": 0.01}},
+        [],
+        "unknown config key 'train.lrr' (did you mean 'lr'?); allowed under 'train': seq_len, horizon, batch_size",
+    ),
+    "misspelled section": ({"modle": {"cell": "gru"}}, [], "unknown config key 'modle' (did you mean 'model'?)"),
+    "wrong type": (
+        {"train": {"epochs": "five"}},
+        [],
+        "config key 'train.epochs' = 'five' is not allowed; allowed: an integer >= 1",
+    ),
+    "wrong type on the command line": (
+        {},
+        ["--config", 'train={"batch_size": "big"}'],
+        "config key 'train.batch_size' = 'big' is not allowed; allowed: an integer >= 1",
+    ),
+    "negative learning rate": (
+        {"train": {"lr": -0.1}},
+        [],
+        "config key 'train.lr' = -0.1 is not allowed; allowed: a number > 0 (Adam learning rate)",
+    ),
+    "value not in the list": (
+        {"model": {"cell": "rnn"}},
+        [],
+        "config key 'model.cell' = 'rnn' is not allowed; allowed: one of lstm, gru",
+    ),
+    "missing data folder": (
+        {"data_dir": "no_such_folder"},
+        [],
+        "config key 'data_dir' = 'no_such_folder' is not a folder",
+    ),
+    "pattern matching nothing": (
+        {"pattern": "*_1h.csv"},
+        [],
+        "config key 'pattern' = '*_1h.csv' matches no file in data_dir 'data' (it holds A_1m.csv)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_setting_fails_before_any_job_naming_the_key(tmp_path, case):
+    overrides, arguments, message = CASES[case]
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, **{"data_dir": "data", **overrides})
+    result = snakemake(tmp_path, *arguments, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert "Building DAG" not in result.stdout + result.stderr
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "prep").exists()
+
+
+def test_every_bad_setting_is_reported_at_once(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", train={"lr": 0, "epochs": 0})
+    result = snakemake(tmp_path, check=False)
+    assert "config key 'train.lr' = 0 is not allowed" in result.stderr
+    assert "config key 'train.epochs' = 0 is not allowed" in result.stderr
+
+
+def test_seq_len_longer_than_every_dataset_fails_each_preprocess_naming_the_key(tmp_path):
+    # Checked per dataset (its preprocess job counts its rows), not at parse time: counting
+    # the rows of 10,000 files before the first job would cost more than the jobs' own reads.
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data", train={"seq_len": 5000})
+    result = snakemake(tmp_path, check=False)
+    assert result.returncode != 0
+    assert not (tmp_path / "logs" / "train").exists()  # no training started
+    with open(tmp_path / "results" / "metrics.csv") as table:
+        rows = list(csv.DictReader(table))
+    assert [row["status"] for row in rows] == ["failed", "failed"]
+    for row in rows:
+        assert "too few rows for one training window" in row["error"] and "train.seq_len=5000" in row["error"]
+    assert "2 of 2 datasets are not done" in result.stderr
+
+
+def test_cuda_asked_for_where_there_is_none_is_a_user_error_naming_the_key(monkeypatch):
+    import torch
+
+    from rnnfleet.device import choose_device
+    from rnnfleet.errors import UserError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="config key 'train.device' is 'cuda:1' but CUDA is not available"):
+        choose_device("cuda:1")

@@ -1,0 +1,109 @@
+"""Forecasts from a saved model file: the same numbers as the trained model, in price units."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import REPO, TINY_ROWS
+
+from rnnfleet.checkpoint import save_checkpoint
+from rnnfleet.data import prepare_dataset
+from rnnfleet.predict import FORECAST_COLUMNS, main
+from rnnfleet.synthetic import synthetic_bars
+from rnnfleet.training import build_checkpoint, train_model, window_view
+
+MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
+TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}
+HORIZON = 2  # > 1, so that an off-by-one between bars, windows and targets shows
+# The CSV names its columns differently; the model file records the names it was trained with.
+COLUMNS = {"timestamp": "time", "open": "open", "high": "high", "low": "low", "close": "Close", "volume": "volume"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(csv path, model file path, arrays, in-memory training result) for one tiny dataset."""
+    folder = tmp_path_factory.mktemp("predict")
+    csv_path = folder / "A_1m.csv"
+    bars = synthetic_bars(TINY_ROWS, seed=7).rename(columns={"timestamp": "time", "close": "Close"})
+    bars.to_csv(csv_path, index=False, float_format="%.6f")
+    arrays, _ = prepare_dataset(csv_path, TRAIN["seq_len"], HORIZON, val_fraction=0.2, columns=COLUMNS)
+    torch.set_num_threads(1)
+    result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))
+    checkpoint = build_checkpoint("A_1m", result, arrays, MODEL, TRAIN, {"val_loss": result.val_loss})
+    checkpoint["features"]["columns"] = COLUMNS
+    model_path = folder / "A_1m.pt"
+    save_checkpoint(checkpoint, model_path)
+    return csv_path, model_path, arrays, result
+
+
+def forecasts_for(model_path, csv_path, out, *extra: str) -> pd.DataFrame:
+    assert main(["--model", str(model_path), "--csv", str(csv_path), "--out", str(out), *extra]) == 0
+    return pd.read_csv(out)
+
+
+def test_forecasts_from_the_model_file_equal_the_trained_model_bit_for_bit(trained, tmp_path):
+    csv_path, model_path, arrays, result = trained
+    with torch.no_grad():
+        scaled = result.model(window_view(torch.from_numpy(arrays.features), TRAIN["seq_len"]))
+    expected_log_return = scaled.numpy().astype(np.float64) * arrays.target_std
+
+    # The arrays end `horizon` bars before the CSV (those bars have no target yet). On the
+    # CSV without them, the model file sees exactly the training windows, in one batch of
+    # the same shape (CPU matrix kernels may round the last bit differently per batch shape).
+    bars = pd.read_csv(csv_path)
+    bars.iloc[:-HORIZON].to_csv(tmp_path / "known.csv", index=False, float_format="%.6f")
+    forecasts = forecasts_for(model_path, tmp_path / "known.csv", tmp_path / "known_forecasts.csv")
+    assert tuple(forecasts.columns) == FORECAST_COLUMNS
+    np.testing.assert_array_equal(forecasts["forecast_log_return"].to_numpy(), expected_log_return)
+
+
+def test_forecasts_line_up_with_the_bars_they_are_made_at(trained, tmp_path):
+    csv_path, model_path, arrays, _ = trained
+    forecasts = forecasts_for(model_path, csv_path, tmp_path / "forecasts.csv")
+    bars = pd.read_csv(csv_path)
+    first_forecast_bar = TRAIN["seq_len"]  # the first bar that ends a full window of features
+    assert len(forecasts) == len(bars) - first_forecast_bar == len(arrays.features) - TRAIN["seq_len"] + 1 + HORIZON
+    np.testing.assert_array_equal(forecasts["close"], bars["Close"].to_numpy()[first_forecast_bar:])
+    assert pd.Timestamp(forecasts["timestamp"].iloc[-1]) == pd.Timestamp(bars["time"].iloc[-1], tz="UTC")
+    np.testing.assert_allclose(
+        forecasts["forecast_close"], forecasts["close"] * np.exp(forecasts["forecast_log_return"]), rtol=1e-15
+    )
+    assert (forecasts["horizon"] == HORIZON).all()
+
+
+def test_last_n_gives_the_same_forecasts_as_the_full_file(trained, tmp_path):
+    csv_path, model_path, _, _ = trained
+    full = forecasts_for(model_path, csv_path, tmp_path / "full.csv")
+    tail = forecasts_for(model_path, csv_path, tmp_path / "tail.csv", "--last", "5")
+    # Same windows in a smaller batch: equal up to float32 rounding.
+    pd.testing.assert_frame_equal(tail, full.tail(5).reset_index(drop=True), rtol=1e-6)
+
+
+def test_command_line_entry_point_runs_as_a_module(trained, tmp_path):
+    csv_path, model_path, _, _ = trained
+    out = tmp_path / "forecasts.csv"
+    command = [sys.executable, "-m", "rnnfleet.predict", "--model", str(model_path), "--csv", str(csv_path)]
+    command += ["--out", str(out), "--last", "1"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert len(pd.read_csv(out)) == 1 and "1 forecast(s)" in completed.stderr
+
+
+def test_too_short_or_malformed_csv_is_one_clear_error(trained, tmp_path, capsys):
+    csv_path, model_path, _, _ = trained
+    short = tmp_path / "short.csv"
+    pd.read_csv(csv_path).head(TRAIN["seq_len"]).to_csv(short, index=False)
+    assert main(["--model", str(model_path), "--csv", str(short), "--out", str(tmp_path / "x.csv")]) == 1
+    assert f"a forecast needs at least {TRAIN['seq_len'] + 1}" in capsys.readouterr().err
+    renamed = tmp_path / "renamed.csv"
+    pd.read_csv(csv_path).rename(columns={"Close": "close"}).to_csv(renamed, index=False)
+    assert main(["--model", str(model_path), "--csv", str(renamed), "--out", str(tmp_path / "x.csv")]) == 1
+    assert "missing required column(s) Close" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()

@@ -1,0 +1,151 @@
+"""Seeing and using the models: Snakemake's report, its figures, and the predict rule."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import add_datasets, pending_jobs, snakemake, write_config
+
+from rnnfleet.plots import draw_report_figures
+
+DATASETS = ["AAA_1m", "BBB_1m"]
+FORECAST_BARS = 7
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """One real run over two datasets with forecasts configured for the first, then its report."""
+    workdir = tmp_path_factory.mktemp("report")
+    add_datasets(workdir, DATASETS)
+    write_config(workdir, data_dir="data", predict={"datasets": DATASETS[:1], "last": FORECAST_BARS})
+    snakemake(workdir)
+    snakemake(workdir, "--report", "report.html")
+    return workdir
+
+
+class TagCounter(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.doctype, self.starts, self.ends = None, {}, {}
+
+    def handle_decl(self, decl):
+        self.doctype = decl
+
+    def handle_starttag(self, tag, attrs):
+        self.starts[tag] = self.starts.get(tag, 0) + 1
+
+    def handle_endtag(self, tag):
+        self.ends[tag] = self.ends.get(tag, 0) + 1
+
+
+def report_results(report_html: str) -> dict:
+    """The report's index of results ({path: entry}), as its page script holds it."""
+    match = re.search(r"^\s*var results = (\{.*\});\s*$", report_html, re.MULTILINE)
+    assert match, "no results index in the report"
+    return json.loads(match.group(1))
+
+
+def decoded(entry: dict) -> bytes:
+    return base64.b64decode(entry["data_uri"].split("base64,", 1)[1])
+
+
+def test_report_is_one_valid_html_page(run):
+    text = (run / "report.html").read_text()
+    parser = TagCounter()
+    parser.feed(text)
+    parser.close()
+    assert parser.doctype and parser.doctype.lower() == "doctype html"
+    for tag in ("html", "head", "body"):
+        assert parser.starts.get(tag) == parser.ends.get(tag) == 1, tag
+    assert parser.starts.get("script", 0) == parser.ends.get("script", 0) > 0
+
+
+def test_report_has_a_labelled_loss_curve_per_dataset(run):
+    results = report_results((run / "report.html").read_text())
+    curves = {path: entry for path, entry in results.items() if "loss_curves" in path}
+    assert sorted(entry["labels"]["dataset"] for entry in curves.values()) == DATASETS
+    for entry in curves.values():
+        assert entry["mime_type"] == "image/png" and decoded(entry).startswith(PNG_SIGNATURE)
+
+
+def test_report_has_the_summary_table_skill_overview_and_description(run):
+    text = (run / "report.html").read_text()
+    results = report_results(text)
+    overview = {entry["labels"]["figure"]: entry for entry in results.values() if "figure" in entry["labels"]}
+    assert set(overview) == {"summary table", "skill by dataset"}
+    assert decoded(overview["skill by dataset"]).startswith(PNG_SIGNATURE)
+    table_html = decoded(overview["summary table"]).decode()
+    with open(run / "results" / "metrics.csv") as handle:
+        summary = list(csv.DictReader(handle))
+    for row in summary:
+        assert f"<td>{row['dataset']}</td>" in table_html
+    assert "skill" in table_html and "naive_val_loss" in table_html
+    # report/workflow.rst, rendered with this run's config (TINY_CONFIG's hidden_size)
+    assert "one RNN per dataset" in text
+    assert re.search(r"hidden_size = <tt[^>]*>8</tt>", text)
+
+
+def test_training_log_has_a_line_per_epoch_and_ends_with_the_verdict(run):
+    lines = (run / "logs" / "train" / f"{DATASETS[0]}.log").read_text().splitlines()
+    assert sum(line.startswith("epoch ") for line in lines) >= 1
+    assert re.match(rf"{DATASETS[0]}: best epoch \d+ of \d+, val_loss .* \(skill [+-][\d.]+\) -> ", lines[-1])
+
+
+def test_configured_forecasts_are_part_of_the_run(run):
+    assert not (run / "predictions" / f"{DATASETS[1]}.csv").exists()
+    forecasts = pd.read_csv(run / "predictions" / f"{DATASETS[0]}.csv")
+    bars = pd.read_csv(run / "data" / f"{DATASETS[0]}.csv")
+    assert len(forecasts) == FORECAST_BARS
+    assert pd.Timestamp(forecasts["timestamp"].iloc[-1]) == pd.Timestamp(bars["timestamp"].iloc[-1], tz="UTC")
+    assert forecasts["forecast_close"].notna().all()
+    assert "forecast(s)" in (run / "logs" / "predict" / f"{DATASETS[0]}.log").read_text()
+
+
+def test_any_forecast_on_demand_runs_only_predict(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True)
+    target = f"predictions/{DATASETS[1]}.csv"
+    dry = snakemake(copy, "-n", target).stdout
+    assert set(pending_jobs(dry, "predict")) == {DATASETS[1]}
+    assert pending_jobs(dry, "train") == {}
+    snakemake(copy, target)
+    assert len(pd.read_csv(copy / target)) == FORECAST_BARS
+
+
+def test_unknown_dataset_to_forecast_is_a_clear_error(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True)
+    write_config(copy, data_dir="data", predict={"datasets": ["NOPE_1m"]})
+    result = snakemake(copy, "-n", check=False)
+    assert result.returncode != 0
+    assert "predict.datasets names NOPE_1m: not a dataset" in result.stdout + result.stderr
+
+
+def test_figures_tolerate_datasets_without_a_model(tmp_path):
+    """A dataset whose training failed has a summary row without skill and no history."""
+    table = tmp_path / "metrics.csv"
+    table.write_text("dataset,val_loss,naive_val_loss,skill,error\nGOOD_1m,0.9,1.0,0.1,\nBAD_1m,,,,diverged\n")
+    good = {"dataset": "GOOD_1m", "naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 2}
+    good["history"] = [{"epoch": e, "train_loss": 1.0 / e, "val_loss": 0.95 - e / 100, "seconds": 1} for e in (1, 2)]
+    (tmp_path / "GOOD_1m.json").write_text(json.dumps(good))
+    (tmp_path / "BAD_1m.json").write_text(json.dumps({"dataset": "BAD_1m", "error": "diverged"}))
+    draw_report_figures(
+        table,
+        [str(tmp_path / "GOOD_1m.json"), str(tmp_path / "BAD_1m.json")],
+        tmp_path / "curves",
+        tmp_path / "skill.png",
+        tmp_path / "table.html",
+    )
+    assert [path.name for path in (tmp_path / "curves").iterdir()] == ["GOOD_1m.png"]
+    assert (tmp_path / "skill.png").read_bytes().startswith(PNG_SIGNATURE)
+    table_html = (tmp_path / "table.html").read_text()
+    assert table_html.index("GOOD_1m") < table_html.index("BAD_1m") and "<td>diverged</td>" in table_html

@@ -1,0 +1,67 @@
+"""Out-of-memory retries through Snakemake's `retries:`, proven on CPU with an injected
+torch.OutOfMemoryError (the class CUDA raises when a job exceeds its memory cap)."""
+
+from __future__ import annotations
+
+import csv
+
+from conftest import add_datasets, snakemake, write_config
+
+from rnnfleet.faults import OOM_ATTEMPTS
+from rnnfleet.model import load_model
+
+
+def train_log(workdir) -> str:
+    return (workdir / "logs" / "train" / "A_1m.log").read_text()
+
+
+def summary_row(workdir) -> dict:
+    with open(workdir / "results" / "metrics.csv") as table:
+        return next(csv.DictReader(table))
+
+
+def test_out_of_memory_is_retried_with_more_gpu_mem_and_the_log_says_so(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", train={"gpu_mem": 2})
+    result = snakemake(tmp_path, "--resources", "gpu_mem=3", env={OOM_ATTEMPTS: "1"})
+
+    log = train_log(tmp_path)
+    first_error = "ERROR: A_1m: ran out of GPU memory within its train.gpu_mem of 2 GB (attempt 1)"
+    assert first_error in log and first_error in result.stderr
+    # Twice the declaration, but never more than the whole budget (--resources gpu_mem=3).
+    assert "ATTEMPT 2: Snakemake retries this training with gpu_mem 3 GB" in log
+    assert "the previous attempt ran out of GPU memory" in log
+    assert log.rstrip().splitlines()[-1].startswith("A_1m: best epoch")
+    load_model(tmp_path / "models" / "A_1m.pt")
+    assert summary_row(tmp_path)["status"] == "ok"
+    # The attempt number reached the job as a resource, not a param: nothing to re-run.
+    dry_run = snakemake(tmp_path, "-n", "--resources", "gpu_mem=3")
+    assert "Nothing to be done" in dry_run.stdout + dry_run.stderr
+
+
+def test_out_of_memory_on_every_attempt_fails_with_advice(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", train={"gpu_mem": 1})
+    result = snakemake(tmp_path, check=False, env={OOM_ATTEMPTS: "9"})
+
+    assert result.returncode != 0
+    errors = [line for line in train_log(tmp_path).splitlines() if line.startswith("ERROR")]
+    assert [error.split("train.gpu_mem of ")[1].split(" (")[0] for error in errors] == ["1 GB", "2 GB", "4 GB"]
+    row = summary_row(tmp_path)
+    assert row["status"] == "failed" and "(attempt 3)" in row["error"] and "raise train.gpu_mem" in row["error"]
+    assert not (tmp_path / "models" / "A_1m.pt").exists()
+
+
+def test_an_error_more_memory_cannot_fix_is_not_retried(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path, "--until", "preprocess")
+    (tmp_path / "prep" / "A_1m.npz").write_bytes(b"not an array file")  # newer, so trusted by Snakemake
+
+    result = snakemake(tmp_path, check=False)
+
+    log = train_log(tmp_path)
+    assert result.returncode != 0
+    assert log.count("training on cpu") == 1, log  # the second attempt stopped before training
+    assert "not a valid rnnfleet array file" in log and "(not retried: more memory would not help)" in log
+    assert "not retried" in summary_row(tmp_path)["error"]
