@@ -1,3 +1,8 @@
+# On a cluster, this one job runs in the Snakemake process, not as a SLURM job.
+localrules:
+    plots,
+
+
 # One job draws every figure: a job per dataset would pay for starting Python and
 # importing matplotlib hundreds of times.
 rule plots:

@@ -12,6 +12,7 @@ import csv
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import REPO, snakemake
@@ -19,6 +20,8 @@ from conftest import REPO, snakemake
 START_CLUSTER = REPO / "tests" / "slurm" / "start_cluster.sh"
 # The real profile, then the test cluster's own settings (status via squeue, fast polling).
 PROFILES = ("--profile", str(REPO / "profiles" / "slurm"), "--profile", str(REPO / "tests" / "slurm" / "profile"))
+# Forecasts too: each dataset's SLURM job then holds preprocess, train and predict.
+WITH_PREDICTIONS = ("--config", 'predict={"datasets": "all"}')
 CANNOT_INSTALL, FOREIGN_CONFIG = 3, 4
 DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
 
@@ -34,9 +37,9 @@ def slurm_cluster() -> None:
     pytest.skip(reason)
 
 
-def submitted_job_ids(snakemake_output: str) -> list[str]:
-    """SLURM job ids the executor plugin reports for its sbatch calls."""
-    return re.findall(r"submitted with SLURM jobid (\d+)", snakemake_output)
+def submitted_jobs(snakemake_output: str) -> dict[str, str]:
+    """{SLURM job id: its SLURM log file} as the executor plugin reports its sbatch calls."""
+    return dict(re.findall(r"submitted with SLURM jobid (\d+) \(log: (.+?)\)\.", snakemake_output))
 
 
 def slurm_job(job_id: str) -> dict[str, str]:
@@ -51,32 +54,34 @@ def newest_slurm_job_id() -> int:
 
 
 def test_trainings_go_through_sbatch_and_a_rerun_submits_nothing(slurm_cluster, workdir):
-    first = snakemake(workdir, *PROFILES)
+    first = snakemake(workdir, *PROFILES, *WITH_PREDICTIONS)
 
     for dataset in DATASETS:
         assert (workdir / "models" / f"{dataset}.pt").stat().st_size > 0
+        assert (workdir / "predictions" / f"{dataset}.csv").stat().st_size > 0
     with open(workdir / "results" / "metrics.csv") as table:
         assert {row["dataset"] for row in csv.DictReader(table)} == DATASETS
 
-    # One SLURM job per dataset (its preprocess and train grouped), each really run by SLURM
-    # with the profile's GPU request.
-    job_ids = submitted_job_ids(first.stderr)
-    assert len(job_ids) == len(DATASETS), first.stderr[-3000:]
-    for job_id in job_ids:
+    # One SLURM job per dataset (its preprocess, train and predict grouped), each really run
+    # by SLURM with the profile's GPU request; summarize and plots ran locally.
+    jobs = submitted_jobs(first.stderr)
+    assert len(jobs) == len(DATASETS), first.stderr[-3000:]
+    for job_id, slurm_log in jobs.items():
         record = slurm_job(job_id)
         assert record["JobState"] == "COMPLETED", record
         assert re.fullmatch(r"gres[:/]gpu:1", record.get("TresPerJob", "")), record  # 22.05: gres:gpu:1
-        assert (workdir / ".snakemake" / "slurm_logs" / "group_dataset_preprocess_train" / f"{job_id}.log").exists()
+        assert "rule train" in Path(slurm_log).read_text()
+    assert "localrule summarize:" in first.stderr and "localrule plots:" in first.stderr
     # Each training ran inside the job that trained it, on a GPU SLURM assigned to it.
     logged = {}
     for dataset in DATASETS:
         first_line = (workdir / "logs" / "train" / f"{dataset}.log").read_text().splitlines()[0]
         logged[dataset] = re.search(r"SLURM job (\d+)", first_line).group(1)
         assert "CUDA_VISIBLE_DEVICES=" in first_line, first_line
-    assert sorted(logged.values()) == sorted(job_ids)
+    assert sorted(logged.values()) == sorted(jobs)
 
     newest_before = newest_slurm_job_id()
-    rerun = snakemake(workdir, *PROFILES)
+    rerun = snakemake(workdir, *PROFILES, *WITH_PREDICTIONS)
     assert "Nothing to be done" in rerun.stderr + rerun.stdout
-    assert submitted_job_ids(rerun.stderr) == []
+    assert submitted_jobs(rerun.stderr) == {}
     assert newest_slurm_job_id() == newest_before
