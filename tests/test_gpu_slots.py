@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from rnnfleet.device import claim_device
+from rnnfleet.errors import UserError
 from rnnfleet.gpu_slots import NO_SLOT, GpuDevice, GpuSlot, claim_gpu, free_units
 
 # fork: the workers only take file locks, and start far faster than with spawn.
@@ -50,7 +51,7 @@ def test_picks_the_device_with_most_undeclared_memory(tmp_path):
 
 
 def test_a_request_no_device_can_hold_fails_at_once(tmp_path):
-    with pytest.raises(ValueError, match="largest visible GPU holds 8 GB"):
+    with pytest.raises(UserError, match="largest visible GPU holds 8 GB"):
         claim_gpu(simulated_gpus(2, 8), 9, tmp_path)
 
 

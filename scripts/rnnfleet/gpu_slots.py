@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from rnnfleet.errors import UserError
+
 DEFAULT_LEDGER_DIR = Path(".snakemake") / "gpu_slots"
 POLL_SECONDS = 0.5
 LOG_WAIT_EVERY_SECONDS = 60.0
@@ -120,14 +122,12 @@ def claim_gpu(
 ) -> GpuSlot:
     """Hold `gb` declared GB on the device with the most free; wait while none has room.
 
-    Raises ValueError when no device could ever hold `gb`, TimeoutError when timeout_seconds
+    Raises UserError when no device could ever hold `gb`, TimeoutError when timeout_seconds
     (None: wait as long as it takes) pass without room.
     """
-    if gb < 1:
-        raise ValueError(f"a GPU slot needs at least 1 GB, not {gb}")
     largest = max((device.capacity_gb for device in devices), default=0)
-    if gb > largest:
-        raise ValueError(f"train.gpu_mem is {gb} GB but the largest visible GPU holds {largest} GB")
+    if not 1 <= gb <= largest:
+        raise UserError(f"train.gpu_mem is {gb} GB but the largest visible GPU holds {largest} GB")
     ledger_dir = Path(ledger_dir)
     ledger_dir.mkdir(parents=True, exist_ok=True)
     started = last_wait_log = time.monotonic()
