@@ -179,3 +179,13 @@ FORECAST_DATASETS = datasets_to_forecast(config["predict"]["datasets"])
 
 wildcard_constraints:
     dataset=DATASET_NAME,
+
+
+def prestart_warm_workers():
+    """Have the warm-worker server import torch and pandas while Snakemake starts the first
+    jobs (local runs with preprocessing or trainings to do; see rnnfleet.warm)."""
+    from rnnfleet.warm import prestart
+
+    if config["train"]["warm_workers"] and workflow.local_exec:
+        if any(job.rule.name in ("preprocess", "train") for job in workflow.dag.needrun_jobs()):
+            prestart()

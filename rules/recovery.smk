@@ -5,6 +5,7 @@ from rnnfleet.summary import write_summary_after_failures
 onstart:
     stop_jobs_on_signals()
     start_mps_if_on()
+    prestart_warm_workers()
 
 
 onsuccess:

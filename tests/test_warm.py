@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -80,3 +81,19 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_prestarted_server_is_the_one_jobs_use(tmp_path):
+    command = (
+        f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from rnnfleet.warm import prestart; prestart()"
+    )
+    subprocess.run([sys.executable, "-c", command], cwd=tmp_path, check=True)
+    reports = [tmp_path / f"r{i}.json" for i in range(2)]
+    clients = [
+        start_client(tmp_path, "warm_targets:report_and_exit", {"report_path": str(r), "exit_status": 0})
+        for r in reports
+    ]
+    assert [client.wait(timeout=120) for client in clients] == [0, 0]
+    assert len({json.loads(r.read_text())["parent"] for r in reports}) == 1
+    server_logs = list(Path(tempfile.gettempdir()).glob(f"rnnfleet-warm-{os.getuid()}/*.log"))
+    assert server_logs  # where a server would explain a failed start

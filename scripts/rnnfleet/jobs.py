@@ -1,5 +1,5 @@
-"""The train job as scripts/train.py runs it (in the job's own process or in a warm worker):
-retries explained in the log, failures explained by errors.job_guard."""
+"""The jobs as the scripts run them (in the job's own process or in a warm worker):
+failures explained by errors.job_guard, the train job's retries explained in the log."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ from rnnfleet.faults import raise_injected_out_of_memory
 # for the next attempt, which copies it to the top of its own log.
 EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
 NOT_RETRIED = " (not retried: more memory would not help)"
+
+
+def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
+    """preprocess_one(**preprocess_kwargs), failing with one line that names the file."""
+    with job_guard(dataset):
+        from rnnfleet.data import preprocess_one
+
+        preprocess_one(**preprocess_kwargs)
 
 
 def train_job(attempt: int, log_path: str, **train_kwargs) -> None:

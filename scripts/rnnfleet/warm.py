@@ -1,9 +1,11 @@
-"""Warm workers: run training jobs in processes forked from one that already imported torch.
+"""Warm workers: run preprocess and train jobs in processes forked from one that already
+imported torch and pandas.
 
-Snakemake starts a fresh interpreter per `script:` job, and `import torch` alone costs
-about 1.3 CPU-seconds: for small models that is a third of each job. Instead, the job's
-script (a thin client) hands the work to a per-folder server that imported torch once and
-forks one child per job. For Snakemake nothing changes: the job is still one process that
+Snakemake starts a fresh interpreter per `script:` job, and `import torch` costs about
+1.3 CPU-seconds, plus ~1.2 s for torch._dynamo that torch.optim pulls in: for small models
+that is half of each job; a preprocess job spends most of its 0.4 s importing pandas.
+Instead, the job's script (a thin client) hands the work to a per-folder server that
+imported them once and forks one child per job. For Snakemake nothing changes: the job is still one process that
 runs while the training runs and exits with the training's status, so scheduling,
 resources, triggers, dry-runs and per-job failures behave as before.
 
@@ -12,8 +14,9 @@ resources, triggers, dry-runs and per-job failures behave as before.
   job's would, and per-job environment (CUDA_VISIBLE_DEVICES, ...) applies.
 - If the client dies (job killed, Ctrl+C), the server sees the connection close and
   terminates the child.
-- The server is started by the first job that finds none (under a file lock, so only
-  one starts), and exits after IDLE_SECONDS without jobs. Its key includes the code's
+- The server is started when a run with trainings starts (prestart) or by the first job
+  that finds none, under a file lock the server holds until it listens, so only one
+  starts; it exits after IDLE_SECONDS without jobs. Its key includes the code's
   modification times, so a server never runs code older than the files on disk.
 - The server never touches CUDA or torch's thread pools, so forking it is safe.
 """
@@ -142,35 +145,62 @@ def _connect(address: Path) -> socket.socket:
     return connection
 
 
+def _lock_path(address: Path) -> str:
+    return f"{address}.lock"
+
+
+def _start_server(address: Path, lock) -> subprocess.Popen:
+    """Start a server that inherits the held start lock and releases it once it listens,
+    so jobs arriving meanwhile wait on the lock instead of starting servers of their own."""
+    with open(f"{address}.log", "a") as server_log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rnnfleet.warm", str(address), str(lock.fileno())],
+            cwd=PACKAGE_DIR.parent,
+            stdin=subprocess.DEVNULL,
+            stdout=server_log,
+            stderr=server_log,
+            pass_fds=[lock.fileno()],
+            start_new_session=True,  # outlives this job; not killed with its process group
+        )
+
+
+def prestart(workdir: str | os.PathLike = ".") -> None:
+    """Start the folder's server in the background, if none runs or is starting, and return
+    at once: by the time the first training arrives it has imported torch. The workflow
+    calls this when a run with trainings starts."""
+    address = server_address(workdir)
+    with open(_lock_path(address), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a server is starting
+        try:
+            _connect(address).close()
+            return  # one is running
+        except OSError:
+            _start_server(address, lock)
+
+
 def _connect_or_start(address: Path) -> socket.socket:
     try:
         return _connect(address)
     except OSError:
         pass
-    with open(f"{address}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one job starts the server; the others wait for it
+    with open(_lock_path(address), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits while another job or prestart() starts one
         try:
             return _connect(address)
         except OSError:
-            pass
-        with open(f"{address}.log", "a") as server_log:
-            server = subprocess.Popen(
-                [sys.executable, "-m", "rnnfleet.warm", str(address)],
-                cwd=PACKAGE_DIR.parent,
-                stdin=subprocess.DEVNULL,
-                stdout=server_log,
-                stderr=server_log,
-                start_new_session=True,  # outlives this job; not killed with its process group
-            )
-        deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
-        while time.monotonic() < deadline:
+            server = _start_server(address, lock)
+    deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            return _connect(address)
+        except OSError:
             if server.poll() is not None:
-                raise OSError(f"warm server exited with status {server.returncode}; see {address}.log")
-            try:
-                return _connect(address)
-            except OSError:
-                time.sleep(0.02)
-        raise OSError(f"warm server did not start within {CONNECT_TIMEOUT_SECONDS:.0f} s; see {address}.log")
+                raise OSError(f"warm server exited with status {server.returncode}; see {address}.log") from None
+            time.sleep(0.02)
+    raise OSError(f"warm server did not start within {CONNECT_TIMEOUT_SECONDS:.0f} s; see {address}.log")
 
 
 # --- server -----------------------------------------------------------------------------
@@ -205,13 +235,16 @@ def _run_child(request: dict, fds: list[int]) -> None:
             os._exit(exit_status)
 
 
-def serve(address: Path) -> None:
+def serve(address: Path, start_lock_fd: int) -> None:
     from rnnfleet.device import tune_cpu_allocator
 
     tune_cpu_allocator()  # inherited by every child
+    import pandas  # noqa: F401  preprocessing jobs: ~0.3 s each
     import torch  # noqa: F401  the point of this server: imported once
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use: another ~1.2 s per job
 
+    import rnnfleet.data  # noqa: F401
+    import rnnfleet.jobs  # noqa: F401
     import rnnfleet.training  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -219,6 +252,7 @@ def serve(address: Path) -> None:
         address.unlink()  # stale: the lock holder found no server answering
     listener.bind(str(address))
     listener.listen(64)
+    os.close(start_lock_fd)  # jobs waiting for this server may connect now
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
     signal.set_wakeup_fd(wakeup_write)
@@ -290,4 +324,4 @@ def _reap(children: dict, selector: selectors.BaseSelector) -> None:
 
 
 if __name__ == "__main__":
-    serve(Path(sys.argv[1]))
+    serve(Path(sys.argv[1]), int(sys.argv[2]))
