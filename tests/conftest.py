@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -76,6 +77,30 @@ def pending_jobs(dry_run_output: str, rule: str) -> dict[str, str]:
         elif stripped.startswith("wildcards:") and current_rule == rule:
             jobs[stripped.split("dataset=")[1].split(",")[0]] = reason
     return jobs
+
+
+def process_alive(pid: int) -> bool:
+    """True while the process runs (a zombie, finished but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_until_gone(pid: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while process_alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} is still running"
+        time.sleep(0.05)
+
+
+def trained_folder(workdir: Path, datasets: list[str]) -> Path:
+    """workdir after one real run over `datasets` (for module-scoped fixtures that tests copy)."""
+    add_datasets(workdir, sorted(datasets))
+    write_config(workdir, data_dir="data")
+    snakemake(workdir)
+    return workdir
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import add_datasets, snakemake, snakemake_command, write_config
+from conftest import add_datasets, snakemake, snakemake_command, trained_folder, wait_until_gone
 
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME
 from rnnfleet.model import load_model
@@ -26,11 +26,7 @@ OUTPUT_FOLDERS = ("prep", "models", "metrics", "results", "predictions")
 @pytest.fixture(scope="module")
 def one_model(tmp_path_factory) -> Path:
     """A folder where A_1m has been trained; each test copies it and adds B_1m."""
-    workdir = tmp_path_factory.mktemp("one_model")
-    add_datasets(workdir, ["A_1m"])
-    write_config(workdir, data_dir="data")
-    snakemake(workdir)
-    return workdir
+    return trained_folder(tmp_path_factory.mktemp("one_model"), ["A_1m"])
 
 
 @pytest.fixture
@@ -64,21 +60,6 @@ def start_paused_run(workdir: Path, point: str) -> tuple[subprocess.Popen, int]:
 
 def resume(workdir: Path, point: str) -> None:
     (workdir.parent / f"paused-at-{point}").write_text(RESUME)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def wait_until_gone(pid: int, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while alive(pid):
-        assert time.monotonic() < deadline, f"process {pid} is still running"
-        time.sleep(0.05)
 
 
 def kill_hard(run: subprocess.Popen, job_pid: int) -> None:

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, wait_until_gone
 
 TESTS = Path(__file__).resolve().parent
 
@@ -69,18 +69,7 @@ def test_killing_the_job_terminates_its_warm_child(tmp_path):
     child_pid = int(report.read_text())
     client.send_signal(signal.SIGKILL)
     client.wait()
-    deadline = time.monotonic() + 10
-    while _alive(child_pid):
-        assert time.monotonic() < deadline, "warm child outlived its killed job"
-        time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    wait_until_gone(child_pid, seconds=10)  # the warm child does not outlive its killed job
 
 
 def test_prestarted_server_is_the_one_jobs_use(tmp_path):

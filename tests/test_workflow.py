@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import add_datasets, pending_jobs, snakemake, write_config
+from conftest import add_datasets, pending_jobs, snakemake, trained_folder, write_config
 
 from rnnfleet.data import load_arrays
 from rnnfleet.model import load_model
@@ -30,11 +30,7 @@ def test_dry_run_lists_pending_models_and_ignores_decoys(workdir):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """One real run over three datasets, copied (metadata and mtimes included) by each test."""
-    workdir = tmp_path_factory.mktemp("trained")
-    add_datasets(workdir, sorted(DATASETS))
-    write_config(workdir, data_dir="data")
-    snakemake(workdir)
-    return workdir
+    return trained_folder(tmp_path_factory.mktemp("trained"), sorted(DATASETS))
 
 
 @pytest.fixture
