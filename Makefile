@@ -15,7 +15,9 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet "$(TORCH)" --extra-index-url $(TORCH_INDEX)
+	# torch alone from its index (--no-deps: its dependencies come from PyPI in the next step,
+	# without asking the torch index for each of them)
+	$(BIN)/python -m pip install --quiet --no-deps "$(TORCH)" --extra-index-url $(TORCH_INDEX)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
