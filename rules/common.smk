@@ -187,5 +187,8 @@ def prestart_warm_workers():
     from rnnfleet.warm import prestart
 
     if config["train"]["warm_workers"] and workflow.local_exec:
-        if any(job.rule.name in ("preprocess", "train") for job in workflow.dag.needrun_jobs()):
+        if any(
+            job.rule.name in ("preprocess", "train")
+            for job in workflow.dag.needrun_jobs()
+        ):
             prestart()
