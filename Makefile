@@ -30,7 +30,7 @@ run: venv demo_data
 test: venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
 
-lint: venv
+lint: venv demo_data
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile rules/
 	$(BIN)/ruff check scripts tests bench
