@@ -35,8 +35,7 @@ def trained(tmp_path_factory):
     arrays, _ = prepare_dataset(csv_path, TRAIN["seq_len"], HORIZON, val_fraction=0.2, columns=COLUMNS)
     torch.set_num_threads(1)
     result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))
-    checkpoint = build_checkpoint("A_1m", result, arrays, MODEL, TRAIN, {"val_loss": result.val_loss})
-    checkpoint["features"]["columns"] = COLUMNS
+    checkpoint = build_checkpoint("A_1m", result, arrays, MODEL, TRAIN, {"val_loss": result.val_loss}, COLUMNS)
     model_path = folder / "A_1m.pt"
     save_checkpoint(checkpoint, model_path)
     return csv_path, model_path, arrays, result

@@ -165,8 +165,10 @@ def build_checkpoint(
     model_hparams: dict,
     train_hparams: dict,
     metrics: dict,
+    columns: dict | None = None,
 ) -> dict:
-    """Everything needed to rebuild the model and use it on new bars; loads with weights_only=True."""
+    """Everything needed to rebuild the model and use it on new bars (columns: the CSV's
+    column names, as the config maps them); loads with weights_only=True."""
     return {
         "format": "rnnfleet",
         "format_version": 1,
@@ -184,6 +186,7 @@ def build_checkpoint(
             "target": TARGET_NAME,
             "horizon": arrays.horizon,
             "seq_len": int(train_hparams["seq_len"]),
+            "columns": dict(columns or {}),
         },
         "metrics": metrics,
         "versions": library_versions(),
@@ -243,9 +246,9 @@ def train_one(
             "history": result.history,
         }
         save_started = time.perf_counter()
-        checkpoint = build_checkpoint(dataset, result, arrays, model_hparams, train_hparams, metrics)
-        checkpoint["features"]["columns"] = dict(columns or {})
-        save_checkpoint(checkpoint, model_path)
+        save_checkpoint(
+            build_checkpoint(dataset, result, arrays, model_hparams, train_hparams, metrics, columns), model_path
+        )
         metrics["save_seconds"] = time.perf_counter() - save_started
         metrics["finished_at"] = time.time()
         write_json(metrics, metrics_path)
