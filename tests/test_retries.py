@@ -62,6 +62,6 @@ def test_an_error_more_memory_cannot_fix_is_not_retried(tmp_path):
 
     log = train_log(tmp_path)
     assert result.returncode != 0
-    assert log.count("training on cpu") == 1, log  # the second attempt stopped before training
+    assert log.count(": training on ") == 1, log  # the second attempt stopped before training
     assert "not a valid rnnfleet array file" in log and "(not retried: more memory would not help)" in log
     assert "not retried" in summary_row(tmp_path)["error"]

@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from conftest import REPO, wait_until_gone
+
+from rnnfleet.warm import private_folder
 
 TESTS = Path(__file__).resolve().parent
 
@@ -44,6 +45,7 @@ def test_job_runs_in_a_warm_child_with_the_clients_environment_and_exit_status(t
     facts = json.loads(report.read_text())
     assert facts["marker"] == "m1" and facts["cwd"] == str(tmp_path)
     assert facts["pid"] != client.pid and facts["parent"] != client.pid  # forked by the server
+    assert facts["worker"] == f"warm {facts['parent']}"
     assert "to the log" in (tmp_path / "job.log").read_text()
     assert "to the job's stderr" in job_stderr
 
@@ -55,8 +57,9 @@ def test_concurrent_jobs_share_one_server(tmp_path):
         for r in reports
     ]
     assert [client.wait(timeout=120) for client in clients] == [0, 0, 0, 0]
-    parents = {json.loads(r.read_text())["parent"] for r in reports}
-    assert len(parents) == 1
+    facts = [json.loads(r.read_text()) for r in reports]
+    assert len({fact["parent"] for fact in facts}) == 1
+    assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)  # not four cold runs
 
 
 def test_killing_the_job_terminates_its_warm_child(tmp_path):
@@ -83,6 +86,7 @@ def test_prestarted_server_is_the_one_jobs_use(tmp_path):
         for r in reports
     ]
     assert [client.wait(timeout=120) for client in clients] == [0, 0]
-    assert len({json.loads(r.read_text())["parent"] for r in reports}) == 1
-    server_logs = list(Path(tempfile.gettempdir()).glob(f"rnnfleet-warm-{os.getuid()}/*.log"))
-    assert server_logs  # where a server would explain a failed start
+    facts = [json.loads(r.read_text()) for r in reports]
+    assert len({fact["parent"] for fact in facts}) == 1
+    assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)
+    assert list(private_folder().glob("*.log"))  # where a server would explain a failed start

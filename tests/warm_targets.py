@@ -9,7 +9,13 @@ import time
 def report_and_exit(report_path: str, exit_status: int) -> None:
     print("to the log", file=sys.stderr)
     print("to the job's stderr", file=sys.__stderr__)
-    report = {"pid": os.getpid(), "parent": os.getppid(), "cwd": os.getcwd(), "marker": os.environ.get("MARKER")}
+    report = {
+        "pid": os.getpid(),
+        "parent": os.getppid(),
+        "cwd": os.getcwd(),
+        "marker": os.environ.get("MARKER"),
+        "worker": os.environ.get("RNNFLEET_WORKER"),
+    }
     with open(report_path, "w") as handle:
         json.dump(report, handle)
     sys.exit(exit_status)

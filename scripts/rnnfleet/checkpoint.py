@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,18 +39,27 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         with handle:
             yield handle
             handle.flush()
-            os.fchmod(handle.fileno(), FILE_MODE)
+            if hasattr(os, "fchmod"):  # not on Windows, where the file gets the folder's ACL anyway
+                os.fchmod(handle.fileno(), FILE_MODE)
             os.fsync(handle.fileno())
         os.replace(handle.name, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(handle.name)
         raise
-    directory = os.open(target.parent, os.O_RDONLY)
+    _sync_folder(target.parent)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable. Windows cannot open a folder as a file (and its
+    renames need no such step)."""
+    if os.name == "nt":
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(descriptor)
     finally:
-        os.close(directory)
+        os.close(descriptor)
 
 
 def write_json(payload: dict, path: str | os.PathLike) -> None:
@@ -79,6 +89,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     except FileNotFoundError:
         raise ModelFileError(f"{path}: no such model file") from None
     except Exception as error:  # torch raises many kinds for truncated or foreign files
+        if "Weights only load failed" in str(error):
+            raise ModelFileError(refused_objects_message(path, str(error))) from None
         raise ModelFileError(
             f"{path}: not a readable rnnfleet model file ({type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else 'no detail'})"
@@ -91,3 +103,14 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
             f"this rnnfleet reads version {FORMAT_VERSION}"
         )
     return checkpoint
+
+
+def refused_objects_message(path: str | os.PathLike, torch_message: str) -> str:
+    """One line for a file that holds pickled Python objects (torch's own message suggests
+    loading it unsafely, which is the one thing never to do with a file of unknown origin)."""
+    named = re.search(r"Unsupported global: GLOBAL (\S+)", torch_message)
+    what = f" (it names {named.group(1)})" if named else ""
+    return (
+        f"{path}: refused: it holds pickled Python objects{what}, and loading those could run code; "
+        "rnnfleet reads only tensors and plain data, as in the model files it writes"
+    )

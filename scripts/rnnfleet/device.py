@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import platform
 import sys
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,8 @@ from rnnfleet.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
 
 if TYPE_CHECKING:
     import torch
+
+WORKER_VARIABLE = "RNNFLEET_WORKER"  # set by rnnfleet.warm: "cold", or "warm <server pid>"
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -65,10 +68,19 @@ def claim_device(preferred: str, gpu_mem_gb: int) -> tuple[torch.device, GpuSlot
     return torch.device("cuda", slot.device.index), slot
 
 
+def job_process() -> dict:
+    """How this job's process was started, for its metrics: worker "warm" (forked by a warm
+    server, whose pid is given) or "cold" (its own interpreter), and its pid."""
+    worker, _, server_pid = os.environ.get(WORKER_VARIABLE, "cold").partition(" ")
+    return {"worker": worker, "pid": os.getpid(), "warm_server_pid": int(server_pid) if server_pid else None}
+
+
 def placement_note() -> str:
-    """Where the job runs, for its log: SLURM job id and node, the GPUs it was given."""
+    """Where the job runs, for its log: SLURM job id and node, the GPUs it was given, its process."""
     notes = [f"SLURM job {os.environ['SLURM_JOB_ID']}"] if "SLURM_JOB_ID" in os.environ else []
-    notes.append(f"host {os.uname().nodename}")
+    notes.append(f"host {platform.node()}")
+    process = job_process()
+    notes.append(f"{process['worker']} worker, pid {process['pid']}")
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         notes.append(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']}")
     return ", ".join(notes)

@@ -3,8 +3,8 @@
 Snakemake's `--resources gpu_mem=N` bounds what all running trainings declare together, but
 not on which card: every job that asks for plain `cuda` lands on device 0. Here each device
 with C whole GB of memory has C unit lock files under the ledger folder; a training that
-declares g GB holds g of them, with flock, on the one device that has the most units free
-when it starts. The kernel drops a process's flocks when it exits, however it exits, so a
+declares g GB holds g of them (rnnfleet.file_locks), on the one device that has the most units free
+when it starts. The OS drops a process's locks when it exits, however it exits, so a
 killed training frees its units without any cleanup. A second lock serialises the choosing,
 so two trainings never take the last units of a device together.
 
@@ -14,7 +14,6 @@ CUDA_VISIBLE_DEVICES, index 0 is a different card in different jobs.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from rnnfleet.errors import UserError
+from rnnfleet.file_locks import try_lock, wait_for_lock
 
 DEFAULT_LEDGER_DIR = Path(".snakemake") / "gpu_slots"
 POLL_SECONDS = 0.5
@@ -46,7 +46,7 @@ class GpuSlot:
 
     def release(self) -> None:
         for unit_file in self.unit_files:
-            unit_file.close()  # closing the descriptor drops its flock
+            unit_file.close()  # closing the file drops its lock
         self.unit_files.clear()
 
 
@@ -70,22 +70,11 @@ def _unit_path(ledger_dir: Path, device: GpuDevice, unit: int) -> Path:
     return ledger_dir / f"{device.key}.{unit}.lock"
 
 
-def _try_lock(path: Path) -> IO | None:
-    """The open, exclusively flocked file, or None if another holder has it."""
-    unit_file = open(path, "a")  # noqa: SIM115 - held open for as long as the slot lives
-    try:
-        fcntl.flock(unit_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        unit_file.close()
-        return None
-    return unit_file
-
-
 def free_units(ledger_dir: Path, device: GpuDevice) -> int:
     """GB not declared by any live holder on device (probes each unit, holds none)."""
     free = 0
     for unit in range(device.capacity_gb):
-        unit_file = _try_lock(_unit_path(ledger_dir, device, unit))
+        unit_file = try_lock(_unit_path(ledger_dir, device, unit))
         if unit_file is not None:
             unit_file.close()
             free += 1
@@ -95,7 +84,7 @@ def free_units(ledger_dir: Path, device: GpuDevice) -> int:
 def _take_units(ledger_dir: Path, device: GpuDevice, gb: int) -> list[IO]:
     held = []
     for unit in range(device.capacity_gb):
-        unit_file = _try_lock(_unit_path(ledger_dir, device, unit))
+        unit_file = try_lock(_unit_path(ledger_dir, device, unit))
         if unit_file is not None:
             held.append(unit_file)
             if len(held) == gb:
@@ -105,8 +94,7 @@ def _take_units(ledger_dir: Path, device: GpuDevice, gb: int) -> list[IO]:
 
 def _claim_once(devices: list[GpuDevice], gb: int, ledger_dir: Path) -> tuple[GpuSlot | None, dict[int, int]]:
     """Under the choosing lock: the slot on the device with most GB free, or None and the free GB."""
-    with open(ledger_dir / "choose.lock", "a") as choose_lock:
-        fcntl.flock(choose_lock, fcntl.LOCK_EX)  # released when the file closes
+    with wait_for_lock(ledger_dir / "choose.lock"):  # released when the file closes
         free_by_index = {device.index: free_units(ledger_dir, device) for device in devices}
         best = max(devices, key=lambda device: (free_by_index[device.index], -device.index))
         if free_by_index[best.index] < gb:

@@ -2,15 +2,16 @@
 
 A run killed with SIGKILL (or by a power loss) leaves Snakemake's lock files, which make
 every later run refuse to start until `snakemake --unlock`, and may leave hidden
-`.partial` files from atomic writes. Each rnnfleet run holds a shared flock on
-RUN_LOCK for as long as its process lives (the kernel drops it when the process dies,
-however it dies); a run that can take it exclusively knows no other run is alive in
-this folder, so what it finds of those two kinds was left by a dead run and goes.
+`.partial` files from atomic writes. Each rnnfleet run holds an exclusive lock on a file of
+its own in RUNS_DIR for as long as its process lives (the OS drops it when the process dies,
+however it dies, see rnnfleet.file_locks); a run that can lock every other file there knows
+no other run is alive in this folder, so what it finds of those two kinds was left by a
+dead run and goes. Where the platform has no such lock, nothing is removed: Snakemake's own
+`--unlock` is then the way out, as without rnnfleet.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import signal
@@ -19,8 +20,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
+from rnnfleet.file_locks import os_locks_available, try_lock, wait_for_lock
+
 SNAKEMAKE_DIR = Path(".snakemake")
-RUN_LOCK = SNAKEMAKE_DIR / "rnnfleet-run.lock"
+RUNS_DIR = SNAKEMAKE_DIR / "rnnfleet-runs"  # one locked file per live run
+CLAIM_LOCK = RUNS_DIR / "claim.lock"  # held while a starting run looks at the others
 SNAKEMAKE_LOCKS = SNAKEMAKE_DIR / "locks"
 PARTIAL_SUFFIX = ".partial"  # see checkpoint.atomic_write
 
@@ -30,22 +34,43 @@ _held_run_locks: list[IO[str]] = []  # open for the life of the process: closing
 def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
     """Join the runs in the current folder. If no other run is alive here, first remove
     Snakemake's stale locks and stale `.partial` files in output_folders (one listing each).
-    Returns whether this run was alone."""
-    SNAKEMAKE_DIR.mkdir(exist_ok=True)
-    run_lock = open(RUN_LOCK, "a")
-    _held_run_locks.append(run_lock)
-    try:
-        fcntl.flock(run_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fcntl.flock(run_lock, fcntl.LOCK_SH)  # waits only while another run cleans up
+    Returns whether this run was alone (False also where the platform cannot tell)."""
+    if not os_locks_available():
         return False
+    RUNS_DIR.mkdir(parents=True, exist_ok=True)
+    claim_lock = wait_for_lock(CLAIM_LOCK)  # another starting run may be cleaning up
+    try:
+        _held_run_locks.append(wait_for_lock(RUNS_DIR / f"{os.getpid()}.lock"))
+        if not _other_runs_alive():
+            _remove_what_dead_runs_left(output_folders)
+            return True
+        return False
+    finally:
+        claim_lock.close()
+
+
+def _other_runs_alive() -> bool:
+    """Whether any other run holds its file; files of dead runs are removed on the way."""
+    alive = False
+    own_name = f"{os.getpid()}.lock"
+    for entry in os.scandir(RUNS_DIR):
+        if entry.name in (own_name, CLAIM_LOCK.name):
+            continue
+        lock_file = try_lock(entry.path)
+        if lock_file is None:
+            alive = True
+        else:
+            lock_file.close()
+            Path(entry.path).unlink(missing_ok=True)
+    return alive
+
+
+def _remove_what_dead_runs_left(output_folders: Iterable[str | os.PathLike]) -> None:
     if SNAKEMAKE_LOCKS.is_dir() and any(SNAKEMAKE_LOCKS.iterdir()):
         shutil.rmtree(SNAKEMAKE_LOCKS)
         print("rnnfleet: removed the lock left by a run that was killed", file=sys.stderr)
     for folder in output_folders:
         remove_partial_files(folder)
-    fcntl.flock(run_lock, fcntl.LOCK_SH)  # from now on other runs may start beside this one
-    return True
 
 
 def remove_partial_files(folder: str | os.PathLike) -> list[str]:

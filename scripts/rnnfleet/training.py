@@ -209,7 +209,14 @@ def train_one(
     Returns the metrics."""
     from rnnfleet.checkpoint import save_checkpoint, write_json
     from rnnfleet.data import load_arrays
-    from rnnfleet.device import cap_gpu_memory, claim_device, configure_threads, placement_note, release_gpu_memory
+    from rnnfleet.device import (
+        cap_gpu_memory,
+        claim_device,
+        configure_threads,
+        job_process,
+        placement_note,
+        release_gpu_memory,
+    )
 
     # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
     startup_seconds = time.time() - process_started_at if process_started_at else None
@@ -236,6 +243,7 @@ def train_one(
             "train_seconds": result.train_seconds,
             "device": str(device),
             "torch_threads": torch.get_num_threads(),
+            **job_process(),  # worker (warm or cold), pid, warm_server_pid
             "rows": arrays.rows,
             "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
             "val_windows": arrays.rows - arrays.val_start,

@@ -19,11 +19,21 @@ resources, triggers, dry-runs and per-job failures behave as before.
   starts; it exits after IDLE_SECONDS without jobs. Its key includes the code's
   modification times, so a server never runs code older than the files on disk.
 - The server never touches CUDA or torch's thread pools, so forking it is safe.
+
+Security: the job's environment (tokens, keys) and its file descriptors go over the
+socket, and the server runs whatever a client asks for. So the socket lives in a folder
+that belongs to this user alone ($XDG_RUNTIME_DIR, else a per-user folder in the temporary
+directory whose type, owner and mode are checked before every use), and each end checks
+the other's user id (SO_PEERCRED / LOCAL_PEERCRED) before sending or running anything.
+Anything unexpected, or a platform without fork, Unix sockets with descriptor passing,
+peer credentials or OS file locks (Windows; see rnnfleet.file_locks): no warm worker, one
+line in the job log, and the job runs in its own process. Each job's environment says how
+it runs (WORKER_VARIABLE), so its metrics can record it.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import hashlib
 import importlib
 import json
@@ -31,6 +41,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -39,20 +50,91 @@ import time
 import traceback
 from pathlib import Path
 
+from rnnfleet.device import WORKER_VARIABLE, tune_cpu_allocator
+from rnnfleet.file_locks import os_locks_available, try_lock, wait_for_lock
+
 IDLE_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 120.0
 PACKAGE_DIR = Path(__file__).resolve().parent
 _HEADER = struct.Struct("!I")
+_LINUX_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_MACOS_LOCAL_PEERCRED, _MACOS_XUCRED = 0x001, struct.Struct("IIh16I")  # struct xucred: version, uid, ...
+
+
+class WarmUnavailable(OSError):
+    """No warm worker for this job; the message says why in one line."""
+
+
+def unsupported_reason() -> str | None:
+    """Why this platform cannot run warm workers, or None if it can."""
+    if not hasattr(os, "fork"):
+        return "this platform has no fork()"
+    if not hasattr(socket, "AF_UNIX") or not hasattr(socket, "send_fds"):
+        return "this platform has no Unix sockets that pass file descriptors"
+    if not hasattr(socket, "SO_PEERCRED") and sys.platform != "darwin":
+        return "this platform cannot tell who is at the other end of a Unix socket"
+    if not os_locks_available():
+        return "this platform has no OS file locks"
+    return None
+
+
+def peer_uid(connection: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix socket."""
+    if hasattr(socket, "SO_PEERCRED"):
+        _, uid, _ = _LINUX_PEERCRED.unpack(
+            connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _LINUX_PEERCRED.size)
+        )
+        return uid
+    credentials = connection.getsockopt(0, _MACOS_LOCAL_PEERCRED, _MACOS_XUCRED.size)  # SOL_LOCAL = 0
+    return _MACOS_XUCRED.unpack(credentials)[1]
+
+
+def check_private_folder(folder: Path) -> None:
+    """Raise WarmUnavailable unless `folder` is a real folder (not a link) that belongs to this
+    user and that no one else may read, enter or write."""
+    try:
+        info = os.lstat(folder)
+    except OSError as error:
+        raise WarmUnavailable(f"cannot check {folder} ({error.strerror})") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        kind = "folder" if stat.S_ISDIR(info.st_mode) else "link" if stat.S_ISLNK(info.st_mode) else "file"
+        raise WarmUnavailable(
+            f"{folder} is a {kind} of user id {info.st_uid} with mode {stat.S_IMODE(info.st_mode):04o}, "
+            f"not a private folder of user id {os.getuid()}: not used"
+        )
+
+
+def private_folder() -> Path:
+    """This user's own folder for the server's socket, lock and log; checked on every call."""
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir and os.path.isabs(runtime_dir):
+        try:
+            check_private_folder(Path(runtime_dir))
+            base = Path(runtime_dir)
+        except WarmUnavailable:
+            base = None  # a runtime dir that is not ours: use the temporary folder instead
+        if base is not None:
+            folder = base / "rnnfleet-warm"
+            with contextlib.suppress(FileExistsError):
+                folder.mkdir(mode=0o700)
+            check_private_folder(folder)
+            return folder
+    folder = Path(tempfile.gettempdir()) / f"rnnfleet-warm-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    check_private_folder(folder)
+    return folder
+
+
+def socket_name(workdir: str | os.PathLike) -> str:
+    """One server per working folder, Python, code version and user. Short: AF_UNIX limits the path to ~100 bytes."""
+    code_stamp = sorted((path.name, path.stat().st_mtime_ns) for path in PACKAGE_DIR.glob("*.py"))
+    key = json.dumps([str(Path(workdir).resolve()), sys.executable, code_stamp, os.getuid()])
+    return hashlib.sha1(key.encode()).hexdigest()[:16] + ".sock"
 
 
 def server_address(workdir: str | os.PathLike) -> Path:
-    """One server per working folder, Python and code version. Short path: AF_UNIX limits it to ~100 bytes."""
-    code_stamp = sorted((path.name, path.stat().st_mtime_ns) for path in PACKAGE_DIR.glob("*.py"))
-    key = json.dumps([str(Path(workdir).resolve()), sys.executable, code_stamp, os.getuid()])
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"rnnfleet-warm-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder / f"{digest}.sock"
+    return private_folder() / socket_name(workdir)
 
 
 def _send_message(connection: socket.socket, payload: dict, fds: list[int] | None = None) -> None:
@@ -87,14 +169,13 @@ def _receive_message(connection: socket.socket, max_fds: int = 0) -> tuple[dict,
 
 
 def process_started_at() -> float | None:
-    """Wall-clock time (epoch seconds) at which this process was created; Linux only."""
+    """Wall-clock time (epoch seconds) at which this process was created, where the OS says."""
+    import psutil  # a dependency of Snakemake; portable
+
     try:
-        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-            age = float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+        return psutil.Process().create_time()
+    except psutil.Error:
         return None
-    return time.time() - age
 
 
 def run_job(target: str, kwargs: dict, warm: bool) -> None:
@@ -104,13 +185,12 @@ def run_job(target: str, kwargs: dict, warm: bool) -> None:
         try:
             exit_status = run_warm(target, kwargs, sys.stderr)
         except OSError as error:
-            print(f"warm worker unavailable ({error}); running in the job's own process", file=sys.stderr)
+            print(f"warm worker unavailable: {error}; running in the job's own process", file=sys.stderr)
         else:
             if exit_status:
                 sys.exit(exit_status)
             return
-    from rnnfleet.device import tune_cpu_allocator
-
+    os.environ[WORKER_VARIABLE] = "cold"
     tune_cpu_allocator()
     call(target, kwargs)
 
@@ -126,6 +206,9 @@ def call(target: str, kwargs: dict) -> None:
 
 def run_warm(target: str, kwargs: dict, log_file) -> int:
     """Run the job in a warm child; returns its exit status. Raises OSError if no server can be had."""
+    reason = unsupported_reason()
+    if reason:
+        raise WarmUnavailable(reason)
     address = server_address(os.getcwd())
     connection = _connect_or_start(address)
     log_file.flush()
@@ -136,12 +219,17 @@ def run_warm(target: str, kwargs: dict, log_file) -> int:
 
 
 def _connect(address: Path) -> socket.socket:
+    """A connection to the server at `address`, once its process is known to be this user's."""
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(str(address))
+        server_uid = peer_uid(connection)
     except OSError:
         connection.close()
         raise
+    if server_uid != os.getuid():
+        connection.close()
+        raise WarmUnavailable(f"the process listening at {address} runs as user id {server_uid}, not {os.getuid()}")
     return connection
 
 
@@ -168,12 +256,16 @@ def prestart(workdir: str | os.PathLike = ".") -> None:
     """Start the folder's server in the background, if none runs or is starting, and return
     at once: by the time the first training arrives it has imported torch. The workflow
     calls this when a run with trainings starts."""
-    address = server_address(workdir)
-    with open(_lock_path(address), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # a server is starting
+    if unsupported_reason():
+        return
+    try:
+        address = server_address(workdir)
+    except WarmUnavailable:
+        return  # each job says why in its log
+    lock = try_lock(_lock_path(address))
+    if lock is None:
+        return  # a server is starting
+    with lock:
         try:
             _connect(address).close()
             return  # one is running
@@ -184,10 +276,11 @@ def prestart(workdir: str | os.PathLike = ".") -> None:
 def _connect_or_start(address: Path) -> socket.socket:
     try:
         return _connect(address)
+    except WarmUnavailable:
+        raise
     except OSError:
         pass
-    with open(_lock_path(address), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # waits while another job or prestart() starts one
+    with wait_for_lock(_lock_path(address)) as lock:  # waits while another job or prestart() starts one
         try:
             return _connect(address)
         except OSError:
@@ -196,6 +289,8 @@ def _connect_or_start(address: Path) -> socket.socket:
     while time.monotonic() < deadline:
         try:
             return _connect(address)
+        except WarmUnavailable:
+            raise
         except OSError:
             if server.poll() is not None:
                 raise OSError(f"warm server exited with status {server.returncode}; see {address}.log") from None
@@ -218,6 +313,7 @@ def _run_child(request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ[WORKER_VARIABLE] = f"warm {os.getppid()}"
         sys.path[:] = request["sys_path"]
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -236,8 +332,6 @@ def _run_child(request: dict, fds: list[int]) -> None:
 
 
 def serve(address: Path, start_lock_fd: int) -> None:
-    from rnnfleet.device import tune_cpu_allocator
-
     tune_cpu_allocator()  # inherited by every child
     import pandas  # noqa: F401  preprocessing jobs: ~0.3 s each
     import torch  # noqa: F401  the point of this server: imported once
@@ -251,6 +345,7 @@ def serve(address: Path, start_lock_fd: int) -> None:
     if address.exists():
         address.unlink()  # stale: the lock holder found no server answering
     listener.bind(str(address))
+    os.chmod(address, 0o600)  # the folder is private already; this is the second wall
     listener.listen(64)
     os.close(start_lock_fd)  # jobs waiting for this server may connect now
     wakeup_read, wakeup_write = os.pipe()
@@ -290,6 +385,11 @@ def _terminate(pid: int) -> None:
 
 def _start_job(connection: socket.socket, selector: selectors.BaseSelector, children: dict) -> None:
     try:
+        client_uid = peer_uid(connection)
+        if client_uid != os.getuid():
+            print(f"refused a connection from user id {client_uid}", file=sys.stderr, flush=True)
+            connection.close()
+            return
         request, fds = _receive_message(connection, max_fds=3)
     except (OSError, ValueError):
         connection.close()

@@ -1,0 +1,337 @@
+"""Shared machines: another local account gets nothing from a run, and model files that hold
+code are refused without running it.
+
+The account tests create a second local account (rnnfleet-intruder) and run its processes
+as that user, so they need root and Linux; CI runs as root, where they must not skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, add_datasets, snakemake, write_config
+
+from rnnfleet.checkpoint import ModelFileError, load_checkpoint
+from rnnfleet.warm import WarmUnavailable, _connect, socket_name
+
+INTRUDER = "rnnfleet-intruder"
+SECRET = "MY_SECRET_TOKEN"
+
+# Run as the intruder: hold a listener at every *.sock path in `folder` that is not its own
+# (replacing any socket another user puts there, as in a real attack), plus one at
+# `expected_name`; record every connection and every byte received, and the passed fds.
+HIJACKER = r"""
+import array, json, os, socket, sys, time
+folder, expected_name, record_path = sys.argv[1:4]
+os.makedirs(folder, exist_ok=True)
+os.chmod(folder, 0o777)
+record = {"connections": 0, "bytes": 0, "fds": 0, "data": ""}
+listeners, connections = {}, []
+
+def save():
+    with open(record_path + ".tmp", "w") as handle:
+        json.dump(record, handle)
+    os.replace(record_path + ".tmp", record_path)
+
+def listen(path):
+    if os.path.lexists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o777)
+    listener.listen(64)
+    listener.setblocking(False)
+    listeners[path] = listener
+
+listen(os.path.join(folder, expected_name))
+save()
+while True:
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.endswith(".sock") and path not in listeners:
+            try:
+                listen(path)
+            except OSError:
+                pass
+    for listener in listeners.values():
+        try:
+            connection, _ = listener.accept()
+        except BlockingIOError:
+            continue
+        connection.setblocking(False)
+        connections.append(connection)
+        record["connections"] += 1
+        save()
+    for connection in connections:
+        try:
+            data, ancillary, _, _ = connection.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
+        except (BlockingIOError, OSError):
+            continue
+        for _, _, fd_bytes in ancillary:
+            record["fds"] += len(fd_bytes) // 4
+        record["bytes"] += len(data)
+        record["data"] = (record["data"] + data.decode("utf-8", "replace"))[:100000]
+        save()
+    time.sleep(0.005)
+"""
+
+# Send the warm server a job request with three descriptors, as a client would; print the reply.
+REQUESTER = r"""
+import json, os, socket, struct, sys
+address, marker = sys.argv[1:3]
+request = {"target": "shutil:copyfile", "kwargs": {"src": "/etc/passwd", "dst": marker},
+           "cwd": "/", "env": {}, "sys_path": sys.path}
+data = json.dumps(request).encode()
+connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+connection.connect(address)
+descriptors = [os.open(os.devnull, os.O_WRONLY) for _ in range(3)]
+try:
+    socket.send_fds(connection, [struct.pack("!I", len(data)) + data], descriptors)
+    connection.settimeout(60)
+    print(connection.recv(4096).decode() or "closed")
+except (BrokenPipeError, ConnectionResetError):
+    print("closed")
+"""
+
+
+@pytest.fixture(scope="module")
+def intruder() -> pwd.struct_passwd:
+    """A second local account (created once)."""
+    missing = [
+        why
+        for why, lacking in (
+            ("Linux", not sys.platform.startswith("linux")),
+            ("root", os.geteuid() != 0),
+            ("useradd", shutil.which("useradd") is None),
+        )
+        if lacking
+    ]
+    if missing:
+        message = f"creating a second local account needs {', '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run this test)")
+        pytest.skip(message)
+    try:
+        return pwd.getpwnam(INTRUDER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=True
+        )
+        return pwd.getpwnam(INTRUDER)
+
+
+def python_for(account: pwd.struct_passwd) -> str:
+    """A Python interpreter the other account may run (the tests' own may sit in root's home)."""
+    for candidate in (os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            subprocess.run(
+                [candidate, "-I", "-c", "pass"], user=account.pw_uid, group=account.pw_gid, cwd="/", check=True
+            )
+            return candidate
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    pytest.fail(f"no Python interpreter that {account.pw_name} may run")
+
+
+def as_intruder(account: pwd.struct_passwd, code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
+    """A Python (isolated mode: stdlib only) running `code` as the other account."""
+    return subprocess.Popen(
+        [python_for(account), "-I", "-c", code, *args],
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        **popen_kwargs,
+    )
+
+
+@pytest.fixture
+def shared_tmp() -> Path:
+    """A folder like /tmp (world-writable, sticky) that the other account can reach."""
+    folder = Path(tempfile.mkdtemp(prefix="rnnfleet-shared-tmp-", dir="/tmp"))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def wait_for(condition, seconds: float = 30, what: str = "condition"):
+    deadline = time.monotonic() + seconds
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+    return result
+
+
+def read_record(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(30)
+
+
+def test_a_socket_folder_another_account_prepared_gets_nothing_from_a_run(tmp_path, intruder, shared_tmp):
+    # The attack: before root's run, the other account creates the per-user folder where the
+    # warm server's socket would live, open to all, and hijacks every socket put there.
+    add_datasets(tmp_path, ["A_1m", "B_1m", "C_1m"])
+    write_config(tmp_path, data_dir="data")
+    record_path = shared_tmp / "intruder.json"
+    hijack_folder = shared_tmp / f"rnnfleet-warm-{os.getuid()}"
+    hijacker = as_intruder(intruder, HIJACKER, str(hijack_folder), socket_name(tmp_path), str(record_path))
+    try:
+        wait_for(record_path.exists, what="the other account's listener")
+        run = snakemake(
+            tmp_path,
+            "--cores",
+            "1",
+            env={"TMPDIR": str(shared_tmp), "XDG_RUNTIME_DIR": "", SECRET: "s3cr3t-value-7f1c"},
+            timeout=300,  # a job that trusted the hijacked socket would wait for its reply for ever
+        )
+        assert read_record(record_path) == {"connections": 0, "bytes": 0, "fds": 0, "data": ""}
+        assert "s3cr3t-value-7f1c" not in run.stderr
+        for dataset in ("A_1m", "B_1m", "C_1m"):
+            log = (tmp_path / "logs" / "train" / f"{dataset}.log").read_text()
+            warnings = [line for line in log.splitlines() if line.startswith("warm worker unavailable")]
+            assert len(warnings) == 1 and "not a private folder" in warnings[0] and str(hijack_folder) in warnings[0]
+            metrics = json.loads((tmp_path / "metrics" / f"{dataset}.json").read_text())
+            assert metrics["worker"] == "cold"  # ran in its own process instead
+            assert (tmp_path / "models" / f"{dataset}.pt").stat().st_size > 0
+
+        # Control: the listener does catch a client that trusts the folder (so 0 above means something).
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as trusting_client:
+            trusting_client.connect(str(hijack_folder / socket_name(tmp_path)))
+            trusting_client.sendall(f'{{"env": {{"{SECRET}": "leaked"}}}}'.encode())
+            wait_for(lambda: "leaked" in read_record(record_path)["data"], what="the control's bytes")
+    finally:
+        stop(hijacker)
+
+
+def test_a_job_sends_nothing_to_a_server_run_by_another_account(intruder, shared_tmp):
+    # The second wall, should the first fail: the client checks who is listening.
+    record_path = shared_tmp / "intruder.json"
+    folder = shared_tmp / "open-folder"
+    hijacker = as_intruder(intruder, HIJACKER, str(folder), "server.sock", str(record_path))
+    try:
+        wait_for(record_path.exists, what="the other account's listener")
+        with pytest.raises(WarmUnavailable, match=f"runs as user id {intruder.pw_uid}, not {os.getuid()}"):
+            _connect(folder / "server.sock")
+        record = wait_for(lambda: (r := read_record(record_path))["connections"] == 1 and r, what="the connection")
+        time.sleep(0.3)
+        assert read_record(record_path) == {**record, "bytes": 0, "fds": 0, "data": ""}
+    finally:
+        stop(hijacker)
+
+
+def test_the_warm_server_runs_nothing_for_another_account(tmp_path, intruder, shared_tmp):
+    # The server's side of the second wall: its socket made reachable by mistake, a request
+    # from another account is refused before anything runs; the same request from the
+    # server's own user runs (so the refusal is the check, not a broken request).
+    folder = shared_tmp / "server-folder"
+    folder.mkdir(mode=0o755)
+    address = folder / "server.sock"
+    start_lock = open(folder / "start.lock", "w")  # noqa: SIM115 - handed to the server
+    server_log = tmp_path / "server.log"
+    with open(server_log, "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "rnnfleet.warm", str(address), str(start_lock.fileno())],
+            cwd=REPO / "scripts",
+            stdout=log,
+            stderr=log,
+            pass_fds=[start_lock.fileno()],
+        )
+    start_lock.close()
+    try:
+        wait_for(address.exists, seconds=120, what="the warm server's socket")
+        assert address.stat().st_mode & 0o777 == 0o600  # the server's own first wall
+        address.chmod(0o777)  # the mistake this test supposes
+        markers = tmp_path / "markers"
+        markers.mkdir()
+        markers.chmod(0o733)  # the server (root) could write here; nobody can list it
+
+        refused = as_intruder(
+            intruder, REQUESTER, str(address), str(markers / "intruder"), stdout=subprocess.PIPE, text=True
+        )
+        assert refused.communicate(timeout=60)[0].strip() == "closed"
+        own = subprocess.run(
+            [sys.executable, "-I", "-c", REQUESTER, str(address), str(markers / "own")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert '"exit_status": 0' in own.stdout and (markers / "own").exists()
+        assert not (markers / "intruder").exists()
+        assert f"refused a connection from user id {intruder.pw_uid}" in server_log.read_text()
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+class CopiesAFile:
+    """Pickles as a call of shutil.copyfile: unpickling it copies a file."""
+
+    def __init__(self, source: Path, destination: Path):
+        self.source, self.destination = str(source), str(destination)
+
+    def __reduce__(self):
+        return shutil.copyfile, (self.source, self.destination)
+
+
+def crafted_model_file(folder: Path, marker: Path) -> Path:
+    path = folder / "EVIL_1m.pt"
+    torch.save({"format": "rnnfleet", "format_version": 1, "state_dict": CopiesAFile(path, marker)}, path)
+    return path
+
+
+def test_a_model_file_that_holds_code_is_refused_without_running_it(tmp_path):
+    marker = tmp_path / "code-ran"
+    model_path = crafted_model_file(tmp_path, marker)
+
+    with pytest.raises(ModelFileError) as refused:
+        load_checkpoint(model_path)
+
+    message = str(refused.value)
+    assert "\n" not in message and str(model_path) in message
+    assert "refused" in message and "could run code" in message and "shutil.copyfile" in message
+    assert "weights_only" not in message  # torch's advice to load it unsafely is not passed on
+    assert not marker.exists()
+    # Control: what the refusal prevents.
+    torch.load(model_path, weights_only=False)
+    assert marker.exists()
+
+
+def test_forecasting_with_a_model_file_that_holds_code_fails_with_one_line(tmp_path):
+    marker = tmp_path / "code-ran"
+    model_path = crafted_model_file(tmp_path, marker)
+    add_datasets(tmp_path, ["A_1m"])
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rnnfleet.predict",
+            "--model",
+            str(model_path),
+            "--csv",
+            str(tmp_path / "data" / "A_1m.csv"),
+        ]
+        + ["--out", str(tmp_path / "forecast.csv")],
+        cwd=REPO / "scripts",
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and "could run code" in result.stderr
+    assert not marker.exists() and not (tmp_path / "forecast.csv").exists()
