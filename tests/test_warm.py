@@ -7,12 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO, wait_until_gone
 
-from rnnfleet.warm import private_folder
+from rnnfleet.warm import WarmUnavailable, check_private_folder, private_folder
 
 TESTS = Path(__file__).resolve().parent
 
@@ -90,3 +92,33 @@ def test_prestarted_server_is_the_one_jobs_use(tmp_path):
     assert len({fact["parent"] for fact in facts}) == 1
     assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)
     assert list(private_folder().glob("*.log"))  # where a server would explain a failed start
+
+
+def test_the_socket_folder_is_the_users_runtime_dir_when_it_is_private(tmp_path, monkeypatch):
+    runtime_dir = tmp_path / "run-user"
+    runtime_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
+    folder = private_folder()
+    assert folder == runtime_dir / "rnnfleet-warm" and folder.stat().st_mode & 0o777 == 0o700
+    runtime_dir.chmod(0o777)  # not a proper runtime dir: the per-user temporary folder instead
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    tempfile.tempdir = None  # gettempdir() caches; let it read TMPDIR again
+    try:
+        assert private_folder() == tmp_path / f"rnnfleet-warm-{os.getuid()}"
+    finally:
+        tempfile.tempdir = None
+
+
+def test_a_link_or_an_open_folder_is_not_taken_for_the_private_one(tmp_path):
+    open_folder = tmp_path / "open"
+    open_folder.mkdir()
+    open_folder.chmod(0o777)
+    with pytest.raises(WarmUnavailable, match="mode 0777, not a private folder"):
+        check_private_folder(open_folder)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    check_private_folder(private)
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    with pytest.raises(WarmUnavailable, match="is a link"):
+        check_private_folder(link)

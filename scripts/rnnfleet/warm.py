@@ -260,8 +260,8 @@ def prestart(workdir: str | os.PathLike = ".") -> None:
         return
     try:
         address = server_address(workdir)
-    except WarmUnavailable:
-        return  # each job says why in its log
+    except OSError:
+        return  # no private folder: each job says why in its log
     lock = try_lock(_lock_path(address))
     if lock is None:
         return  # a server is starting
