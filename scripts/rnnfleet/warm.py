@@ -169,8 +169,18 @@ def _receive_message(connection: socket.socket, max_fds: int = 0) -> tuple[dict,
 
 
 def process_started_at() -> float | None:
-    """Wall-clock time (epoch seconds) at which this process was created, where the OS says."""
-    import psutil  # a dependency of Snakemake; portable
+    """Wall-clock time (epoch seconds) at which this process was created, where the OS says.
+
+    On Linux from /proc against the uptime clock: psutil adds the process's age to a boot
+    time it reads in whole seconds, which can place the start up to a second early."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            age = float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    import psutil  # a dependency of Snakemake; macOS and Windows report the start precisely
 
     try:
         return psutil.Process().create_time()
