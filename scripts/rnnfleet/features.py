@@ -128,14 +128,12 @@ def feature_values(reference: str, bars, name: str) -> np.ndarray:
         values = np.asarray(result, dtype=np.float64)
     except (TypeError, ValueError):
         raise UserError(f"{name}: {where} returned {type(result).__name__}, not an array of numbers") from None
-    if values.ndim == 1:
-        values = values[:, None]
-    if values.ndim != 2 or len(values) != len(bars) or values.shape[1] == 0:
+    if values.ndim not in (1, 2) or len(values) != len(bars) or values.size == 0:
         raise UserError(
             f"{name}: {where} returned shape {values.shape}; expected ({len(bars)},) or ({len(bars)}, k), "
             "one value or row per bar"
         )
-    return values
+    return values[:, None] if values.ndim == 1 else values
 
 
 def compute_feature_matrix(bars, references: list[str] | tuple[str, ...], name: str = "dataset") -> FeatureMatrix:
