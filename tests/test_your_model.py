@@ -196,3 +196,9 @@ def test_each_target_trains_reports_its_baseline_and_forecasts_in_its_units(tmp_
         assert values.abs().median() < 20 * typical
     table_html = (tmp_path / "results" / "metrics.html").read_text()
     assert baseline in table_html and target in table_html
+
+
+def test_the_report_names_your_model(model_run_copy):
+    snakemake(model_run_copy, "--report", "report.html", *MODEL_ARGS)
+    text = (model_run_copy / "report.html").read_text()
+    assert "built by <tt" in text and "examples/tcn_gru.py:build" in text
