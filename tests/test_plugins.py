@@ -160,3 +160,17 @@ def test_each_target_trains_and_beats_its_own_naive_baseline(synthetic_csv, targ
         assert arrays.target_mean == 0.0
     assert result.naive_val_loss == pytest.approx(naive.item(), rel=1e-4)
     assert math.isfinite(result.skill) and result.skill > 0, (target_name, result.skill)
+
+
+def test_target_values_over_the_horizon():
+    close = np.array([10.0, 11.0, 10.0, 12.0])
+    returns = np.diff(np.log(close))
+    log_close = np.log(close)
+    np.testing.assert_allclose(TARGETS["log_return"].values(log_close, 2), np.log([10 / 10, 12 / 11]), atol=1e-15)
+    np.testing.assert_allclose(TARGETS["abs_log_return"].values(log_close, 2), np.abs(np.log([1.0, 12 / 11])))
+    np.testing.assert_allclose(
+        TARGETS["realised_volatility"].values(log_close, 2),
+        [np.hypot(returns[0], returns[1]), np.hypot(returns[1], returns[2])],
+    )
+    np.testing.assert_array_equal(TARGETS["direction"].values(log_close, 1), [1.0, 0.0, 1.0])
+    np.testing.assert_array_equal(TARGETS["direction"].values(log_close, 2), [0.0, 1.0])  # unchanged is not up

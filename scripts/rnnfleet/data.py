@@ -195,7 +195,7 @@ def compute_features(
     log_close = np.log(bars["close"].to_numpy(dtype=np.float64))
     targets = TARGETS[target].values(log_close, horizon)[matrix.warmup :]
     features = matrix.values[matrix.warmup : matrix.warmup + len(targets)]
-    return features, targets, matrix, float(np.exp(log_close[-1]))
+    return features, targets, matrix, float(bars["close"].iloc[-1])
 
 
 def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.ndarray) -> np.ndarray:
