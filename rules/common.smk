@@ -138,6 +138,25 @@ MODEL_CODE = plugin_files([config["model"]["builder"]])
 FEATURE_CODE = plugin_files(config["features"])
 
 
+def check_plugin_files():
+    """Before the first job: every file reference imports and names a function. A broken
+    file then stops the run at once, instead of failing every job that uses it after
+    Snakemake has removed that job's previous model."""
+    from rnnfleet.errors import UserError
+    from rnnfleet.plugins import is_file_reference, resolve
+
+    references = {
+        "model.builder": [config["model"]["builder"]],
+        "features": config["features"],
+    }
+    try:
+        for config_key, values in references.items():
+            for reference in filter(is_file_reference, values):
+                resolve(reference, {}, config_key)
+    except UserError as error:
+        raise WorkflowError(f"{error}; nothing was run") from None
+
+
 def log_path(rule_name):
     return f"{PATHS['logs']}/{rule_name}/{{dataset}}.log"
 

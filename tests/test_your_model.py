@@ -202,3 +202,15 @@ def test_the_report_names_your_model(model_run_copy):
     snakemake(model_run_copy, "--report", "report.html", *MODEL_ARGS)
     text = (model_run_copy / "report.html").read_text()
     assert "built by <tt" in text and "examples/tcn_gru.py:build" in text
+
+
+def test_a_broken_model_file_stops_the_run_before_any_model_is_removed(model_run_copy):
+    model_file = model_run_copy / "examples" / "tcn_gru.py"
+    model_file.write_text(model_file.read_text().replace("def build(", "def build(("))  # a syntax error
+    models_before = {path.name: path.stat().st_mtime_ns for path in (model_run_copy / "models").glob("*.pt")}
+    result = snakemake(model_run_copy, *MODEL_ARGS, check=False)
+    assert result.returncode != 0
+    assert "examples/tcn_gru.py: importing it failed (SyntaxError" in result.stderr
+    assert "nothing was run" in result.stderr
+    after = {path.name: path.stat().st_mtime_ns for path in (model_run_copy / "models").glob("*.pt")}
+    assert after == models_before and len(after) == len(DATASETS)
