@@ -33,12 +33,12 @@ test: venv
 lint: venv demo_data
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile rules/
-	$(BIN)/ruff check scripts tests bench
-	$(BIN)/ruff format --check scripts tests bench
+	$(BIN)/ruff check scripts tests bench examples
+	$(BIN)/ruff format --check scripts tests bench examples
 
 fmt: venv
 	$(BIN)/snakefmt Snakefile rules/
-	$(BIN)/ruff format scripts tests bench
+	$(BIN)/ruff format scripts tests bench examples
 
 bench: venv
 	$(BIN)/python bench/bench_speed.py $(BENCH_ARGS)

@@ -11,6 +11,7 @@ SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
 from rnnfleet.config_check import config_problems
+from rnnfleet.plugins import reference_file
 from rnnfleet.recovery import claim_run_folder
 
 
@@ -124,6 +125,36 @@ PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 # `params:`, so editing them re-trains. threads, gpu_mem and device only change how fast.
 RUNTIME_ONLY_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
 TRAIN_HPARAMS = {k: v for k, v in config["train"].items() if k not in RUNTIME_ONLY_KEYS}
+
+
+def plugin_files(references):
+    """The user's own files among plug-in references (built-in names have none), in order."""
+    return list(dict.fromkeys(filter(None, map(reference_file, references))))
+
+
+# A user's model or feature file is an input of the jobs that use it: editing it re-runs
+# exactly those (rnnfleet's own code is not an input). Plain lists: no per-dataset work.
+MODEL_CODE = plugin_files([config["model"]["builder"]])
+FEATURE_CODE = plugin_files(config["features"])
+
+
+def check_plugin_files():
+    """Before the first job: every file reference imports and names a function. A broken
+    file then stops the run at once, instead of failing every job that uses it after
+    Snakemake has removed that job's previous model."""
+    from rnnfleet.errors import UserError
+    from rnnfleet.plugins import is_file_reference, resolve
+
+    references = {
+        "model.builder": [config["model"]["builder"]],
+        "features": config["features"],
+    }
+    try:
+        for config_key, values in references.items():
+            for reference in filter(is_file_reference, values):
+                resolve(reference, {}, config_key)
+    except UserError as error:
+        raise WorkflowError(f"{error}; nothing was run") from None
 
 
 def log_path(rule_name):

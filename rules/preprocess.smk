@@ -1,6 +1,7 @@
 rule preprocess:
     input:
         csv=dataset_csv,
+        feature_code=FEATURE_CODE,
     output:
         arrays=ARRAYS,
     log:
@@ -14,6 +15,8 @@ rule preprocess:
         columns=config["columns"],
         seq_len=config["train"]["seq_len"],
         horizon=config["train"]["horizon"],
+        features=config["features"],
+        target=config["target"],
         val_fraction=config["preprocess"]["val_fraction"],
         max_bad_fraction=config["preprocess"]["max_bad_fraction"],
     script:

@@ -3,6 +3,7 @@ from rnnfleet.summary import write_summary_after_failures
 
 
 onstart:
+    check_plugin_files()
     stop_jobs_on_signals()
     start_mps_if_on()
     prestart_warm_workers()

@@ -1,6 +1,7 @@
 rule train:
     input:
         arrays=ARRAYS,
+        model_code=MODEL_CODE,
     output:
         model=MODEL,
         metrics=METRICS,

@@ -14,6 +14,8 @@ with job_guard(snakemake.wildcards.dataset):
             arrays_path=snakemake.output.arrays,
             seq_len=snakemake.params.seq_len,
             horizon=snakemake.params.horizon,
+            feature_definition=snakemake.params.features,
+            target=snakemake.params.target,
             val_fraction=snakemake.params.val_fraction,
             columns=snakemake.params.columns,
             max_bad_fraction=snakemake.params.max_bad_fraction,

@@ -48,7 +48,9 @@ def main():
     import torch
 
     from rnnfleet.data import prepare_dataset
+    from rnnfleet.features import DEFAULT_FEATURES
     from rnnfleet.gpu_slots import visible_gpus
+    from rnnfleet.targets import DEFAULT_TARGET
 
     config = yaml.safe_load(Path(args.configfile).read_text())
     train, preprocess = config["train"], config.get("preprocess", {})
@@ -60,6 +62,8 @@ def main():
         val_fraction=preprocess.get("val_fraction", 0.2),
         columns=config.get("columns"),
         max_bad_fraction=preprocess.get("max_bad_fraction", 0.01),
+        feature_definition=config.get("features", DEFAULT_FEATURES),
+        target=config.get("target", DEFAULT_TARGET),
     )
     short_arrays = arrays_for_steps(arrays, args.steps, train["seq_len"], train["batch_size"])
     footprint = measure_footprint(args.device, short_arrays, config["model"], train)

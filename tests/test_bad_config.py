@@ -34,6 +34,22 @@ CASES = {
         [],
         "config key 'model.cell' = 'rnn' is not allowed; allowed: one of lstm, gru",
     ),
+    "unknown feature": (
+        {"features": ["ohlc_returns", "vwap"]},
+        [],
+        "config key 'features.1' = 'vwap' is not allowed; allowed: a string matching ^(ohlc_returns|log_volume|",
+    ),
+    "unknown target": (
+        {"target": "price"},
+        [],
+        "config key 'target' = 'price' is not allowed; allowed: one of log_return, abs_log_return, "
+        "realised_volatility, direction",
+    ),
+    "key of the built-in model misspelled": (
+        {"model": {"hiden_size": 8}},
+        [],
+        "unknown config key 'model.hiden_size' (did you mean 'hidden_size'?); allowed under 'model': builder, cell",
+    ),
     "missing data folder": (
         {"data_dir": "no_such_folder"},
         [],

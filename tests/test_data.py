@@ -17,15 +17,25 @@ from rnnfleet.data import (
 from rnnfleet.synthetic import write_synthetic_csv
 
 
+def bars_table(prices, volume):
+    """A bars table as read_clean_bars returns it, from (rows, 4) prices and (rows,) volume."""
+    import pandas as pd
+
+    prices = np.asarray(prices, dtype=float)
+    timestamps = pd.date_range("2024-01-01", periods=len(prices), freq="min", tz="UTC")
+    frame = pd.DataFrame(prices, columns=["open", "high", "low", "close"])
+    return frame.assign(volume=np.asarray(volume, dtype=float), timestamp=timestamps)
+
+
 def test_features_are_log_ratios_to_previous_close_and_target_looks_ahead():
     prices = np.array([[10, 11, 9, 10], [10, 12, 10, 11], [11, 11, 10, 10], [10, 13, 10, 12]], dtype=float)
-    volume = np.array([1.0, 2.0, 0.0, 3.0])
-    features, targets, last_close = compute_features(prices, volume, horizon=1)
-    assert features.shape == (2, 5) and targets.shape == (2,)
+    bars = bars_table(prices, [1.0, 2.0, 0.0, 3.0])
+    features, targets, matrix, last_close = compute_features(bars, horizon=1)
+    assert features.shape == (2, 5) and targets.shape == (2,) and matrix.warmup == 1
     np.testing.assert_allclose(features[0], np.log([10 / 10, 12 / 10, 10 / 10, 11 / 10, 1 + 2.0]))
     np.testing.assert_allclose(targets, np.log([10 / 11, 12 / 10]))  # close t -> close t+1
     assert last_close == 12
-    features2, targets2, _ = compute_features(prices, volume, horizon=2)
+    features2, targets2, _, _ = compute_features(bars, horizon=2)
     assert len(features2) == len(targets2) == 1
     np.testing.assert_allclose(targets2, np.log([12 / 11]))
 
@@ -35,7 +45,7 @@ def test_non_positive_prices_are_rejected_with_the_row(bad_price):
     prices = np.full((5, 4), 10.0)
     prices[3, 2] = bad_price
     with pytest.raises(DataError, match="data row 4"):
-        compute_features(prices, np.ones(5), horizon=1, name="x.csv")
+        compute_features(bars_table(prices, np.ones(5)), horizon=1, name="x.csv")
 
 
 def test_split_is_chronological_and_statistics_come_from_training_rows_only():

@@ -47,7 +47,7 @@ def test_snakefiles_are_snakefmt_formatted():
 
 
 def test_python_is_ruff_clean():
-    folders = [name for name in ("scripts", "tests", "bench") if (REPO / name).is_dir()]
+    folders = [name for name in ("scripts", "tests", "bench", "examples") if (REPO / name).is_dir()]
     check = run_tool(sys.executable, "-m", "ruff", "check", *folders)
     formatting = run_tool(sys.executable, "-m", "ruff", "format", "--check", *folders)
     assert check.returncode == 0, check.stdout

@@ -46,7 +46,7 @@ def test_run_saves_a_loadable_model_per_dataset(trained):
         model_path = trained / "models" / f"{dataset}.pt"
         raw = torch.load(model_path, weights_only=True)
         assert raw["dataset"] == dataset and raw["format"] == "rnnfleet"
-        assert set(raw["normalisation"]) == {"feature_mean", "feature_std", "target_std"}
+        assert set(raw["normalisation"]) == {"feature_mean", "feature_std", "target_mean", "target_std"}
         model, checkpoint = load_model(model_path)
         arrays = load_arrays(trained / "prep" / f"{dataset}.npz")
         windows = window_view(torch.from_numpy(arrays.features), checkpoint["features"]["seq_len"])

@@ -14,7 +14,7 @@ from typing import IO
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: builder, feature definition and target recorded
 
 
 def _current_umask() -> int:

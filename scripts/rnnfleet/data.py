@@ -1,5 +1,7 @@
 """Raw CSV -> validated features, targets, chronological split, normalisation; array file I/O.
 
+Which features and which target: rnnfleet.features and rnnfleet.targets.
+
 The array file (`.npz`) holds the feature matrix once (rows x features, float32,
 already normalised with training-part statistics) and the aligned targets. Training
 windows are cut from it later as views, so its size stays O(rows).
@@ -7,6 +9,7 @@ windows are cut from it later as views, so its size stays O(rows).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,15 +18,9 @@ import numpy as np
 
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
+from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
+from rnnfleet.targets import DEFAULT_TARGET, TARGETS
 
-FEATURE_NAMES = (
-    "log_open_over_prev_close",
-    "log_high_over_prev_close",
-    "log_low_over_prev_close",
-    "log_close_over_prev_close",
-    "log1p_volume",
-)
-TARGET_NAME = "log_close_return"
 PRICE_KEYS = ("open", "high", "low", "close")
 DEFAULT_COLUMNS = {
     "timestamp": "timestamp",
@@ -43,13 +40,14 @@ class DataError(UserError):
 class PreparedArrays:
     """One dataset, ready to train on.
 
-    features[t] describes bar t; targets[t] is the log return of the close from bar t to
-    bar t + horizon, divided by target_std. A window ending at bar t predicts targets[t].
+    features[t] describes bar t (of the bars after the features' warm-up); targets[t] is the
+    target (rnnfleet.targets) from bar t to bar t + horizon, as (value - target_mean) / target_std.
+    A window ending at bar t predicts targets[t].
     Windows ending in [seq_len - 1, train_end) train; windows ending in [val_start, rows) validate.
     """
 
     features: np.ndarray  # (rows, n_features) float32, normalised
-    targets: np.ndarray  # (rows,) float32, scaled by target_std
+    targets: np.ndarray  # (rows,) float32, scaled
     feature_mean: np.ndarray  # (n_features,) float32
     feature_std: np.ndarray  # (n_features,) float32
     target_std: float
@@ -57,6 +55,11 @@ class PreparedArrays:
     val_start: int
     last_close: float
     horizon: int
+    target: str = DEFAULT_TARGET
+    target_mean: float = 0.0
+    feature_definition: tuple[str, ...] = DEFAULT_FEATURES  # the config's `features:` references
+    feature_names: tuple[str, ...] = ()  # one per column
+    warmup: int = 1  # leading bars without features
 
     @property
     def rows(self) -> int:
@@ -162,9 +165,8 @@ def drop_non_finite(frame, name: str, max_fraction: float):
     return frame
 
 
-def bar_features(prices: np.ndarray, volume: np.ndarray, name: str = "dataset") -> np.ndarray:
-    """The features of every bar that has a previous close: (rows-1, 5) float64, row i
-    describing bar i+1. The one feature definition, used by preprocessing and prediction.
+def check_prices(prices: np.ndarray, volume: np.ndarray, name: str = "dataset") -> None:
+    """Prices > 0 (log returns need them) and volume >= 0, else DataError naming the row.
 
     prices: (rows, 4) open, high, low, close; volume: (rows,).
     """
@@ -174,26 +176,26 @@ def bar_features(prices: np.ndarray, volume: np.ndarray, name: str = "dataset") 
     if (volume < 0).any():
         row = int(np.nonzero(volume < 0)[0][0])
         raise DataError(f"{name}: negative volume in data row {row + 1}")
-    log_prices = np.log(prices)
-    features = np.empty((len(prices) - 1, len(FEATURE_NAMES)), dtype=np.float64)
-    features[:, :4] = log_prices[1:] - log_prices[:-1, 3, None]
-    features[:, 4] = np.log1p(volume[1:])
-    return features
+
+
+def bar_features(bars, feature_definition=DEFAULT_FEATURES, name: str = "dataset"):
+    """The features of every bar of read_clean_bars' frame (rnnfleet.features.FeatureMatrix),
+    prices checked first. The one feature path, used by preprocessing and prediction."""
+    check_prices(*prices_and_volume(bars), name)
+    return compute_feature_matrix(bars, feature_definition, name)
 
 
 def compute_features(
-    prices: np.ndarray, volume: np.ndarray, horizon: int, name: str = "dataset"
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Features per bar and the target (close log return over `horizon` bars).
-
-    prices: (rows, 4) open, high, low, close. Returns features (rows-1-horizon, 5),
-    targets (rows-1-horizon,) and the close of the last bar (for forecasts in price units).
-    The first bar has no previous close and the last `horizon` bars have no target.
-    """
-    features = bar_features(prices, volume, name)
-    log_close = np.log(prices[:, 3])
-    targets = log_close[1 + horizon :] - log_close[1:-horizon]
-    return features[: len(targets)], targets, float(prices[-1, 3])
+    bars, horizon: int, feature_definition=DEFAULT_FEATURES, target: str = DEFAULT_TARGET, name: str = "dataset"
+):
+    """Features and target of every bar that has both: bars from the features' warm-up to
+    `horizon` bars before the end. Returns (features (n, F) float64, targets (n,), the
+    FeatureMatrix of all bars, close of the last bar)."""
+    matrix = bar_features(bars, feature_definition, name)
+    log_close = np.log(bars["close"].to_numpy(dtype=np.float64))
+    targets = TARGETS[target].values(log_close, horizon)[matrix.warmup :]
+    features = matrix.values[matrix.warmup : matrix.warmup + len(targets)]
+    return features, targets, matrix, float(bars["close"].iloc[-1])
 
 
 def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.ndarray) -> np.ndarray:
@@ -212,6 +214,7 @@ def split_and_normalise(
     val_fraction: float,
     last_close: float,
     name: str = "dataset",
+    target: str = DEFAULT_TARGET,
 ) -> PreparedArrays:
     """Chronological split; statistics from the training part only; float32, contiguous."""
     rows = len(targets)
@@ -231,10 +234,10 @@ def split_and_normalise(
     feature_mean = train_features.mean(axis=0).astype(np.float32)
     feature_std = train_features.std(axis=0).astype(np.float32)
     feature_std[feature_std == 0] = 1.0
-    target_std = float(targets[:train_end].std()) or 1.0
+    target_mean, target_std = TARGETS[target].scaling(targets[:train_end])
     return PreparedArrays(
         features=normalise(features, feature_mean, feature_std),
-        targets=np.ascontiguousarray(targets / target_std, dtype=np.float32),
+        targets=np.ascontiguousarray((targets - target_mean) / target_std, dtype=np.float32),
         feature_mean=feature_mean,
         feature_std=feature_std,
         target_std=target_std,
@@ -242,6 +245,8 @@ def split_and_normalise(
         val_start=val_start,
         last_close=last_close,
         horizon=horizon,
+        target=target,
+        target_mean=target_mean,
     )
 
 
@@ -264,17 +269,23 @@ def prepare_dataset(
     val_fraction: float,
     columns: dict[str, str] | None = None,
     max_bad_fraction: float = 0.01,
+    feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
+    target: str = DEFAULT_TARGET,
 ) -> tuple[PreparedArrays, list[str]]:
     """CSV -> PreparedArrays, plus notes on what was cleaned (for the log)."""
     name = str(csv_path)
     frame = read_clean_bars(csv_path, columns, max_bad_fraction)
     notes = list(frame.attrs.get("notes", []))
-    prices, volume = prices_and_volume(frame)
-    del frame  # from here on only the numbers are held (a large file is in memory once)
-    if len(prices) < 2 + horizon:
-        raise DataError(f"{name}: too few rows for one training window plus validation: only {len(prices)} usable rows")
-    features, targets, last_close = compute_features(prices, volume, horizon, name)
-    return split_and_normalise(features, targets, seq_len, horizon, val_fraction, last_close, name), notes
+    if len(frame) < 2 + horizon:
+        raise DataError(f"{name}: too few rows for one training window plus validation: only {len(frame)} usable rows")
+    features, targets, matrix, last_close = compute_features(frame, horizon, feature_definition, target, name)
+    names, warmup = matrix.names, matrix.warmup
+    del frame, matrix  # from here on only the numbers are held
+    arrays = split_and_normalise(features, targets, seq_len, horizon, val_fraction, last_close, name, target)
+    described = dataclasses.replace(
+        arrays, feature_definition=tuple(feature_definition), feature_names=names, warmup=warmup
+    )
+    return described, notes
 
 
 def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
@@ -293,6 +304,11 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             val_start=np.int64(arrays.val_start),
             last_close=np.float64(arrays.last_close),
             horizon=np.int64(arrays.horizon),
+            target=np.str_(arrays.target),
+            target_mean=np.float64(arrays.target_mean),
+            feature_definition=np.array(arrays.feature_definition, dtype=np.str_),
+            feature_names=np.array(arrays.feature_names, dtype=np.str_),
+            warmup=np.int64(arrays.warmup),
         )
 
 
@@ -310,6 +326,11 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 val_start=int(stored["val_start"]),
                 last_close=float(stored["last_close"]),
                 horizon=int(stored["horizon"]),
+                target=str(stored["target"]),
+                target_mean=float(stored["target_mean"]),
+                feature_definition=tuple(str(item) for item in stored["feature_definition"]),
+                feature_names=tuple(str(item) for item in stored["feature_names"]),
+                warmup=int(stored["warmup"]),
             )
     except (OSError, ValueError, KeyError) as error:
         import zipfile
@@ -327,19 +348,23 @@ def preprocess_one(
     val_fraction: float,
     columns: dict[str, str] | None = None,
     max_bad_fraction: float = 0.01,
+    feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
+    target: str = DEFAULT_TARGET,
 ) -> PreparedArrays:
     """The preprocess job: CSV in, array file out; notes and a one-line summary to stderr."""
     import sys
 
-    arrays, notes = prepare_dataset(csv_path, seq_len, horizon, val_fraction, columns, max_bad_fraction)
+    arrays, notes = prepare_dataset(
+        csv_path, seq_len, horizon, val_fraction, columns, max_bad_fraction, feature_definition, target
+    )
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     pause_point("preprocess")
     Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
     save_arrays(arrays, arrays_path)
     print(
-        f"{csv_path}: {arrays.rows} rows -> {arrays_path} "
-        f"(train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
+        f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
+        f"target {target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
         file=sys.stderr,
     )
     return arrays

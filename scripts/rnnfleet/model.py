@@ -1,4 +1,9 @@
-"""The RNN and how to rebuild it from a saved model file."""
+"""Models: the built-in RNN, building any configured model (built-in or a user's builder,
+see rnnfleet.plugins), checking what a builder returns, and rebuilding one from a model file.
+
+A builder is called as builder(input_size=..., **hyper_parameters) and returns a
+torch.nn.Module mapping windows (batch, seq_len, input_size) to outputs (batch,) or (batch, 1).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,9 @@ import os
 
 import torch
 from torch import nn
+
+from rnnfleet.errors import UserError, one_line
+from rnnfleet.plugins import describe, resolve
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -30,19 +38,73 @@ class SequenceRegressor(nn.Module):
         return self.head(outputs[:, -1]).squeeze(-1)
 
 
-def build_model(model_config: dict) -> SequenceRegressor:
-    """model_config: input_size, cell, hidden_size, num_layers, dropout (as saved in the model file)."""
+def build_rnn(
+    input_size: int, cell: str = "lstm", hidden_size: int = 64, num_layers: int = 2, dropout: float = 0.1
+) -> SequenceRegressor:
+    """The built-in builder `rnn`: an LSTM or GRU with a linear head."""
     return SequenceRegressor(
-        input_size=int(model_config["input_size"]),
-        cell=str(model_config["cell"]),
-        hidden_size=int(model_config["hidden_size"]),
-        num_layers=int(model_config["num_layers"]),
-        dropout=float(model_config["dropout"]),
+        input_size=int(input_size),
+        cell=str(cell),
+        hidden_size=int(hidden_size),
+        num_layers=int(num_layers),
+        dropout=float(dropout),
     )
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[SequenceRegressor, dict]:
-    """Rebuild a trained model from `models/<dataset>.pt`, in eval mode on `device`.
+BUILDERS = {"rnn": build_rnn}
+DEFAULT_BUILDER = "rnn"
+NOT_HYPER_PARAMETERS = ("builder", "input_size")
+
+
+def build_model(model_config: dict, input_size: int, seq_len: int | None = None) -> nn.Module:
+    """The model `model_config` describes (its `builder`, default rnn, and the builder's
+    hyper-parameters), for inputs of `input_size` features. With seq_len, one tiny batch
+    checks the output shape. UserError naming the file and function when the builder fails,
+    returns something that is not an nn.Module, or gives the wrong shape."""
+    reference = str(model_config.get("builder", DEFAULT_BUILDER))
+    hyper_parameters = {key: value for key, value in model_config.items() if key not in NOT_HYPER_PARAMETERS}
+    builder = resolve(reference, BUILDERS, "model.builder")
+    where = describe(reference)
+    try:
+        model = builder(input_size=int(input_size), **hyper_parameters)
+    except Exception as error:
+        raise UserError(
+            f"{where} failed to build the model with input_size={input_size} and the config's "
+            f"model keys {sorted(hyper_parameters)} ({type(error).__name__}: {one_line(error)})"
+        ) from None
+    if not isinstance(model, nn.Module):
+        raise UserError(f"{where} returned {type(model).__name__}, not a torch.nn.Module")
+    if seq_len is not None:
+        check_output_shape(model, where, input_size, seq_len)
+    return model
+
+
+@torch.no_grad()
+def check_output_shape(model: nn.Module, where: str, input_size: int, seq_len: int) -> None:
+    windows = torch.zeros(2, seq_len, input_size)
+    training = model.training
+    model.eval()
+    try:
+        outputs = model(windows)
+    except Exception as error:
+        raise UserError(
+            f"{where}: the model fails on a batch of shape (2, {seq_len}, {input_size}) "
+            f"({type(error).__name__}: {one_line(error)})"
+        ) from None
+    finally:
+        model.train(training)
+    shape = tuple(getattr(outputs, "shape", ()))
+    if not isinstance(outputs, torch.Tensor) or shape not in ((2,), (2, 1)):
+        raise UserError(
+            f"{where}: the model maps a batch of shape (2, {seq_len}, {input_size}) to "
+            f"{shape if isinstance(outputs, torch.Tensor) else type(outputs).__name__}; expected (2,) or (2, 1): "
+            "one output per window"
+        )
+
+
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
+    """Rebuild a trained model from `models/<dataset>.pt` with the builder it records (a
+    user's file: relative to the working folder), in eval mode on `device`.
 
     Returns (model, checkpoint); checkpoint holds `model_config`, `normalisation`,
     `features`, `metrics` and `versions` (see README "Outputs").
@@ -50,6 +112,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     from rnnfleet.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(path)
-    model = build_model(checkpoint["model_config"])
+    model_config = checkpoint["model_config"]
+    model = build_model(model_config, int(model_config["input_size"]))
     model.load_state_dict(checkpoint["state_dict"])
     return model.to(device).eval(), checkpoint

@@ -66,7 +66,7 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     folder.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(figsize=(8.0, 3.6))
     # Fixed margins, legend on the right: an automatic layout would draw every figure twice.
-    figure.subplots_adjust(left=0.09, right=0.70, top=0.91, bottom=0.14)
+    figure.subplots_adjust(left=0.09, right=0.70, top=0.85, bottom=0.14)
     written = []
     for metrics_path in metrics_paths:
         with open(metrics_path) as handle:
@@ -80,12 +80,13 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         axes.plot(epochs, [entry["train_loss"] for entry in history], "o-", label="training")
         axes.plot(epochs, [entry["val_loss"] for entry in history], "o-", label="validation")
         naive = [metrics["naive_val_loss"]] * len(epochs)  # a line, not axhline: it widens the y range
-        axes.plot(epochs, naive, "--", color="0.5", label="naive forecast, validation")
+        baseline = metrics.get("baseline", "naive forecast")
+        axes.plot(epochs, naive, "--", color="0.5", label=f"naive: {baseline}, validation")
         axes.axvline(metrics["best_epoch"], color="0.8", linestyle=":", label=f"best epoch ({metrics['best_epoch']})")
         axes.set(
-            title=f"{dataset}: skill {metrics['skill']:+.4f}",
+            title=f"{dataset}: skill {metrics['skill']:+.4f}\n{training_description(metrics)}",
             xlabel="epoch",
-            ylabel="MSE (scaled returns)",
+            ylabel=metrics.get("loss", "loss"),
         )
         axes.xaxis.get_major_locator().set_params(integer=True)
         axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
@@ -94,6 +95,13 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         written.append(path)
     plt.close(figure)
     return written
+
+
+def training_description(metrics: dict) -> str:
+    """'model, features -> target' as the metrics record it (empty for older metrics files)."""
+    if "model" not in metrics:
+        return ""
+    return f"{metrics['model']}; {metrics['features']} -> {metrics['target']}"
 
 
 def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
@@ -120,7 +128,7 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
     if without_skill:
         title += f"\n{without_skill} dataset(s) without a model"
     axes.set_title(title, fontsize="medium")
-    axes.set_xlabel("skill (> 0: better than predicting a zero return)")
+    axes.set_xlabel("skill (> 0: better than the target's naive baseline; see the summary table)")
     save_figure(figure, path, dpi=100)
     plt.close(figure)
 
@@ -154,7 +162,9 @@ tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
 tr.none td:first-child {{ border-left: 4px solid #999; }}
 </style></head><body>
-<p>{len(rows)} dataset(s), best skill first. Green: the model beats the naive zero-return forecast.</p>
+<p>{len(rows)} dataset(s), best skill first. Green: the model beats its naive baseline
+(column <i>baseline</i>: zero return, training mean or training share of up moves, per target).
+Columns <i>model</i>, <i>features</i> and <i>target</i> say what each dataset trained with.</p>
 <table><thead><tr>{header}</tr></thead>
 <tbody>
 {chr(10).join(body)}

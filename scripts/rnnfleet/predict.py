@@ -6,8 +6,9 @@ Command line (with `scripts` on the Python path):
         --csv recent.csv --out forecasts.csv [--last 100]
 
 The CSV has the same columns as the training data (the names the model file recorded).
-Each output row is the forecast made at one bar: the close log return from that bar to
-`horizon` bars later and the close it implies. The last row forecasts beyond the data.
+Each output row is the forecast made at one bar of the model's target (rnnfleet.targets)
+from that bar to `horizon` bars later, in the target's own units (for the close log return
+also the close it implies). The last row forecasts beyond the data.
 """
 
 from __future__ import annotations
@@ -20,57 +21,73 @@ import sys
 import numpy as np
 import torch
 
-from rnnfleet.checkpoint import ModelFileError, atomic_write
-from rnnfleet.data import DataError, bar_features, normalise, prices_and_volume, read_clean_bars
-from rnnfleet.model import SequenceRegressor, load_model
-from rnnfleet.training import EVAL_BATCH, window_view
+from rnnfleet.checkpoint import atomic_write
+from rnnfleet.data import DataError, bar_features, normalise, read_clean_bars
+from rnnfleet.errors import UserError
+from rnnfleet.model import load_model
+from rnnfleet.targets import TARGETS
+from rnnfleet.training import EVAL_BATCH, outputs_of, window_view
 
 FORECAST_COLUMNS = ("timestamp", "close", "horizon", "forecast_log_return", "forecast_close")
 
 
+def forecast_columns(target_name: str) -> tuple[str, ...]:
+    """The forecasts CSV's columns for a model of this target."""
+    if target_name == "log_return":
+        return FORECAST_COLUMNS
+    return ("timestamp", "close", "horizon", TARGETS[target_name].forecast_column)
+
+
 @torch.no_grad()
-def predict_scaled(model: SequenceRegressor, features: np.ndarray, seq_len: int) -> np.ndarray:
-    """The model's raw output (target / target_std) for every window of normalised features,
-    in window order."""
+def predict_scaled(model: torch.nn.Module, features: np.ndarray, seq_len: int) -> np.ndarray:
+    """The model's raw output (the scaled target, or a logit) for every window of normalised
+    features, in window order."""
     device = next(model.parameters()).device
     windows = window_view(torch.from_numpy(features).to(device), seq_len)
-    outputs = [model(windows[start : start + EVAL_BATCH]) for start in range(0, len(windows), EVAL_BATCH)]
-    return torch.cat(outputs).float().cpu().numpy()
+    outputs = [outputs_of(model, windows[start : start + EVAL_BATCH]) for start in range(0, len(windows), EVAL_BATCH)]
+    return torch.cat(outputs).cpu().numpy()
 
 
-def forecast_frame(model: SequenceRegressor, checkpoint: dict, bars, last: int | None = None, name: str = "bars"):
-    """A DataFrame of FORECAST_COLUMNS, one row per bar that ends a full window (only the
-    last `last` of them when given), from bars as read_clean_bars returns them."""
+def forecast_frame(model: torch.nn.Module, checkpoint: dict, bars, last: int | None = None, name: str = "bars"):
+    """A DataFrame of forecast_columns(target), one row per bar that ends a full window
+    (only the last `last` of them when given), from bars as read_clean_bars returns them."""
     import pandas as pd
 
-    seq_len = int(checkpoint["features"]["seq_len"])
-    horizon = int(checkpoint["features"]["horizon"])
+    recorded = checkpoint["features"]
+    seq_len, horizon, warmup = int(recorded["seq_len"]), int(recorded["horizon"]), int(recorded["warmup"])
+    target = TARGETS[recorded["target"]]
     normalisation = checkpoint["normalisation"]
-    needed_rows = seq_len + 1  # one window of features; the first bar only gives its close
+    needed_rows = seq_len + warmup  # one window of features after the features' warm-up
     if len(bars) < needed_rows:
-        raise DataError(f"{name}: {len(bars)} bars, a forecast needs at least {needed_rows} (seq_len {seq_len} + 1)")
+        raise DataError(
+            f"{name}: {len(bars)} bars, a forecast needs at least {needed_rows} "
+            f"(seq_len {seq_len} + {warmup} bar(s) of feature warm-up)"
+        )
     if last is not None:
-        bars = bars.iloc[-(last + seq_len) :]
-    prices, volume = prices_and_volume(bars)
+        bars = bars.iloc[-(last + needed_rows - 1) :]
+    matrix = bar_features(bars, recorded["definition"], name)
     features = normalise(
-        bar_features(prices, volume, name),
+        matrix.values[matrix.warmup :],
         np.asarray(normalisation["feature_mean"], dtype=np.float32),
         np.asarray(normalisation["feature_std"], dtype=np.float32),
     )
-    log_return = predict_scaled(model, features, seq_len).astype(np.float64) * float(normalisation["target_std"])
-    # Window w ends at feature row w + seq_len - 1, which describes bar w + seq_len.
-    window_end_bars = bars.iloc[seq_len:]
-    close = prices[seq_len:, 3]
-    return pd.DataFrame(
-        {
-            "timestamp": window_end_bars["timestamp"].to_numpy(),
-            "close": close,
-            "horizon": horizon,
-            "forecast_log_return": log_return,
-            "forecast_close": close * np.exp(log_return),
-        },
-        columns=list(FORECAST_COLUMNS),
+    forecasts = target.to_units(
+        predict_scaled(model, features, seq_len).astype(np.float64),
+        float(normalisation["target_mean"]),
+        float(normalisation["target_std"]),
     )
+    # Window w ends at feature row w + seq_len - 1, which describes bar warmup + w + seq_len - 1.
+    window_end_bars = bars.iloc[matrix.warmup + seq_len - 1 :]
+    close = window_end_bars["close"].to_numpy(dtype=np.float64)
+    columns = {
+        "timestamp": window_end_bars["timestamp"].to_numpy(),
+        "close": close,
+        "horizon": horizon,
+        target.forecast_column: forecasts,
+    }
+    if target.name == "log_return":
+        columns["forecast_close"] = close * np.exp(forecasts)
+    return pd.DataFrame(columns, columns=list(forecast_columns(target.name)))
 
 
 def forecast_csv(
@@ -98,8 +115,7 @@ def forecast_csv(
         handle.write(text.getvalue().encode())
     print(
         f"{model_path} on {csv_path}: {len(forecasts)} forecast(s) -> {forecasts_path}; "
-        f"last: {forecasts['forecast_log_return'].iloc[-1]:+.6f} log return, "
-        f"close {forecasts['close'].iloc[-1]:.6g} -> {forecasts['forecast_close'].iloc[-1]:.6g}",
+        f"last: {forecasts.columns[3]} {forecasts.iloc[-1, 3]:+.6g} at close {forecasts['close'].iloc[-1]:.6g}",
         file=sys.stderr,
     )
     return forecasts
@@ -115,8 +131,8 @@ def positive_int(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rnnfleet.predict",
-        description="Forecast the close log return (and the implied close) at each bar of a CSV "
-        "with a model file written by rnnfleet.",
+        description="Forecast the model's target (e.g. the close log return and the implied close) "
+        "at each bar of a CSV with a model file written by rnnfleet.",
     )
     parser.add_argument("--model", required=True, help="model file, e.g. models/EURUSD_1m.pt")
     parser.add_argument("--csv", required=True, help="bars in the training data's format, oldest first")
@@ -129,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         forecast_csv(args.model, args.csv, args.out, args.last, args.max_bad_fraction, args.device)
-    except (DataError, ModelFileError, FileNotFoundError) as error:
+    except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -15,7 +15,14 @@ SUMMARY_COLUMNS = (
     "dataset",
     "val_loss",
     "naive_val_loss",
-    "skill",
+    "skill",  # 1 - val_loss / naive_val_loss
+    "model",  # which model, features and target the dataset trained with
+    "features",
+    "target",
+    "baseline",  # the naive forecast naive_val_loss is the loss of (rnnfleet.targets)
+    "loss",  # what val_loss measures: MSE of the scaled target, or log loss
+    "val_accuracy",  # classification targets only, with the baseline's
+    "naive_val_accuracy",
     "best_epoch",
     "epochs_run",
     "train_seconds",

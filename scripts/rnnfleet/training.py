@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+from torch import nn
 
-from rnnfleet.data import FEATURE_NAMES, TARGET_NAME, PreparedArrays
+from rnnfleet.checkpoint import FORMAT_VERSION
+from rnnfleet.data import PreparedArrays
 from rnnfleet.faults import pause_point
-from rnnfleet.model import SequenceRegressor, build_model
+from rnnfleet.model import DEFAULT_BUILDER, build_model
+from rnnfleet.targets import TARGETS, Target
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROGRESS_EVERY_SECONDS = 30.0
@@ -28,14 +30,16 @@ def log(message: str) -> None:
 
 @dataclass
 class TrainingResult:
-    model: SequenceRegressor  # holds the best-validation weights
+    model: nn.Module  # holds the best-validation weights
     val_loss: float
-    naive_val_loss: float
+    naive_val_loss: float  # the target's naive baseline (rnnfleet.targets) on the same windows
     best_epoch: int
     epochs_run: int
     train_seconds: float
     setup_seconds: float  # model, optimizer and data on the device, before the first step
     history: list[dict] = field(default_factory=list)
+    val_accuracy: float | None = None  # classification targets only
+    naive_val_accuracy: float | None = None
 
     @property
     def skill(self) -> float:
@@ -48,15 +52,26 @@ def window_view(features: torch.Tensor, seq_len: int) -> torch.Tensor:
     return features.unfold(0, seq_len, 1).transpose(1, 2)
 
 
+def outputs_of(model: nn.Module, windows: torch.Tensor) -> torch.Tensor:
+    """(batch,) float outputs; a builder's model may return (batch, 1)."""
+    return model(windows).float().reshape(-1)
+
+
 @torch.no_grad()
-def evaluate(model: SequenceRegressor, windows: torch.Tensor, targets: torch.Tensor, amp_dtype) -> float:
+def evaluate(
+    model: nn.Module, windows: torch.Tensor, targets: torch.Tensor, amp_dtype, target: Target
+) -> tuple[float, float]:
+    """(mean loss, share of windows whose output is on the target's side of 0 / 0.5)."""
     model.eval()
     loss_sum = torch.zeros((), device=targets.device)
+    hits = torch.zeros((), device=targets.device)
     for start in range(0, len(targets), EVAL_BATCH):
         with _autocast(targets.device, amp_dtype):
-            predictions = model(windows[start : start + EVAL_BATCH])
-        loss_sum += F.mse_loss(predictions.float(), targets[start : start + EVAL_BATCH], reduction="sum")
-    return loss_sum.item() / len(targets)
+            predictions = outputs_of(model, windows[start : start + EVAL_BATCH])
+        batch_targets = targets[start : start + EVAL_BATCH]
+        loss_sum += target.loss(predictions, batch_targets, reduction="sum")
+        hits += ((predictions > 0) == (batch_targets > 0.5)).sum()
+    return loss_sum.item() / len(targets), hits.item() / len(targets)
 
 
 def _autocast(device: torch.device, amp_dtype):
@@ -92,10 +107,12 @@ def train_model(
     val_windows = windows[arrays.val_start - (seq_len - 1) :]
     val_targets = window_targets[arrays.val_start - (seq_len - 1) :]
 
-    model = build_model({**model_hparams, "input_size": features.shape[1]}).to(device)
+    target = TARGETS[arrays.target]
+    model = build_model(model_hparams, features.shape[1], seq_len).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
-    naive_val_loss = val_targets.pow(2).mean().item()  # predicting a zero return
+    naive_output = torch.full_like(val_targets, target.naive_output(window_targets[:n_train]))
+    naive_val_loss = target.loss(naive_output, val_targets).item()
     best_val_loss, best_epoch, best_state, history = math.inf, 0, None, []
     n_batches = math.ceil(n_train / batch_size)
     started = time.perf_counter()
@@ -108,8 +125,8 @@ def train_model(
         for batch_number, start in enumerate(range(0, n_train, batch_size), 1):
             batch = order[start : start + batch_size]
             with _autocast(device, amp_dtype):
-                predictions = model(windows[batch])
-            loss = F.mse_loss(predictions.float(), window_targets[batch])
+                predictions = outputs_of(model, windows[batch])
+            loss = target.loss(predictions, window_targets[batch])
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -119,7 +136,7 @@ def train_model(
                 last_progress = time.perf_counter()
                 log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
-        val_loss = evaluate(model, val_windows, val_targets, amp_dtype)
+        val_loss, _ = evaluate(model, val_windows, val_targets, amp_dtype, target)
         seconds = time.perf_counter() - epoch_started
         history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
         log(
@@ -138,6 +155,11 @@ def train_model(
 
     model.load_state_dict(best_state)
     model.eval()
+    accuracies = {}
+    if target.classification:
+        _, accuracies["val_accuracy"] = evaluate(model, val_windows, val_targets, amp_dtype, target)
+        naive_hits = (naive_output > 0) == (val_targets > 0.5)
+        accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
     return TrainingResult(
         model=model,
         val_loss=best_val_loss,
@@ -147,6 +169,7 @@ def train_model(
         train_seconds=time.perf_counter() - started,
         setup_seconds=started - entered,
         history=history,
+        **accuracies,
     )
 
 
@@ -171,25 +194,52 @@ def build_checkpoint(
     column names, as the config maps them); loads with weights_only=True."""
     return {
         "format": "rnnfleet",
-        "format_version": 1,
+        "format_version": FORMAT_VERSION,
         "dataset": dataset,
         "state_dict": {key: value.detach().cpu() for key, value in result.model.state_dict().items()},
-        "model_config": {**model_hparams, "input_size": int(arrays.features.shape[1])},
+        "model_config": {
+            "builder": DEFAULT_BUILDER,
+            **model_hparams,
+            "input_size": int(arrays.features.shape[1]),
+        },
         "train_config": dict(train_hparams),
         "normalisation": {
             "feature_mean": arrays.feature_mean.tolist(),
             "feature_std": arrays.feature_std.tolist(),
+            "target_mean": arrays.target_mean,
             "target_std": arrays.target_std,
         },
         "features": {
-            "names": list(FEATURE_NAMES),
-            "target": TARGET_NAME,
+            "definition": list(arrays.feature_definition),
+            "names": list(arrays.feature_names),
+            "warmup": arrays.warmup,
+            "target": arrays.target,
             "horizon": arrays.horizon,
             "seq_len": int(train_hparams["seq_len"]),
             "columns": dict(columns or {}),
         },
         "metrics": metrics,
         "versions": library_versions(),
+    }
+
+
+def model_label(model_hparams: dict) -> str:
+    """The model in a few words, for the summary table: e.g. 'lstm 2x64' or 'my/file.py:build'."""
+    builder = model_hparams.get("builder", DEFAULT_BUILDER)
+    if builder != DEFAULT_BUILDER:
+        return str(builder)
+    return f"{model_hparams['cell']} {model_hparams['num_layers']}x{model_hparams['hidden_size']}"
+
+
+def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
+    """Which model, features and target a dataset used, and what its skill is measured against."""
+    target = TARGETS[arrays.target]
+    return {
+        "model": model_label(model_hparams),
+        "features": " + ".join(arrays.feature_definition),
+        "target": f"{arrays.target} over {arrays.horizon} bar(s)",
+        "baseline": target.baseline,
+        "loss": target.loss_name,
     }
 
 
@@ -238,6 +288,7 @@ def train_one(
             "val_loss": result.val_loss,
             "naive_val_loss": result.naive_val_loss,
             "skill": result.skill,
+            **describe_training(arrays, model_hparams),
             "best_epoch": result.best_epoch,
             "epochs_run": result.epochs_run,
             "train_seconds": result.train_seconds,
@@ -253,6 +304,8 @@ def train_one(
             "setup_seconds": result.setup_seconds,
             "history": result.history,
         }
+        if result.val_accuracy is not None:
+            metrics |= {"val_accuracy": result.val_accuracy, "naive_val_accuracy": result.naive_val_accuracy}
         save_started = time.perf_counter()
         save_checkpoint(
             build_checkpoint(dataset, result, arrays, model_hparams, train_hparams, metrics, columns), model_path
@@ -265,6 +318,6 @@ def train_one(
         gpu_slot.release()
     log(
         f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
-        f"vs naive {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
+        f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
     )
     return metrics

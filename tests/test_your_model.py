@@ -1,0 +1,216 @@
+"""Your own model, features and target through the real snakemake: the examples/ files train,
+re-train only when they change, reload with weights_only=True and forecast."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import REPO, add_datasets, pending_jobs, snakemake, write_config
+
+from rnnfleet.errors import last_marked_line
+from rnnfleet.model import load_model
+from rnnfleet.predict import forecast_columns
+
+DATASETS = ["EURUSD_1m", "SPY_1m"]
+FORECAST_BARS = 5
+# What a run needs besides an example's own config (as --config, after it).
+RUN_SETTINGS = [
+    "data_dir=data",
+    'train={"seq_len": 16, "batch_size": 64, "epochs": 2, "patience": 2}',
+    f'predict={{"datasets": "all", "last": {FORECAST_BARS}}}',
+]
+
+
+def folder_with_examples(folder: Path) -> Path:
+    """A working folder holding the datasets and a copy of examples/ (as a user's would)."""
+    add_datasets(folder, DATASETS)
+    shutil.copytree(REPO / "examples", folder / "examples")
+    return folder
+
+
+def edit(path: Path) -> None:
+    """Change a file the way a user does: new content, newer modification time."""
+    path.write_text(path.read_text() + "\n# edited\n")
+    later = time.time() + 5
+    os.utime(path, (later, later))
+
+
+def read_summary(folder: Path) -> dict[str, dict[str, str]]:
+    with open(folder / "results" / "metrics.csv") as handle:
+        return {row["dataset"]: row for row in csv.DictReader(handle)}
+
+
+# --- your model -----------------------------------------------------------------------
+
+MODEL_ARGS = ["--configfile", "examples/tcn_gru.yaml", "--replace-workflow-config", "--config", *RUN_SETTINGS]
+
+
+@pytest.fixture(scope="module")
+def model_run(tmp_path_factory) -> Path:
+    folder = folder_with_examples(tmp_path_factory.mktemp("your_model"))
+    snakemake(folder, *MODEL_ARGS)
+    return folder
+
+
+@pytest.fixture
+def model_run_copy(model_run, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(model_run, copy, symlinks=True)
+    return copy
+
+
+def test_your_model_trains_saves_and_reloads_with_weights_only(model_run, monkeypatch):
+    monkeypatch.chdir(model_run)  # the builder's path is relative to the working folder
+    for dataset in DATASETS:
+        model_path = model_run / "models" / f"{dataset}.pt"
+        raw = torch.load(model_path, weights_only=True)
+        assert raw["model_config"] == {
+            "builder": "examples/tcn_gru.py:build",
+            "channels": 16,
+            "kernel_size": 3,
+            "hidden_size": 32,
+            "input_size": 5,
+        }
+        model, _ = load_model(model_path)
+        assert type(model).__name__ == "ConvGRU"  # rebuilt by the example's builder, not the built-in RNN
+        assert any(key.startswith("conv.") for key in raw["state_dict"])
+    summary = read_summary(model_run)
+    assert {row["model"] for row in summary.values()} == {"examples/tcn_gru.py:build"}
+    assert all(row["status"] == "ok" and np.isfinite(float(row["skill"])) for row in summary.values())
+
+
+def test_your_model_forecasts(model_run):
+    for dataset in DATASETS:
+        forecasts = pd.read_csv(model_run / "predictions" / f"{dataset}.csv")
+        assert tuple(forecasts.columns) == forecast_columns("log_return") and len(forecasts) == FORECAST_BARS
+        assert np.isfinite(forecasts["forecast_log_return"]).all()
+
+
+def test_editing_your_model_file_retrains_what_uses_it_and_rnnfleet_code_does_not(model_run_copy):
+    for package_file in ("model.py", "training.py"):
+        os.utime(REPO / "scripts" / "rnnfleet" / package_file)  # rnnfleet's own code is not an input
+    assert pending_jobs(snakemake(model_run_copy, "-n", *MODEL_ARGS).stdout, "train") == {}
+    edit(model_run_copy / "examples" / "tcn_gru.py")
+    dry = snakemake(model_run_copy, "-n", *MODEL_ARGS).stdout
+    pending = pending_jobs(dry, "train")
+    assert set(pending) == set(DATASETS)
+    assert all("examples/tcn_gru.py" in reason for reason in pending.values())
+    assert pending_jobs(dry, "preprocess") == {}  # the arrays do not depend on the model
+
+
+def test_a_builder_returning_the_wrong_shape_fails_each_dataset_with_one_line(tmp_path):
+    add_datasets(tmp_path, DATASETS)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "bad.py").write_text(
+        "import torch\n\ndef build(input_size, width):\n    return torch.nn.Linear(input_size, width)\n"
+    )
+    (tmp_path / "bad.yaml").write_text("model:\n  builder: mine/bad.py:build\n  width: 3\n")
+    args = ["--configfile", "bad.yaml", "--replace-workflow-config", "--config", *RUN_SETTINGS]
+    result = snakemake(tmp_path, *args, check=False)
+    assert result.returncode != 0
+    for dataset in DATASETS:
+        log_path = tmp_path / "logs" / "train" / f"{dataset}.log"
+        assert "Traceback" not in log_path.read_text()
+        assert last_marked_line(log_path).startswith(
+            "ERROR: mine/bad.py: function build: the model maps a batch of shape (2, 16, 5) to (2, 16, 3)"
+        )
+    summary = read_summary(tmp_path)
+    assert {row["status"] for row in summary.values()} == {"failed"}
+    assert all("mine/bad.py: function build" in row["error"] for row in summary.values())
+
+
+# --- your features --------------------------------------------------------------------
+
+FEATURE_ARGS = ["--configfile", "examples/momentum_features.yaml"]
+
+
+@pytest.fixture(scope="module")
+def features_run(tmp_path_factory) -> Path:
+    folder = folder_with_examples(tmp_path_factory.mktemp("your_features"))
+    write_config(folder, data_dir="data", predict={"datasets": "all", "last": FORECAST_BARS})
+    snakemake(folder, *FEATURE_ARGS)
+    return folder
+
+
+def test_your_features_are_recorded_in_the_model_file_and_used_for_forecasts(features_run, monkeypatch):
+    monkeypatch.chdir(features_run)
+    definition = ["ohlc_returns", "log_volume", "time_of_day", "examples/momentum_features.py:momentum"]
+    for dataset in DATASETS:
+        model_path = features_run / "models" / f"{dataset}.pt"
+        raw = torch.load(model_path, weights_only=True)
+        assert raw["features"]["definition"] == definition
+        assert raw["features"]["names"][-3:] == [f"{definition[-1]}[{column}]" for column in range(3)]
+        assert raw["features"]["warmup"] == 15  # the 15-bar return needs 15 earlier bars
+        assert raw["model_config"]["input_size"] == 4 + 1 + 2 + 3
+        model, checkpoint = load_model(model_path)
+        forecasts = pd.read_csv(features_run / "predictions" / f"{dataset}.csv")
+        assert len(forecasts) == FORECAST_BARS and np.isfinite(forecasts["forecast_log_return"]).all()
+    summary = read_summary(features_run)
+    assert {row["features"] for row in summary.values()} == {" + ".join(definition)}
+
+
+def test_editing_your_feature_file_reprocesses_and_retrains(features_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(features_run, copy, symlinks=True)
+    assert "Nothing to be done" in (result := snakemake(copy, "-n", *FEATURE_ARGS)).stdout + result.stderr
+    edit(copy / "examples" / "momentum_features.py")
+    dry = snakemake(copy, "-n", *FEATURE_ARGS).stdout
+    assert set(pending_jobs(dry, "preprocess")) == set(DATASETS)
+    assert set(pending_jobs(dry, "train")) == set(DATASETS)
+
+
+# --- your target ----------------------------------------------------------------------
+
+TARGET_CASES = {
+    "abs_log_return": ("training mean", "MSE (scaled)", "forecast_abs_log_return"),
+    "realised_volatility": ("training mean", "MSE (scaled)", "forecast_realised_volatility"),
+    "direction": ("training share of up moves", "log loss", "forecast_up_probability"),
+}
+
+
+@pytest.mark.parametrize("target", TARGET_CASES)
+def test_each_target_trains_reports_its_baseline_and_forecasts_in_its_units(tmp_path, target):
+    baseline, loss, forecast_column = TARGET_CASES[target]
+    add_datasets(tmp_path, DATASETS[:1])
+    write_config(tmp_path, data_dir="data", target=target, predict={"datasets": "all", "last": FORECAST_BARS})
+    snakemake(tmp_path)
+    row = read_summary(tmp_path)[DATASETS[0]]
+    assert (row["target"], row["baseline"], row["loss"]) == (f"{target} over 1 bar(s)", baseline, loss)
+    assert float(row["naive_val_loss"]) > 0 and np.isfinite(float(row["skill"]))
+    assert (row["val_accuracy"] != "") == (target == "direction")
+    forecasts = pd.read_csv(tmp_path / "predictions" / f"{DATASETS[0]}.csv")
+    assert tuple(forecasts.columns) == ("timestamp", "close", "horizon", forecast_column)
+    values = forecasts[forecast_column]
+    if target == "direction":
+        assert values.between(0, 1).all()  # a probability, not a logit
+    else:  # back in log-return units: the size of a 1-minute move, not a standardised score
+        typical = np.abs(np.diff(np.log(pd.read_csv(tmp_path / "data" / f"{DATASETS[0]}.csv")["close"]))).mean()
+        assert values.abs().median() < 20 * typical
+    table_html = (tmp_path / "results" / "metrics.html").read_text()
+    assert baseline in table_html and target in table_html
+
+
+def test_the_report_names_your_model(model_run_copy):
+    snakemake(model_run_copy, "--report", "report.html", *MODEL_ARGS)
+    text = (model_run_copy / "report.html").read_text()
+    assert "built by <tt" in text and "examples/tcn_gru.py:build" in text
+
+
+def test_a_broken_model_file_stops_the_run_before_any_model_is_removed(model_run_copy):
+    model_file = model_run_copy / "examples" / "tcn_gru.py"
+    model_file.write_text(model_file.read_text().replace("def build(", "def build(("))  # a syntax error
+    models_before = {path.name: path.stat().st_mtime_ns for path in (model_run_copy / "models").glob("*.pt")}
+    result = snakemake(model_run_copy, *MODEL_ARGS, check=False)
+    assert result.returncode != 0
+    assert "examples/tcn_gru.py: importing it failed (SyntaxError" in result.stderr
+    assert "nothing was run" in result.stderr
+    after = {path.name: path.stat().st_mtime_ns for path in (model_run_copy / "models").glob("*.pt")}
+    assert after == models_before and len(after) == len(DATASETS)
