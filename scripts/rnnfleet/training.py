@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from rnnfleet.data import FEATURE_NAMES, TARGET_NAME, PreparedArrays
 from rnnfleet.faults import pause_point
+from rnnfleet.gaps import window_numbers
 from rnnfleet.model import SequenceRegressor, build_model
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -49,14 +50,18 @@ def window_view(features: torch.Tensor, seq_len: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: SequenceRegressor, windows: torch.Tensor, targets: torch.Tensor, amp_dtype) -> float:
+def evaluate(
+    model: SequenceRegressor, windows: torch.Tensor, targets: torch.Tensor, amp_dtype, numbers: torch.Tensor
+) -> float:
+    """Mean loss over the windows (and their targets) numbered `numbers`."""
     model.eval()
     loss_sum = torch.zeros((), device=targets.device)
-    for start in range(0, len(targets), EVAL_BATCH):
+    for start in range(0, len(numbers), EVAL_BATCH):
+        batch = numbers[start : start + EVAL_BATCH]
         with _autocast(targets.device, amp_dtype):
-            predictions = model(windows[start : start + EVAL_BATCH])
-        loss_sum += F.mse_loss(predictions.float(), targets[start : start + EVAL_BATCH], reduction="sum")
-    return loss_sum.item() / len(targets)
+            predictions = model(windows[batch])
+        loss_sum += F.mse_loss(predictions.float(), targets[batch], reduction="sum")
+    return loss_sum.item() / len(numbers)
 
 
 def _autocast(device: torch.device, amp_dtype):
@@ -75,10 +80,16 @@ def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float,
     )
 
 
+def usable_windows(arrays: PreparedArrays, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training, validation) window numbers: those that span no gap (rnnfleet.gaps)."""
+    return window_numbers(arrays.rows, arrays.train_end, arrays.val_start, arrays.gap_bars, seq_len, arrays.horizon)
+
+
 def train_model(
     arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
 ) -> TrainingResult:
-    """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start."""
+    """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start;
+    windows that span a gap are left out of both."""
     entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
     amp_dtype = AMP_DTYPES[train_hparams.get("amp", "off")]
@@ -88,14 +99,13 @@ def train_model(
     features = torch.from_numpy(arrays.features).to(device)
     targets = torch.from_numpy(arrays.targets).to(device)
     windows, window_targets = window_view(features, seq_len), targets[seq_len - 1 :]
-    n_train = arrays.train_end - (seq_len - 1)
-    val_windows = windows[arrays.val_start - (seq_len - 1) :]
-    val_targets = window_targets[arrays.val_start - (seq_len - 1) :]
+    train_numbers, val_numbers = (torch.from_numpy(numbers).to(device) for numbers in usable_windows(arrays, seq_len))
+    n_train = len(train_numbers)
 
     model = build_model({**model_hparams, "input_size": features.shape[1]}).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
-    naive_val_loss = val_targets.pow(2).mean().item()  # predicting a zero return
+    naive_val_loss = window_targets[val_numbers].pow(2).mean().item()  # predicting a zero return
     best_val_loss, best_epoch, best_state, history = math.inf, 0, None, []
     n_batches = math.ceil(n_train / batch_size)
     started = time.perf_counter()
@@ -103,7 +113,7 @@ def train_model(
     for epoch in range(1, int(train_hparams["epochs"]) + 1):
         epoch_started = last_progress = time.perf_counter()
         model.train()
-        order = torch.randperm(n_train, device=device, generator=generator)
+        order = train_numbers[torch.randperm(n_train, device=device, generator=generator)]
         loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
         for batch_number, start in enumerate(range(0, n_train, batch_size), 1):
             batch = order[start : start + batch_size]
@@ -119,7 +129,7 @@ def train_model(
                 last_progress = time.perf_counter()
                 log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
-        val_loss = evaluate(model, val_windows, val_targets, amp_dtype)
+        val_loss = evaluate(model, windows, window_targets, amp_dtype, val_numbers)
         seconds = time.perf_counter() - epoch_started
         history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
         log(
@@ -226,6 +236,7 @@ def train_one(
     load_seconds = time.perf_counter() - load_started
     try:
         result = train_model(arrays, model_hparams, train_hparams, device)
+        train_windows, val_windows = map(len, usable_windows(arrays, int(train_hparams["seq_len"])))
         metrics = {
             "dataset": dataset,
             "val_loss": result.val_loss,
@@ -237,8 +248,8 @@ def train_one(
             "device": str(device),
             "torch_threads": torch.get_num_threads(),
             "rows": arrays.rows,
-            "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
-            "val_windows": arrays.rows - arrays.val_start,
+            "train_windows": train_windows,
+            "val_windows": val_windows,
             "startup_seconds": startup_seconds,
             "process_started_at": process_started_at,
             "load_seconds": load_seconds,
