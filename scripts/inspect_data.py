@@ -7,7 +7,7 @@ from rnnfleet.inspection import inspect_datasets
 
 with job_guard("inspect"):
     inspect_datasets(
-        files=dict(zip(snakemake.params.datasets, snakemake.input)),
+        files=dict(zip(snakemake.params.datasets, snakemake.input, strict=True)),
         settings=dict(snakemake.params.settings),
         table_path=snakemake.output.table,
     )

@@ -39,7 +39,6 @@ INSPECT_COLUMNS = (
 def inspect_dataset(dataset: str, path: str, settings: dict) -> dict:
     """One row of the table. settings: columns, read_format, max_bad_fraction, max_gap,
     seq_len, horizon, val_fraction (the preprocess job's params)."""
-    import pandas as pd
 
     row = {"dataset": dataset, "file": path}
     try:
