@@ -127,6 +127,7 @@ PRESETS = {
         timezone="UTC",
     ),
 }
+FORMAT_PRESETS = ("auto", *PRESETS)
 FORMAT_DEFAULTS = {
     "preset": "auto",
     "header": "auto",
@@ -172,7 +173,7 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     check_numeric(frame, name, layout)
     timestamps, time_read_as, notes = parse_times(frame, name, layout)
     frame = frame[list(BAR_KEYS)].astype(np.float64)
-    frame.insert(0, "timestamp", timestamps)
+    frame.insert(0, "timestamp", timestamps.astype("datetime64[ns, UTC]"))  # gaps count in ns
     frame = sorted_unique_by_time(frame, notes)
     frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
     return frame
@@ -444,7 +445,7 @@ def epoch_times(values: np.ndarray, name: str, label: str, unit: str):
         if unplaced.any():
             row = int(unplaced.nonzero()[0][0])
             raise DataError(
-                f"{name}: {label} holds {values[row]!r} (data row {row + 1}), which is no epoch time "
+                f"{name}: {label} holds {values[row].item()!r} (data row {row + 1}), which is no epoch time "
                 "from 1973 on in s, ms, us or ns; set format.timestamp_unit, or check the column"
             )
         unit_text = " and ".join(units_seen)
