@@ -381,7 +381,11 @@ def read_parquet(raw, name: str, requested: Layout):
     if "timestamp" not in wanted and "__index_level_0__" in header:
         wanted["timestamp"] = "__index_level_0__"  # pandas' unnamed index
     table = parquet.read(columns=list(dict.fromkeys(wanted.values())))
-    frame = table.to_pandas().rename(columns={column: key for key, column in wanted.items()})
+    # Arrow's buffers are freed column by column as pandas takes them: the numbers held once.
+    frame = table.to_pandas(self_destruct=True, split_blocks=True)
+    del table
+    pa.default_memory_pool().release_unused()  # give Arrow's freed buffers back to the OS
+    frame = frame.rename(columns={column: key for key, column in wanted.items()})
     layout = replace(requested, kind="parquet", header=True, columns=wanted, fields=len(header))
     return frame, layout
 
