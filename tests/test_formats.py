@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, snakemake, write_config
+from conftest import REPO, pending_jobs, snakemake, write_config
 
 from rnnfleet.data import DataError, load_arrays
 from rnnfleet.formats import FORMAT_PRESETS, read_bars
@@ -216,6 +216,24 @@ def test_explicit_settings_override_sniffing(tmp_path):
     assert "'|'-delimited" in read.attrs["read_as"] and "naive times in Europe/Berlin" in read.attrs["read_as"]
 
 
+def test_positions_skip_a_header_line_when_there_is_one(tmp_path):
+    bars = reference_bars(50)
+    headered(bars)[["close", "timestamp", "open", "high", "low", "volume"]].to_csv(tmp_path / "p.csv", index=False)
+    positions = {"timestamp": 1, "open": 2, "high": 3, "low": 4, "close": 0, "volume": 5}
+    read = read_bars(tmp_path / "p.csv", read_format={"positions": positions})
+    np.testing.assert_array_equal(read[BAR_KEYS].to_numpy(), numbers(bars).to_numpy())
+    assert read.attrs["read_as"].startswith("auto: header, ")
+
+
+def test_a_bad_max_gap_is_a_config_error_naming_the_key():
+    from rnnfleet.config_check import config_problems
+
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    problems = config_problems({"preprocess": {"max_gap": "5 minutes"}}, schema)
+    assert len(problems) == 1 and "config key 'preprocess.max_gap' = '5 minutes' is not allowed" in problems[0]
+    assert config_problems({"preprocess": {"max_gap": "off"}, "format": {"preset": "binance"}}, schema) == []
+
+
 def test_header_names_from_the_columns_setting(tmp_path):
     bars = reference_bars(50)
     renamed = headered(bars).rename(columns={"timestamp": "when", "close": "Last"})
@@ -331,6 +349,13 @@ def test_no_window_spans_a_weekend_gap(layouts_run):
     assert len(train) < arrays.train_end - (SEQ_LEN - 1)  # windows were left out
     lost = arrays.train_end - (SEQ_LEN - 1) - len(train) + arrays.rows - arrays.val_start - len(val)
     assert f"{lost} window(s) spanning them are not used" in log
+
+
+@pytest.mark.parametrize("change", ['format={"timezone": "Europe/Berlin"}', 'preprocess={"max_gap": "1h"}'])
+def test_a_format_or_gap_setting_change_re_preprocesses(layouts_run, change):
+    workdir, _ = layouts_run
+    result = snakemake(workdir, "-n", "prep/COMMA_1m.npz", "--config", change)
+    assert "Params have changed" in pending_jobs(result.stdout, "preprocess")["COMMA_1m"]
 
 
 def test_forecasts_read_the_same_layouts(every_layout, layouts_run, tmp_path):

@@ -189,7 +189,7 @@ def requested_layout(columns: dict | None, read_format: dict | None) -> Layout:
     if named:
         layout = replace(layout, columns={**layout.columns, **named}, header=True)
     if settings["positions"]:
-        layout = replace(layout, columns=dict(settings["positions"]), header=layout.header or False)
+        layout = replace(layout, columns=dict(settings["positions"]))  # a header line is still sniffed
     if settings["header"] != "auto":
         layout = replace(layout, header=bool(settings["header"]))
     if settings["delimiter"] != "auto":
