@@ -234,6 +234,13 @@ def test_a_bad_max_gap_is_a_config_error_naming_the_key():
     assert config_problems({"preprocess": {"max_gap": "off"}, "format": {"preset": "binance"}}, schema) == []
 
 
+def test_quoted_header_names_are_found(tmp_path):
+    bars = reference_bars(50)
+    headered(bars).rename(columns=str.capitalize).to_csv(tmp_path / "q.csv", index=False, quoting=csv.QUOTE_ALL)
+    read = read_bars(tmp_path / "q.csv")
+    np.testing.assert_array_equal(read[BAR_KEYS].to_numpy(), numbers(bars).to_numpy())
+
+
 def test_header_names_from_the_columns_setting(tmp_path):
     bars = reference_bars(50)
     renamed = headered(bars).rename(columns={"timestamp": "when", "close": "Last"})
@@ -281,6 +288,7 @@ def gapped_bars(gaps_after: list[int], gap: str, rows: int = ROWS) -> pd.DataFra
 
 
 ODD_CASES = {
+    "ZEROPRICE_1m": "zero or negative price in data row 51",
     "OUTAGE_1m": "too few rows for one training window plus validation: 31 usable rows",
     "CHOPPED_1m": "gap(s) longer than preprocess.max_gap=15min leave no piece long enough",
 }
@@ -296,6 +304,9 @@ def layouts_run(every_layout, tmp_path_factory):
     headered(gapped_bars(list(range(20, ROWS, 25)), "1h")).to_csv(workdir / "data" / "CHOPPED_1m.csv", index=False)
     headered(reference_bars(100)).to_csv(workdir / "data" / "EURUSD_5m.csv", index=False)  # decoys
     (workdir / "data" / "notes_1m.md").write_text("not a dataset\n")
+    zero_price = headered(reference_bars(100))
+    zero_price.loc[50, "low"] = 0.0
+    zero_price.to_csv(workdir / "data" / "ZEROPRICE_1m.csv", index=False)
     write_config(workdir, data_dir="data", train={"seq_len": SEQ_LEN})
     datasets = [*every_layout[1], *ODD_CASES, "WEEKEND_1m"]
     targets = [f"prep/{name}.npz" for name in datasets] + ["models/COMMA_1m.pt", "models/WEEKEND_1m.pt"]
@@ -325,7 +336,7 @@ def test_every_layout_gives_identical_arrays_through_snakemake(every_layout, lay
 
 
 @pytest.mark.parametrize("dataset", sorted(ODD_CASES))
-def test_a_31_bar_day_and_a_series_of_short_pieces_fail_alone_naming_the_setting(layouts_run, dataset):
+def test_a_31_bar_day_short_pieces_and_a_zero_price_fail_alone_naming_the_problem(layouts_run, dataset):
     workdir, result = layouts_run
     error_lines = [line for line in preprocess_log(workdir, dataset).splitlines() if line.startswith("ERROR")]
     assert len(error_lines) == 1 and ODD_CASES[dataset] in error_lines[0], error_lines
@@ -395,3 +406,4 @@ def test_inspect_tables_every_dataset_without_training(every_layout, layouts_run
     )
     assert rows["OUTAGE_1m"]["status"] == "too short" and rows["OUTAGE_1m"]["long_enough"] == "False"
     assert "preprocess.max_gap=15min" in rows["CHOPPED_1m"]["problem"]
+    assert rows["ZEROPRICE_1m"]["status"] == "unusable" and ODD_CASES["ZEROPRICE_1m"] in rows["ZEROPRICE_1m"]["problem"]

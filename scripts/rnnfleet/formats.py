@@ -235,7 +235,7 @@ def sniff_text(sample: str, name: str, requested: Layout) -> Layout:
     if not lines:
         raise DataError(f"{name}: the file is empty")
     delimiter = requested.delimiter or sniff_delimiter(lines)
-    cells = [cell.strip() for cell in lines[0].split(delimiter)]
+    cells = [cell.strip().strip("\"'") for cell in lines[0].split(delimiter)]
     header = requested.header if requested.header is not None else not any(map(is_number, cells))
     layout = replace(requested, header=header, delimiter=delimiter, fields=len(cells))
     if header:

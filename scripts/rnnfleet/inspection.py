@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from rnnfleet.data import DataError, read_clean_bars, split_points
+from rnnfleet.data import DataError, bar_features, prices_and_volume, read_clean_bars, split_points
 from rnnfleet.gaps import find_gaps, window_numbers
 
 INSPECT_COLUMNS = (
@@ -43,8 +43,9 @@ def inspect_dataset(dataset: str, path: str, settings: dict) -> dict:
     row = {"dataset": dataset, "file": path}
     try:
         frame = read_clean_bars(path, settings["columns"], settings["max_bad_fraction"], settings["read_format"])
+        bar_features(*prices_and_volume(frame), path)  # the checks preprocess makes on the numbers
     except DataError as error:
-        return {**row, "status": "unreadable", "long_enough": False, "problem": str(error)}
+        return {**row, "status": "unusable", "long_enough": False, "problem": str(error)}
     timestamps_ns = frame["timestamp"].array.asi8
     steps = np.diff(timestamps_ns)
     gap_bars = find_gaps(timestamps_ns, settings["max_gap"])
@@ -85,6 +86,8 @@ def inspect_datasets(files: dict[str, str], settings: dict, table_path: str) -> 
         rows.append(inspect_dataset(dataset, path, settings))
         print(f"{number}/{len(files)} {dataset}: {rows[-1]['status']}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=list(INSPECT_COLUMNS))
+    # Counts stay whole numbers when an unusable file leaves them empty.
+    table = table.astype({column: "Int64" for column in ("bars", "gaps", "train_windows", "val_windows")})
     text = io.StringIO()
     table.to_csv(text, index=False)
     with atomic_write(table_path) as handle:
