@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from conftest import REPO, pending_jobs, snakemake, write_config
 
@@ -407,3 +408,53 @@ def test_inspect_tables_every_dataset_without_training(every_layout, layouts_run
     assert rows["OUTAGE_1m"]["status"] == "too short" and rows["OUTAGE_1m"]["long_enough"] == "False"
     assert "preprocess.max_gap=15min" in rows["CHOPPED_1m"]["problem"]
     assert rows["ZEROPRICE_1m"]["status"] == "unusable" and ODD_CASES["ZEROPRICE_1m"] in rows["ZEROPRICE_1m"]["problem"]
+
+
+class RecordingModel(torch.nn.Module):
+    """Predicts 0 + a learnable bias and records the first feature (= the row number) of
+    every window it is shown, in training and in validation."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(1))
+        self.seen_windows: list[tuple[bool, list[int]]] = []
+
+    def forward(self, windows: torch.Tensor) -> torch.Tensor:
+        for window in windows[:, :, 0].round().long().tolist():
+            self.seen_windows.append((self.training, window))
+        return self.bias.expand(len(windows))
+
+
+def test_train_model_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
+    from rnnfleet import training
+    from rnnfleet.data import PreparedArrays
+
+    rows, seq_len, horizon, gap_bars = 200, 8, 2, np.array([40, 41, 120])
+    features = np.zeros((rows, 5), dtype=np.float32)
+    features[:, 0] = np.arange(rows)  # feature row t holds t
+    arrays = PreparedArrays(
+        features=features,
+        targets=np.ones(rows, dtype=np.float32),
+        feature_mean=np.zeros(5, np.float32),
+        feature_std=np.ones(5, np.float32),
+        target_std=1.0,
+        train_end=158,
+        val_start=160,
+        last_close=1.0,
+        horizon=horizon,
+        gap_bars=gap_bars,
+    )
+    model = RecordingModel()
+    monkeypatch.setattr(training, "build_model", lambda config: model)
+    hparams = {"seq_len": seq_len, "batch_size": 16, "epochs": 1, "lr": 0.01, "patience": 1, "seed": 0}
+    training.train_model(arrays, {}, hparams, torch.device("cpu"))
+    usable = usable_window_ends(rows, gap_bars, seq_len, horizon)
+    seen_ends = {"train": set(), "val": set()}
+    for in_training, window in model.seen_windows:
+        assert window == list(range(window[0], window[0] + seq_len))  # consecutive feature rows
+        end = window[-1]
+        # Steps end-seq_len+1 .. end+horizon (inputs and target) cross no gap.
+        assert not any(end - seq_len + 1 <= bar <= end + horizon for bar in gap_bars), window
+        seen_ends["train" if in_training else "val"].add(end)
+    assert seen_ends["train"] == {t for t in range(arrays.train_end) if usable[t]}
+    assert seen_ends["val"] == {t for t in range(arrays.val_start, rows) if usable[t]}
