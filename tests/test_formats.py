@@ -89,6 +89,11 @@ def write_every_layout(bars: pd.DataFrame, folder: Path) -> dict[str, str]:
     ]:
         text.to_csv(folder / f"{dataset}{suffix}", sep=sep, index=False)
         expected[dataset] = f"auto: header, {sep!r}-delimited, 6 columns, time from column 'timestamp' as ISO8601"
+    write_headerless(text, folder / "NOHEADER_ISO_1m.csv")
+    expected["NOHEADER_ISO_1m"] = "auto: headerless, ','-delimited, 6 columns, time from column 0 as ISO8601 text"
+    zulu = text.assign(timestamp=bars["timestamp"].dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    zulu.to_csv(folder / "ZULU_1m.csv", index=False)
+    expected["ZULU_1m"] = "time from column 'timestamp' as ISO8601 text, UTC"
     for unit in ("ms", "us"):
         write_headerless(binance(bars, unit), folder / f"BINANCE-{unit.upper()}-1m-2024-01-02.csv")
         expected[f"BINANCE-{unit.upper()}-1m-2024-01-02"] = (
