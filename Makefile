@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CORES ?= all
 
-.PHONY: venv run test lint fmt bench bench-scale clean
+.PHONY: venv run test lint fmt bench bench-scale bench-read clean
 
 venv: $(VENV)/.installed
 
@@ -45,6 +45,9 @@ bench: venv
 
 bench-scale: venv
 	$(BIN)/python bench/bench_scale.py $(BENCH_ARGS)
+
+bench-read: venv
+	$(BIN)/python bench/bench_read.py $(BENCH_ARGS)
 
 clean:
 	rm -rf prep models metrics results logs benchmarks predictions report.html .snakemake

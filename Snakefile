@@ -15,6 +15,7 @@ include: "rules/train.smk"
 include: "rules/summary.smk"
 include: "rules/plots.smk"
 include: "rules/predict.smk"
+include: "rules/inspect.smk"
 include: "rules/mps.smk"
 include: "rules/recovery.smk"
 

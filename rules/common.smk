@@ -11,6 +11,7 @@ SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
 from rnnfleet.config_check import config_problems
+from rnnfleet.formats import READABLE_SUFFIXES
 from rnnfleet.plugins import reference_file
 from rnnfleet.recovery import claim_run_folder
 
@@ -53,13 +54,22 @@ DATASET_NAME = r"[\w][\w.+=@,-]*"
 def dataset_name(file_name):
     """File name without its extension (and without .csv before a compression suffix)."""
     stem, extension = os.path.splitext(file_name)
-    if extension in (".gz", ".bz2", ".xz", ".zst", ".zip"):
+    if extension.lower() in (".gz", ".bz2", ".xz", ".zst", ".zip"):
         stem = os.path.splitext(stem)[0]
     return stem
 
 
+def is_dataset_file(file_name, pattern):
+    """A file rnnfleet reads (rnnfleet.formats.READABLE_SUFFIXES) whose name matches pattern."""
+    return (
+        fnmatch(file_name, pattern)
+        and not file_name.startswith(".")
+        and file_name.lower().endswith(READABLE_SUFFIXES)
+    )
+
+
 def discover_datasets(data_dir, pattern):
-    """{dataset name: csv path} for every file in data_dir whose name matches pattern,
+    """{dataset name: file path} for every bar file in data_dir whose name matches pattern,
     from one listing of the folder (no per-file stat at parse time)."""
     if not os.path.isdir(data_dir):
         raise WorkflowError(
@@ -69,7 +79,7 @@ def discover_datasets(data_dir, pattern):
     found, other_names, same_name = {}, [], []
     with os.scandir(data_dir) as entries:
         for entry in entries:
-            if not fnmatch(entry.name, pattern) or entry.name.startswith("."):
+            if not is_dataset_file(entry.name, pattern):
                 other_names.append(entry.name)
             elif dataset_name(entry.name) in found:
                 same_name.append(
@@ -87,7 +97,7 @@ def discover_datasets(data_dir, pattern):
             holds += f" and {len(other_names) - 5} more"
         raise WorkflowError(
             f"config key 'pattern' = {pattern!r} matches no file in data_dir {data_dir!r} ({holds}); "
-            "allowed: a glob on file names, e.g. '*1m*.csv'"
+            f"allowed: a glob on the names of bar files ({' '.join(READABLE_SUFFIXES)}), e.g. '*1m*'"
         )
     if same_name:
         raise WorkflowError(
@@ -120,6 +130,21 @@ SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
+INSPECTION = f"{PATHS['results']}/inspect.csv"
+
+# What reading, cleaning and splitting a dataset depend on: the params of preprocess (so
+# editing one re-preprocesses) and of inspect (which reports what preprocess would do).
+PREPROCESS_SETTINGS = {
+    "columns": config["columns"],
+    "read_format": config["format"],
+    "max_bad_fraction": config["preprocess"]["max_bad_fraction"],
+    "max_gap": config["preprocess"]["max_gap"],
+    "seq_len": config["train"]["seq_len"],
+    "horizon": config["train"]["horizon"],
+    "val_fraction": config["preprocess"]["val_fraction"],
+    "features": config["features"],
+    "target": config["target"],
+}
 
 # Hyper-parameters that change what a model learns: these reach the train job through
 # `params:`, so editing them re-trains. threads, gpu_mem and device only change how fast.

@@ -11,5 +11,6 @@ rule predict:
     params:
         last=config["predict"]["last"] or None,
         max_bad_fraction=config["preprocess"]["max_bad_fraction"],
+        read_format=config["format"],
     script:
         "../scripts/predict.py"

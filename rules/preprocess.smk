@@ -12,12 +12,6 @@ rule preprocess:
         "../envs/rnnfleet.yaml"
     threads: 1
     params:
-        columns=config["columns"],
-        seq_len=config["train"]["seq_len"],
-        horizon=config["train"]["horizon"],
-        features=config["features"],
-        target=config["target"],
-        val_fraction=config["preprocess"]["val_fraction"],
-        max_bad_fraction=config["preprocess"]["max_bad_fraction"],
+        **PREPROCESS_SETTINGS,
     script:
         "../scripts/preprocess.py"

@@ -12,4 +12,5 @@ with job_guard(snakemake.wildcards.dataset):
         forecasts_path=snakemake.output.forecasts,
         last=snakemake.params.last,
         max_bad_fraction=snakemake.params.max_bad_fraction,
+        read_format=snakemake.params.read_format,
     )

@@ -19,6 +19,8 @@ with job_guard(snakemake.wildcards.dataset):
             val_fraction=snakemake.params.val_fraction,
             columns=snakemake.params.columns,
             max_bad_fraction=snakemake.params.max_bad_fraction,
+            read_format=snakemake.params.read_format,
+            max_gap=snakemake.params.max_gap,
         ),
         warm=snakemake.config["train"]["warm_workers"],
     )

@@ -9,9 +9,8 @@ windows are cut from it later as views, so its size stays O(rows).
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +42,8 @@ class PreparedArrays:
     features[t] describes bar t (of the bars after the features' warm-up); targets[t] is the
     target (rnnfleet.targets) from bar t to bar t + horizon, as (value - target_mean) / target_std.
     A window ending at bar t predicts targets[t].
-    Windows ending in [seq_len - 1, train_end) train; windows ending in [val_start, rows) validate.
+    Windows ending in [seq_len - 1, train_end) train; windows ending in [val_start, rows) validate,
+    except those that span a gap (rnnfleet.gaps.window_numbers).
     """
 
     features: np.ndarray  # (rows, n_features) float32, normalised
@@ -60,92 +60,20 @@ class PreparedArrays:
     feature_definition: tuple[str, ...] = DEFAULT_FEATURES  # the config's `features:` references
     feature_names: tuple[str, ...] = ()  # one per column
     warmup: int = 1  # leading bars without features
+    # Bar b of the file is followed by a gap (longer than preprocess.max_gap): see rnnfleet.gaps.
+    gap_bars: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def rows(self) -> int:
         return int(self.features.shape[0])
 
 
-def read_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None = None):
-    """Read a CSV of bars into a DataFrame with canonical column names, sorted by time,
-    exact duplicate timestamps dropped. Raises DataError naming the file and the problem."""
-    import pandas as pd  # imported here so that training jobs never pay for pandas
+def read_bars(path: str | os.PathLike, columns: dict[str, str] | None = None, read_format: dict | None = None):
+    """The file's bars as rnnfleet.formats.read_bars reads them: timestamp (UTC), open, high,
+    low, close, volume, sorted, exact duplicate timestamps dropped. Raises DataError."""
+    from rnnfleet.formats import read_bars as read_any_format
 
-    columns = {**DEFAULT_COLUMNS, **(columns or {})}
-    name = str(csv_path)
-    wanted = set(columns.values())
-    try:
-        if os.path.getsize(csv_path) == 0:
-            raise DataError(f"{name}: the file is empty")
-        # The one read of the file: only the six columns, parsed straight to numbers.
-        frame = pd.read_csv(csv_path, usecols=lambda col: col in wanted, encoding="utf-8")
-    except OSError as error:
-        raise DataError(f"{name}: cannot be read ({error.strerror or error})") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{name}: not UTF-8 text{first_undecodable_line(csv_path)}; save it as UTF-8") from None
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{name}: the file is empty") from None
-    except pd.errors.ParserError as error:
-        raise DataError(f"{name}: not a readable CSV ({error})") from None
-    missing = [col for col in columns.values() if col not in frame.columns]
-    if missing:
-        header = ", ".join(map(str, pd.read_csv(csv_path, nrows=0, encoding="utf-8").columns))
-        raise DataError(
-            f"{name}: missing required column(s) {', '.join(missing)}; its header is {header[:200]!r} "
-            f"(set `columns:` in the config if the file names them differently)"
-        )
-    frame = frame.rename(columns={csv_name: key for key, csv_name in columns.items()})
-    if frame.empty:
-        raise DataError(f"{name}: has a header but no data rows")
-    for key in (*PRICE_KEYS, "volume"):
-        if not pd.api.types.is_numeric_dtype(frame[key]):
-            values = pd.to_numeric(frame[key], errors="coerce")
-            bad_row = int(values.isna().to_numpy().nonzero()[0][0])
-            raise DataError(
-                f"{name}: column '{columns[key]}' is not numeric "
-                f"(data row {bad_row + 1} holds {frame[key].iloc[bad_row]!r})"
-            )
-    return _sorted_unique_by_time(frame, name, columns["timestamp"])
-
-
-def first_undecodable_line(csv_path: str | os.PathLike) -> str:
-    """' (line N holds ...)' for the first line that is not UTF-8, or '' for a compressed
-    file. Reads the file again, line by line: only on this error path."""
-    if Path(csv_path).suffix in (".gz", ".bz2", ".xz", ".zst", ".zip"):
-        return ""
-    with open(csv_path, "rb") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError as error:
-                return f" (line {number} holds {line[max(0, error.start - 12) : error.end + 12]!r})"
-    return ""
-
-
-def _sorted_unique_by_time(frame, name: str, timestamp_column: str):
-    import pandas as pd
-
-    parsed = pd.to_datetime(frame["timestamp"], errors="coerce", utc=True)
-    if parsed.isna().any():
-        numeric = pd.to_numeric(frame["timestamp"], errors="coerce")
-        if numeric.isna().any():
-            bad_row = int(parsed.isna().to_numpy().nonzero()[0][0])
-            raise DataError(
-                f"{name}: column '{timestamp_column}' has a value that is not a time "
-                f"(data row {bad_row + 1} holds {frame['timestamp'].iloc[bad_row]!r})"
-            )
-        parsed = numeric
-    frame["timestamp"] = parsed  # replaces the text column in place: no copy of the prices
-    notes = []
-    if not frame["timestamp"].is_monotonic_increasing:
-        frame = frame.sort_values("timestamp", kind="stable")
-        notes.append("rows were not in time order and were sorted")
-    duplicated = frame["timestamp"].duplicated(keep="last")
-    if duplicated.any():
-        frame = frame[~duplicated]
-        notes.append(f"{int(duplicated.sum())} duplicate timestamp(s) dropped, keeping the last")
-    frame.attrs["notes"] = notes
-    return frame.reset_index(drop=True)
+    return read_any_format(path, columns, read_format)
 
 
 def drop_non_finite(frame, name: str, max_fraction: float):
@@ -206,6 +134,13 @@ def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.nd
     return np.divide(centred, feature_std.astype(np.float64), out=np.empty(features.shape, np.float32))
 
 
+def split_points(rows: int, horizon: int, val_fraction: float) -> tuple[int, int]:
+    """(train_end, val_start) of `rows` feature rows: validation is the last val_fraction."""
+    val_start = int(round(rows * (1.0 - val_fraction)))
+    # Training targets look `horizon` bars ahead; stop them before the validation part.
+    return val_start - horizon, val_start
+
+
 def split_and_normalise(
     features: np.ndarray,
     targets: np.ndarray,
@@ -218,9 +153,7 @@ def split_and_normalise(
 ) -> PreparedArrays:
     """Chronological split; statistics from the training part only; float32, contiguous."""
     rows = len(targets)
-    val_start = int(round(rows * (1.0 - val_fraction)))
-    # Training targets look `horizon` bars ahead; stop them before the validation part.
-    train_end = val_start - horizon
+    train_end, val_start = split_points(rows, horizon, val_fraction)
     n_train = train_end - (seq_len - 1)
     n_val = rows - val_start
     if n_train < 1 or n_val < 1:
@@ -250,9 +183,14 @@ def split_and_normalise(
     )
 
 
-def read_clean_bars(csv_path: str | os.PathLike, columns: dict[str, str] | None, max_bad_fraction: float):
+def read_clean_bars(
+    csv_path: str | os.PathLike,
+    columns: dict[str, str] | None,
+    max_bad_fraction: float,
+    read_format: dict | None = None,
+):
     """read_bars, then drop_non_finite: the bars that preprocessing and prediction both start from."""
-    return drop_non_finite(read_bars(csv_path, columns), str(csv_path), max_bad_fraction)
+    return drop_non_finite(read_bars(csv_path, columns, read_format), str(csv_path), max_bad_fraction)
 
 
 def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
@@ -271,21 +209,34 @@ def prepare_dataset(
     max_bad_fraction: float = 0.01,
     feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
     target: str = DEFAULT_TARGET,
+    read_format: dict | None = None,
+    max_gap: str | None = None,
 ) -> tuple[PreparedArrays, list[str]]:
-    """CSV -> PreparedArrays, plus notes on what was cleaned (for the log)."""
+    """Bars file -> PreparedArrays, plus notes on what was cleaned and split (for the log);
+    says how the file was read on stderr."""
+    import sys
+
+    from rnnfleet.gaps import find_gaps
+
     name = str(csv_path)
-    frame = read_clean_bars(csv_path, columns, max_bad_fraction)
+    frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
+    print(f"{name}: read as {frame.attrs['read_as']}", file=sys.stderr)
     notes = list(frame.attrs.get("notes", []))
+    timestamps_ns = frame["timestamp"].array.asi8
+    gap_bars = find_gaps(timestamps_ns, max_gap)
     if len(frame) < 2 + horizon:
         raise DataError(f"{name}: too few rows for one training window plus validation: only {len(frame)} usable rows")
     features, targets, matrix, last_close = compute_features(frame, horizon, feature_definition, target, name)
     names, warmup = matrix.names, matrix.warmup
-    del frame, matrix  # from here on only the numbers are held
+    del frame, matrix  # from here on only the numbers are held (a large file is in memory once)
     arrays = split_and_normalise(features, targets, seq_len, horizon, val_fraction, last_close, name, target)
-    described = dataclasses.replace(
-        arrays, feature_definition=tuple(feature_definition), feature_names=names, warmup=warmup
-    )
-    return described, notes
+    arrays = replace(arrays, feature_definition=tuple(feature_definition), feature_names=names, warmup=warmup)
+    if len(gap_bars):
+        from rnnfleet.gaps import check_gap_windows
+
+        notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
+        arrays = replace(arrays, gap_bars=gap_bars)
+    return arrays, notes
 
 
 def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
@@ -309,6 +260,7 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             feature_definition=np.array(arrays.feature_definition, dtype=np.str_),
             feature_names=np.array(arrays.feature_names, dtype=np.str_),
             warmup=np.int64(arrays.warmup),
+            gap_bars=arrays.gap_bars,
         )
 
 
@@ -331,6 +283,8 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 feature_definition=tuple(str(item) for item in stored["feature_definition"]),
                 feature_names=tuple(str(item) for item in stored["feature_names"]),
                 warmup=int(stored["warmup"]),
+                # Files written before gaps were stored have none.
+                gap_bars=stored["gap_bars"] if "gap_bars" in stored.files else np.zeros(0, dtype=np.int64),
             )
     except (OSError, ValueError, KeyError) as error:
         import zipfile
@@ -350,12 +304,23 @@ def preprocess_one(
     max_bad_fraction: float = 0.01,
     feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
     target: str = DEFAULT_TARGET,
+    read_format: dict | None = None,
+    max_gap: str | None = None,
 ) -> PreparedArrays:
-    """The preprocess job: CSV in, array file out; notes and a one-line summary to stderr."""
+    """The preprocess job: bars file in, array file out; notes and a one-line summary to stderr."""
     import sys
 
     arrays, notes = prepare_dataset(
-        csv_path, seq_len, horizon, val_fraction, columns, max_bad_fraction, feature_definition, target
+        csv_path,
+        seq_len,
+        horizon,
+        val_fraction,
+        columns,
+        max_bad_fraction,
+        feature_definition=feature_definition,
+        target=target,
+        read_format=read_format,
+        max_gap=max_gap,
     )
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)

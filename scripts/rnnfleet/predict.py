@@ -5,7 +5,8 @@ Command line (with `scripts` on the Python path):
     PYTHONPATH=scripts python -m rnnfleet.predict --model models/EURUSD_1m.pt \\
         --csv recent.csv --out forecasts.csv [--last 100]
 
-The CSV has the same columns as the training data (the names the model file recorded).
+The bars file may be in any layout rnnfleet.formats reads (sniffed, or `--preset`); files
+with a header are read with the column names the model file recorded.
 Each output row is the forecast made at one bar of the model's target (rnnfleet.targets)
 from that bar to `horizon` bars later, in the target's own units (for the close log return
 also the close it implies). The last row forecasts beyond the data.
@@ -24,6 +25,7 @@ import torch
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.data import DataError, bar_features, normalise, read_clean_bars
 from rnnfleet.errors import UserError
+from rnnfleet.formats import FORMAT_PRESETS
 from rnnfleet.model import load_model
 from rnnfleet.targets import TARGETS
 from rnnfleet.training import EVAL_BATCH, outputs_of, window_view
@@ -97,15 +99,18 @@ def forecast_csv(
     last: int | None = None,
     max_bad_fraction: float = 0.0,
     device: str = "cpu",
+    read_format: dict | None = None,
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
 
-    The CSV is read with the column names the model file recorded. Rows with NaN or inf
+    The bars are read as preprocessing reads them (read_format: the `format:` config; None
+    sniffs the layout), with the column names the model file recorded. Rows with NaN or inf
     are dropped up to max_bad_fraction of the file (as preprocessing does), else refused.
     """
     model, checkpoint = load_model(model_path, device=device)
     columns = checkpoint["features"].get("columns") or None
-    bars = read_clean_bars(csv_path, columns, max_bad_fraction)
+    bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
+    print(f"{csv_path}: read as {bars.attrs['read_as']}", file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     forecasts = forecast_frame(model, checkpoint, bars, last, name=str(csv_path))
@@ -135,7 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         "at each bar of a CSV with a model file written by rnnfleet.",
     )
     parser.add_argument("--model", required=True, help="model file, e.g. models/EURUSD_1m.pt")
-    parser.add_argument("--csv", required=True, help="bars in the training data's format, oldest first")
+    parser.add_argument("--csv", required=True, help="recent bars (any layout rnnfleet reads), oldest first")
+    parser.add_argument(
+        "--preset", default="auto", choices=list(FORMAT_PRESETS), help="layout of the bars file (default: sniffed)"
+    )
     parser.add_argument("--out", required=True, help="forecasts CSV to write")
     parser.add_argument("--last", type=positive_int, help="forecast only at the last N bars (default: every bar)")
     parser.add_argument(
@@ -144,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     args = parser.parse_args(argv)
     try:
-        forecast_csv(args.model, args.csv, args.out, args.last, args.max_bad_fraction, args.device)
+        forecast_csv(
+            args.model, args.csv, args.out, args.last, args.max_bad_fraction, args.device, {"preset": args.preset}
+        )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)
         return 1

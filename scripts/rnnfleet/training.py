@@ -16,6 +16,7 @@ from torch import nn
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
 from rnnfleet.faults import pause_point
+from rnnfleet.gaps import window_numbers
 from rnnfleet.model import DEFAULT_BUILDER, build_model
 from rnnfleet.targets import TARGETS, Target
 
@@ -59,19 +60,26 @@ def outputs_of(model: nn.Module, windows: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, windows: torch.Tensor, targets: torch.Tensor, amp_dtype, target: Target
+    model: nn.Module,
+    windows: torch.Tensor,
+    targets: torch.Tensor,
+    amp_dtype,
+    target: Target,
+    numbers: torch.Tensor,
 ) -> tuple[float, float]:
-    """(mean loss, share of windows whose output is on the target's side of 0 / 0.5)."""
+    """Over the windows (and their targets) numbered `numbers`: (mean loss, share of windows
+    whose output is on the target's side of 0 / 0.5)."""
     model.eval()
     loss_sum = torch.zeros((), device=targets.device)
     hits = torch.zeros((), device=targets.device)
-    for start in range(0, len(targets), EVAL_BATCH):
+    for start in range(0, len(numbers), EVAL_BATCH):
+        batch = numbers[start : start + EVAL_BATCH]
         with _autocast(targets.device, amp_dtype):
-            predictions = outputs_of(model, windows[start : start + EVAL_BATCH])
-        batch_targets = targets[start : start + EVAL_BATCH]
+            predictions = outputs_of(model, windows[batch])
+        batch_targets = targets[batch]
         loss_sum += target.loss(predictions, batch_targets, reduction="sum")
         hits += ((predictions > 0) == (batch_targets > 0.5)).sum()
-    return loss_sum.item() / len(targets), hits.item() / len(targets)
+    return loss_sum.item() / len(numbers), hits.item() / len(numbers)
 
 
 def _autocast(device: torch.device, amp_dtype):
@@ -90,10 +98,18 @@ def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float,
     )
 
 
+def usable_windows(arrays: PreparedArrays, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training, validation) window numbers: those that span no gap (rnnfleet.gaps)."""
+    return window_numbers(
+        arrays.rows, arrays.train_end, arrays.val_start, arrays.gap_bars, seq_len, arrays.horizon, arrays.warmup
+    )
+
+
 def train_model(
     arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
 ) -> TrainingResult:
-    """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start."""
+    """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start;
+    windows that span a gap are left out of both."""
     entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
     amp_dtype = AMP_DTYPES[train_hparams.get("amp", "off")]
@@ -103,15 +119,15 @@ def train_model(
     features = torch.from_numpy(arrays.features).to(device)
     targets = torch.from_numpy(arrays.targets).to(device)
     windows, window_targets = window_view(features, seq_len), targets[seq_len - 1 :]
-    n_train = arrays.train_end - (seq_len - 1)
-    val_windows = windows[arrays.val_start - (seq_len - 1) :]
-    val_targets = window_targets[arrays.val_start - (seq_len - 1) :]
+    train_numbers, val_numbers = (torch.from_numpy(numbers).to(device) for numbers in usable_windows(arrays, seq_len))
+    n_train = len(train_numbers)
 
     target = TARGETS[arrays.target]
     model = build_model(model_hparams, features.shape[1], seq_len).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
-    naive_output = torch.full_like(val_targets, target.naive_output(window_targets[:n_train]))
+    val_targets = window_targets[val_numbers]
+    naive_output = torch.full_like(val_targets, target.naive_output(window_targets[train_numbers]))
     naive_val_loss = target.loss(naive_output, val_targets).item()
     best_val_loss, best_epoch, best_state, history = math.inf, 0, None, []
     n_batches = math.ceil(n_train / batch_size)
@@ -120,7 +136,7 @@ def train_model(
     for epoch in range(1, int(train_hparams["epochs"]) + 1):
         epoch_started = last_progress = time.perf_counter()
         model.train()
-        order = torch.randperm(n_train, device=device, generator=generator)
+        order = train_numbers[torch.randperm(n_train, device=device, generator=generator)]
         loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
         for batch_number, start in enumerate(range(0, n_train, batch_size), 1):
             batch = order[start : start + batch_size]
@@ -136,7 +152,7 @@ def train_model(
                 last_progress = time.perf_counter()
                 log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
-        val_loss, _ = evaluate(model, val_windows, val_targets, amp_dtype, target)
+        val_loss, _ = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)
         seconds = time.perf_counter() - epoch_started
         history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
         log(
@@ -157,7 +173,7 @@ def train_model(
     model.eval()
     accuracies = {}
     if target.classification:
-        _, accuracies["val_accuracy"] = evaluate(model, val_windows, val_targets, amp_dtype, target)
+        _, accuracies["val_accuracy"] = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)
         naive_hits = (naive_output > 0) == (val_targets > 0.5)
         accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
     return TrainingResult(
@@ -283,6 +299,7 @@ def train_one(
     load_seconds = time.perf_counter() - load_started
     try:
         result = train_model(arrays, model_hparams, train_hparams, device)
+        train_windows, val_windows = map(len, usable_windows(arrays, int(train_hparams["seq_len"])))
         metrics = {
             "dataset": dataset,
             "val_loss": result.val_loss,
@@ -296,8 +313,8 @@ def train_one(
             "torch_threads": torch.get_num_threads(),
             **job_process(),  # worker (warm or cold), pid, warm_server_pid
             "rows": arrays.rows,
-            "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
-            "val_windows": arrays.rows - arrays.val_start,
+            "train_windows": train_windows,
+            "val_windows": val_windows,
             "startup_seconds": startup_seconds,
             "process_started_at": process_started_at,
             "load_seconds": load_seconds,

@@ -1,0 +1,557 @@
+"""Minute-bar files in the layouts people have -> the canonical bars table.
+
+Promise: `read_bars(path, columns, read_format)` opens the file once and returns a DataFrame
+with exactly the columns timestamp (datetime64[ns, UTC]), open, high, low, close, volume
+(numbers), sorted by time, exact duplicate timestamps dropped (keeping the last); its
+`attrs["read_as"]` says in one line how the file was read and `attrs["notes"]` what was
+cleaned. Any problem is a DataError naming the file.
+
+What it reads, with no user code (README, "Your data"):
+- CSV with a header, any of `,` `;` tab `|` as delimiter, plain or .gz/.bz2/.xz/.zip;
+  columns found by the names in `columns:` or their usual spellings (MetaTrader's
+  `<DATE>`/`<TIME>`/`<TICKVOL>`, Dukascopy's `Gmt time`, Binance's `open_time`, ...);
+- headerless CSV by column position: epoch first (Binance klines, Kraken), `YYYYMMDD HHMMSS`
+  first (histdata.com), date and time first (MetaTrader 4), ISO time first;
+- Parquet (pyarrow; only the six needed columns are read);
+- times as text, or epoch s/ms/us/ns told apart by each value's size (so one file may switch
+  unit); naive times are in `format.timezone`.
+
+How: settings = what the file's first lines show (sniffing) <- a named preset <- the explicit
+`format:` keys, each later one overriding the earlier.
+"""
+
+from __future__ import annotations
+
+import bz2
+import contextlib
+import gzip
+import io
+import lzma
+import os
+import re
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from rnnfleet.data import DEFAULT_COLUMNS, PRICE_KEYS, DataError
+
+BAR_KEYS = (*PRICE_KEYS, "volume")
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip")
+TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+# File names discovery may take as datasets: what read_bars can open.
+READABLE_SUFFIXES = (
+    *TEXT_SUFFIXES,
+    *(text + packed for text in TEXT_SUFFIXES for packed in COMPRESSED_SUFFIXES),
+    *PARQUET_SUFFIXES,
+)
+SNIFF_BYTES = 64 * 1024
+DELIMITERS = (",", ";", "\t", "|")
+# Usual spellings of each column in headers (compared lower-case, without <>), best first.
+HEADER_ALIASES = {
+    "timestamp": ("timestamp", "datetime", "date_time", "time", "open_time", "open time", "gmt time", "local time"),
+    "open": ("open", "o"),
+    "high": ("high", "h"),
+    "low": ("low", "l"),
+    "close": ("close", "c"),
+    # MetaTrader 5 writes TICKVOL and VOL (exchange volume, 0 for FX): tick volume first.
+    "volume": ("volume", "tickvol", "tick_volume", "vol", "v"),
+}
+# Epoch values from 1973 on: seconds < 1e11 <= milliseconds < 1e14 <= microseconds < 1e17 <= ns.
+EPOCH_UNITS = (("s", 1e8, 1e11, 10**9), ("ms", 1e11, 1e14, 10**6), ("us", 1e14, 1e17, 10**3), ("ns", 1e17, 1e20, 1))
+# Text time layouts tried on the first value, before pandas' ISO 8601 parser.
+TEXT_TIME_FORMATS = (
+    "%Y%m%d %H%M%S",  # histdata.com
+    "%Y.%m.%d %H:%M:%S",  # MetaTrader
+    "%Y.%m.%d %H:%M",
+    "%d.%m.%Y %H:%M:%S.%f",  # Dukascopy (day first)
+    "%d.%m.%Y %H:%M:%S",
+    "%Y/%m/%d %H:%M:%S",
+    "%Y/%m/%d %H:%M",
+    "%Y%m%d %H:%M:%S",
+    "%Y%m%d %H:%M",
+)
+HISTDATA_ZONE = "Etc/GMT+5"  # histdata.com: EST all year, no daylight saving (UTC-5)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one file is laid out. columns maps timestamp (or date and time) and the five bar
+    keys to a header name (header files, Parquet) or a 0-based position (headerless)."""
+
+    kind: str = "csv"  # csv | parquet
+    header: bool | None = None  # None: not known yet (sniffed)
+    delimiter: str | None = None
+    columns: dict = field(default_factory=dict)
+    timestamp_unit: str = "auto"  # auto | s | ms | us | ns | text
+    timestamp_format: str = ""  # strftime layout of text times; "" = recognised from the first value
+    timezone: str = "auto"  # zone of naive times; auto = UTC, histdata's EST for histdata files
+    fields: int = 0  # columns in the file (for the log)
+    source: str = "auto"  # preset name, or auto
+
+
+POSITIONS = {key: index for index, key in enumerate(("timestamp", *BAR_KEYS))}
+PRESETS = {
+    "csv": Layout(header=True),
+    "binance": Layout(header=False, delimiter=",", columns=POSITIONS),
+    "kraken": Layout(header=False, delimiter=",", columns=POSITIONS),
+    "metatrader4": Layout(
+        header=False,
+        delimiter=",",
+        columns={"date": 0, "time": 1, **{key: index + 2 for index, key in enumerate(BAR_KEYS)}},
+    ),
+    "metatrader5": Layout(
+        header=True,
+        delimiter="\t",
+        columns={"date": "<DATE>", "time": "<TIME>", **{key: f"<{key.upper()}>" for key in PRICE_KEYS}}
+        | {"volume": "<TICKVOL>"},
+    ),
+    "histdata": Layout(
+        header=False,
+        delimiter=";",
+        columns=POSITIONS,
+        timestamp_unit="text",
+        timestamp_format="%Y%m%d %H%M%S",
+        timezone=HISTDATA_ZONE,
+    ),
+    "dukascopy": Layout(
+        header=True,
+        delimiter=",",
+        columns={"timestamp": "Gmt time", "open": "Open", "high": "High", "low": "Low", "close": "Close"}
+        | {"volume": "Volume"},
+        timestamp_format="%d.%m.%Y %H:%M:%S.%f",
+        timezone="UTC",
+    ),
+}
+FORMAT_PRESETS = ("auto", *PRESETS)
+FORMAT_DEFAULTS = {
+    "preset": "auto",
+    "header": "auto",
+    "delimiter": "auto",
+    "positions": {},
+    "timestamp_unit": "auto",
+    "timestamp_format": "",
+    "timezone": "auto",
+}
+
+
+def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format: dict | None = None):
+    """The canonical bars table of one file (see the module's promise). columns: the
+    `columns:` config (header names); read_format: the `format:` config."""
+    import pandas as pd
+
+    name = str(path)
+    requested = requested_layout(columns, read_format)
+    try:
+        if os.path.getsize(path) == 0:
+            raise DataError(f"{name}: the file is empty")
+        with open(path, "rb") as raw:  # the one open of the file: sniffed, then parsed
+            if raw.read(4) == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
+                raw.seek(0)
+                frame, layout = read_parquet(raw, name, requested)
+            else:
+                raw.seek(0)
+                with decompressed(raw, name) as stream:
+                    sample = stream.read(SNIFF_BYTES).decode("utf-8-sig", errors="replace")
+                    stream.seek(0)
+                    layout = sniff_text(sample, name, requested)
+                    frame = read_text(stream, name, layout)
+    except OSError as error:
+        raise DataError(f"{name}: cannot be read ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{name}: not UTF-8 text{first_undecodable_line(path)}; save it as UTF-8") from None
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{name}: the file is empty") from None
+    except pd.errors.ParserError as error:
+        raise DataError(f"{name}: not a readable CSV ({' '.join(str(error).split())})") from None
+    if frame.empty:
+        raise DataError(f"{name}: has a header but no data rows")
+    check_numeric(frame, name, layout)
+    timestamps, time_read_as, notes = parse_times(frame, name, layout)
+    frame = frame[list(BAR_KEYS)].astype(np.float64)
+    frame.insert(0, "timestamp", timestamps.astype("datetime64[ns, UTC]"))  # gaps count in ns
+    frame = sorted_unique_by_time(frame, notes)
+    frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
+    return frame
+
+
+def requested_layout(columns: dict | None, read_format: dict | None) -> Layout:
+    """The preset, then the explicit `format:` keys and non-default `columns:` names over it;
+    what stays unset is sniffed from the file."""
+    settings = {**FORMAT_DEFAULTS, **(read_format or {})}
+    layout = PRESETS.get(settings["preset"], Layout())
+    layout = replace(layout, source=settings["preset"])
+    named = {key: value for key, value in (columns or {}).items() if DEFAULT_COLUMNS.get(key) != value}
+    if named:
+        layout = replace(layout, columns={**layout.columns, **named}, header=True)
+    if settings["positions"]:
+        layout = replace(layout, columns=dict(settings["positions"]))  # a header line is still sniffed
+    if settings["header"] != "auto":
+        layout = replace(layout, header=bool(settings["header"]))
+    if settings["delimiter"] != "auto":
+        layout = replace(layout, delimiter=settings["delimiter"])
+    for key in ("timestamp_unit", "timezone"):
+        if settings[key] != "auto":
+            layout = replace(layout, **{key: settings[key]})
+    if settings["timestamp_format"]:
+        layout = replace(layout, timestamp_format=settings["timestamp_format"], timestamp_unit="text")
+    return layout
+
+
+@contextlib.contextmanager
+def decompressed(raw, name: str) -> Iterator[io.BufferedIOBase]:
+    """The file's bytes, decompressed by its suffix, as a seekable binary stream."""
+    suffix = Path(name).suffix.lower()
+    if suffix == ".gz":
+        stream = gzip.GzipFile(fileobj=raw)
+    elif suffix == ".bz2":
+        stream = bz2.BZ2File(raw)
+    elif suffix == ".xz":
+        stream = lzma.LZMAFile(raw)
+    elif suffix == ".zip":
+        archive = zipfile.ZipFile(raw)
+        members = [info for info in archive.infolist() if not info.is_dir()]
+        if len(members) != 1:
+            raise DataError(f"{name}: a .zip must hold exactly one file, this one holds {len(members)}")
+        stream = archive.open(members[0])
+    else:
+        yield raw
+        return
+    try:
+        yield stream
+    except (gzip.BadGzipFile, lzma.LZMAError, zipfile.BadZipFile, EOFError) as error:
+        raise DataError(f"{name}: not a readable {suffix} file ({error})") from None
+    finally:
+        stream.close()
+
+
+def sniff_text(sample: str, name: str, requested: Layout) -> Layout:
+    """Fill in what `requested` leaves open from the first lines of the file."""
+    lines = [line for line in sample.splitlines()[:-1] or sample.splitlines() if line.strip()][:20]
+    if not lines:
+        raise DataError(f"{name}: the file is empty")
+    delimiter = requested.delimiter or sniff_delimiter(lines)
+    cells = [cell.strip().strip("\"'") for cell in lines[0].split(delimiter)]
+    header = requested.header if requested.header is not None else not any(map(is_number, cells))
+    layout = replace(requested, header=header, delimiter=delimiter, fields=len(cells))
+    if header:
+        if all(isinstance(value, int) for value in layout.columns.values()) and layout.columns:
+            return layout  # positions given, header line skipped
+        return replace(layout, columns=match_header(cells, name, layout.columns))
+    if layout.columns:
+        return layout
+    return sniff_headerless(cells, lines[0], name, layout)
+
+
+def sniff_delimiter(lines: list[str]) -> str:
+    """The delimiter that splits every sample line into the same number (>= 5) of fields."""
+    best, best_fields = ",", 0
+    for delimiter in DELIMITERS:
+        counts = {line.count(delimiter) for line in lines}
+        if len(counts) == 1 and (fields := counts.pop() + 1) >= 5 and fields > best_fields:
+            best, best_fields = delimiter, fields
+    return best
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def header_key(name: str) -> str:
+    return name.strip().strip("<>").strip().lower()
+
+
+def match_header(header: list[str], name: str, configured: dict) -> dict:
+    """{key: column name} for the needed columns of a header: the configured names, else the
+    usual spellings; separate date and time columns when there is no single time column."""
+    by_key = {header_key(column): column for column in reversed(header)}
+    found, missing = {}, []
+    for key in ("timestamp", *BAR_KEYS):
+        if key == "timestamp" and "date" in configured:
+            continue  # separate date and time columns, below
+        if key in configured:
+            if configured[key] in header:
+                found[key] = configured[key]
+            else:
+                missing.append(configured[key])
+            continue
+        spelling = next((alias for alias in HEADER_ALIASES[key] if alias in by_key), None)
+        if key == "timestamp" and "date" in by_key and (spelling in (None, "time")):
+            found["date"] = by_key["date"]
+            if "time" in by_key:
+                found["time"] = by_key["time"]
+        elif spelling is None:
+            missing.append(DEFAULT_COLUMNS[key])
+        else:
+            found[key] = by_key[spelling]
+    for key in ("date", "time"):
+        if key in configured:
+            if configured[key] in header:
+                found[key] = configured[key]
+            else:
+                missing.append(configured[key])
+    if missing:
+        shown = ", ".join(header)
+        raise DataError(
+            f"{name}: missing required column(s) {', '.join(missing)}; its header is {shown[:200]!r} "
+            "(set `columns:` in the config if the file names them differently, or `format:` if it has no header)"
+        )
+    return found
+
+
+def sniff_headerless(cells: list[str], line: str, name: str, layout: Layout) -> Layout:
+    """Column positions of a headerless file, from what its first line holds."""
+    first, second = cells[0], cells[1] if len(cells) > 1 else ""
+    if re.fullmatch(r"\d{4}[.\-/]\d{2}[.\-/]\d{2}", first) and re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", second):
+        if len(cells) >= 7:  # MetaTrader 4: date, time, open, high, low, close, volume
+            columns = {"date": 0, "time": 1, **{key: index + 2 for index, key in enumerate(BAR_KEYS)}}
+            return replace(layout, columns=columns, timestamp_unit="text")
+    elif len(cells) >= 6:
+        if re.fullmatch(r"\d{8} \d{6}", first):  # histdata.com generic ASCII
+            zone = HISTDATA_ZONE if layout.timezone == "auto" else layout.timezone
+            return replace(layout, columns=POSITIONS, timestamp_unit="text", timezone=zone)
+        if re.fullmatch(r"\d{9,20}(\.\d*)?", first):  # epoch: Binance, Kraken, ...
+            return replace(layout, columns=POSITIONS)
+        if re.match(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}", first):
+            return replace(layout, columns=POSITIONS, timestamp_unit="text")
+    raise DataError(
+        f"{name}: has no header and its layout is not one rnnfleet knows (first line {line[:80]!r}); "
+        "set `format:` in the config (a preset, or header, delimiter and positions)"
+    )
+
+
+def read_text(stream, name: str, layout: Layout):
+    """The needed columns of a delimited text file, prices parsed straight to numbers."""
+    import pandas as pd
+
+    wanted = layout.columns
+    text_keys = [key for key in ("date", "time") if key in wanted]
+    if layout.timestamp_unit == "text":
+        text_keys.append("timestamp")
+    if layout.header and not all(isinstance(value, int) for value in wanted.values()):
+        frame = pd.read_csv(
+            stream,
+            sep=layout.delimiter,
+            usecols=list(dict.fromkeys(wanted.values())),
+            dtype={wanted[key]: str for key in text_keys if key in wanted},
+            encoding="utf-8",
+            skipinitialspace=True,
+        )
+        return frame.rename(columns={column: key for key, column in wanted.items()})
+    positions = {key: int(position) for key, position in wanted.items()}
+    too_far = [key for key, position in positions.items() if position >= max(layout.fields, 1)]
+    if too_far:
+        raise DataError(
+            f"{name}: has {layout.fields} columns, fewer than format.positions needs "
+            f"({', '.join(f'{key} at {positions[key]}' for key in too_far)})"
+        )
+    frame = pd.read_csv(
+        stream,
+        sep=layout.delimiter,
+        header=None,
+        skiprows=1 if layout.header else 0,
+        usecols=sorted(set(positions.values())),
+        dtype={positions[key]: str for key in text_keys if key in positions},
+        encoding="utf-8",
+        skipinitialspace=True,
+    )
+    return frame.rename(columns={position: key for key, position in positions.items()})
+
+
+def read_parquet(raw, name: str, requested: Layout):
+    """The needed columns of a Parquet file (the others are never read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(raw)
+    except pa.ArrowException as error:
+        raise DataError(f"{name}: not a readable Parquet file ({error})") from None
+    header = list(parquet.schema_arrow.names)
+    configured = {key: value for key, value in requested.columns.items() if isinstance(value, str)}
+    wanted = match_header(header, name, configured)
+    if "timestamp" not in wanted and "__index_level_0__" in header:
+        wanted["timestamp"] = "__index_level_0__"  # pandas' unnamed index
+    table = parquet.read(columns=list(dict.fromkeys(wanted.values())))
+    # Arrow's buffers are freed column by column as pandas takes them: the numbers held once.
+    frame = table.to_pandas(self_destruct=True, split_blocks=True)
+    del table
+    pa.default_memory_pool().release_unused()  # give Arrow's freed buffers back to the OS
+    frame = frame.rename(columns={column: key for key, column in wanted.items()})
+    layout = replace(requested, kind="parquet", header=True, columns=wanted, fields=len(header))
+    return frame, layout
+
+
+def check_numeric(frame, name: str, layout: Layout) -> None:
+    import pandas as pd
+
+    for key in BAR_KEYS:
+        if not pd.api.types.is_numeric_dtype(frame[key]):
+            values = pd.to_numeric(frame[key], errors="coerce")
+            bad_row = int(values.isna().to_numpy().nonzero()[0][0])
+            raise DataError(
+                f"{name}: column {column_label(layout, key)} is not numeric "
+                f"(data row {bad_row + 1} holds {frame[key].iloc[bad_row]!r})"
+            )
+
+
+def column_label(layout: Layout, key: str) -> str:
+    where = layout.columns.get(key, key)
+    return f"'{where}'" if isinstance(where, str) else str(where)
+
+
+def parse_times(frame, name: str, layout: Layout):
+    """(UTC timestamps, how they were read, notes) from the time column(s) of `frame`."""
+    import pandas as pd
+
+    if "date" in layout.columns:
+        values = frame["date"].str.cat(frame["time"], sep=" ") if "time" in layout.columns else frame["date"]
+        label = f"columns {column_label(layout, 'date')} + {column_label(layout, 'time')}"
+    else:
+        values, label = frame["timestamp"], f"column {column_label(layout, 'timestamp')}"
+    if isinstance(values.dtype, pd.DatetimeTZDtype):
+        return values.dt.tz_convert("UTC").astype("datetime64[ns, UTC]"), f"{label} as zoned times, UTC", []
+    if pd.api.types.is_datetime64_dtype(values.dtype):
+        zone = "UTC" if layout.timezone == "auto" else layout.timezone
+        return localize(values.astype("datetime64[ns]"), zone, name, label), f"{label} as naive times in {zone}", []
+    if pd.api.types.is_numeric_dtype(values.dtype) and layout.timestamp_unit != "text":
+        return epoch_times(values.to_numpy(), name, label, layout.timestamp_unit)
+    return text_times(values, name, label, layout)
+
+
+def epoch_times(values: np.ndarray, name: str, label: str, unit: str):
+    """Epoch numbers -> UTC times; unit `auto` takes each value's unit from its size."""
+    import pandas as pd
+
+    missing = np.isnan(values) if values.dtype.kind == "f" else np.zeros(len(values), bool)
+    if missing.any():
+        row = int(missing.nonzero()[0][0])
+        raise DataError(f"{name}: {label} has a value that is not a time (data row {row + 1} is empty)")
+    notes = []
+    if unit == "auto":
+        magnitude = np.abs(values)
+        to_ns = np.zeros(len(values), dtype=np.int64)
+        units_seen = []
+        for unit_name, low, high, factor in EPOCH_UNITS:
+            this_unit = (magnitude >= low) & (magnitude < high)
+            if this_unit.any():
+                to_ns[this_unit] = factor
+                units_seen.append(unit_name)
+        unplaced = to_ns == 0
+        if unplaced.any():
+            row = int(unplaced.nonzero()[0][0])
+            raise DataError(
+                f"{name}: {label} holds {values[row].item()!r} (data row {row + 1}), which is no epoch time "
+                "from 1973 on in s, ms, us or ns; set format.timestamp_unit, or check the column"
+            )
+        unit_text = " and ".join(units_seen)
+        if len(units_seen) > 1:
+            first_change = int(np.nonzero(to_ns != to_ns[0])[0][0])
+            notes.append(
+                f"epoch timestamps switch unit ({unit_text}; first at data row {first_change + 1}): "
+                "each value read in the unit its size shows"
+            )
+        read_as = f"{label} in epoch {unit_text} (told by the values), UTC"
+    else:
+        to_ns = np.int64(dict((u, f) for u, _, _, f in EPOCH_UNITS)[unit])
+        read_as = f"{label} in epoch {unit} (format.timestamp_unit), UTC"
+    if values.dtype.kind == "f":
+        nanoseconds = np.round(values * to_ns).astype(np.int64)
+    else:
+        nanoseconds = values.astype(np.int64) * to_ns
+    return pd.Series(pd.to_datetime(nanoseconds, unit="ns", utc=True), copy=False), read_as, notes
+
+
+def text_time_format(first_value: str) -> str:
+    """The strftime layout of a text time, or ISO8601 when none of the known ones fits."""
+    for candidate in TEXT_TIME_FORMATS:
+        try:
+            datetime.strptime(first_value, candidate)
+        except ValueError:
+            continue
+        return candidate
+    return "ISO8601"
+
+
+def text_times(values, name: str, label: str, layout: Layout):
+    """Text times -> UTC; naive ones are in layout.timezone."""
+    import pandas as pd
+
+    values = values.astype(str) if not pd.api.types.is_string_dtype(values.dtype) else values
+    first_value = str(values.iloc[0]).strip()
+    time_format = layout.timestamp_format or text_time_format(first_value)
+    try:
+        parsed = pd.to_datetime(values, format=time_format, errors="coerce")
+    except (ValueError, TypeError):  # offsets differ between rows: each converted to UTC
+        parsed = pd.to_datetime(values, format=time_format, errors="coerce", utc=True)
+    if parsed.isna().any():
+        bad_row = int(parsed.isna().to_numpy().nonzero()[0][0])
+        raise DataError(
+            f"{name}: {label} has a value that is not a time "
+            f"(data row {bad_row + 1} holds {values.iloc[bad_row]!r}; read as {time_format}, "
+            "set format.timestamp_format if the file writes times differently)"
+        )
+    if parsed.dt.tz is not None:
+        return parsed.dt.tz_convert("UTC").astype("datetime64[ns, UTC]"), f"{label} as {time_format} text, UTC", []
+    zone = "UTC" if layout.timezone == "auto" else layout.timezone
+    timestamps = localize(parsed.astype("datetime64[ns]"), zone, name, label)
+    return timestamps, f"{label} as {time_format} text, naive times in {zone}", []
+
+
+def localize(naive, zone: str, name: str, label: str):
+    """Naive times read in `zone`, as UTC."""
+    try:
+        zoned = naive.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT")
+    except Exception as error:  # an unknown zone name: pytz/zoneinfo raise their own types
+        raise DataError(f"{name}: format.timezone {zone!r} is not a time zone ({error})") from None
+    if zoned.isna().any():
+        row = int(zoned.isna().to_numpy().nonzero()[0][0])
+        raise DataError(
+            f"{name}: {label} has a time that does not exist or is ambiguous in {zone} "
+            f"(data row {row + 1}, a daylight-saving change); give times in UTC or a zone without DST"
+        )
+    return zoned.dt.tz_convert("UTC")
+
+
+def describe_layout(layout: Layout) -> str:
+    """The first part of the one line saying how a file was read."""
+    if layout.kind == "parquet":
+        return f"{layout.source}: Parquet, {layout.fields} columns, read {len(set(layout.columns.values()))}"
+    shape = "header" if layout.header else "headerless"
+    return f"{layout.source}: {shape}, {layout.delimiter!r}-delimited, {layout.fields} columns"
+
+
+def sorted_unique_by_time(frame, notes: list[str]):
+    """Rows in time order, exact duplicate timestamps dropped keeping the last."""
+    if not frame["timestamp"].is_monotonic_increasing:
+        frame = frame.sort_values("timestamp", kind="stable")
+        notes.append("rows were not in time order and were sorted")
+    duplicated = frame["timestamp"].duplicated(keep="last")
+    if duplicated.any():
+        frame = frame[~duplicated]
+        notes.append(f"{int(duplicated.sum())} duplicate timestamp(s) dropped, keeping the last")
+    frame = frame.reset_index(drop=True)
+    frame.attrs["notes"] = notes
+    return frame
+
+
+def first_undecodable_line(path: str | os.PathLike) -> str:
+    """' (line N holds ...)' for the first line that is not UTF-8, or '' for a compressed
+    file. Reads the file again, line by line: only on this error path."""
+    if Path(path).suffix.lower() in (*COMPRESSED_SUFFIXES, ".zst"):
+        return ""
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return f" (line {number} holds {line[max(0, error.start - 12) : error.end + 12]!r})"
+    return ""
