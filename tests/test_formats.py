@@ -271,12 +271,14 @@ def test_the_schema_offers_every_preset():
     assert schema["properties"]["format"]["properties"]["preset"]["enum"] == list(FORMAT_PRESETS)
 
 
-def test_usable_window_ends_match_a_brute_force_count():
+@pytest.mark.parametrize("warmup", [1, 3])  # 1: the default features; 3: e.g. a 3-bar rolling feature
+def test_usable_window_ends_match_a_brute_force_count(warmup):
     rows, seq_len, horizon = 60, 5, 2
     gap_bars = np.array([10, 11, 40])
-    usable = usable_window_ends(rows, gap_bars, seq_len, horizon)
+    usable = usable_window_ends(rows, gap_bars, seq_len, horizon, warmup)
     for end in range(rows):
-        touched_steps = range(end - seq_len + 1, end + horizon + 1)  # bar b -> b + 1
+        # feature row t looks back to bar t and describes bar t + warmup; its target ends horizon bars later
+        touched_steps = range(end - seq_len + 1, end + warmup + horizon)  # step b: bar b -> b + 1
         expected = end >= seq_len - 1 and not any(step in gap_bars for step in touched_steps)
         assert usable[end] == expected, end
 
