@@ -11,6 +11,7 @@ SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
 from rnnfleet.config_check import config_problems
+from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
 
 
@@ -110,7 +111,9 @@ OUTPUT_FOLDERS = [
 ]
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
-    claim_run_folder(OUTPUT_FOLDERS)
+    if claim_run_folder(OUTPUT_FOLDERS):
+        # Alone in the folder: a backup still here belongs to a re-train that was killed.
+        restore_previous_models(PATHS["models"])
 ARRAYS = f"{PATHS['prep']}/{{dataset}}.npz"
 MODEL = f"{PATHS['models']}/{{dataset}}.pt"
 METRICS = f"{PATHS['metrics']}/{{dataset}}.json"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.errors import UserError
+from rnnfleet.errors import DataError
 from rnnfleet.faults import pause_point
 
 FEATURE_NAMES = (
@@ -33,10 +33,6 @@ DEFAULT_COLUMNS = {
     "close": "close",
     "volume": "volume",
 }
-
-
-class DataError(UserError):
-    """A problem with a user's dataset; the message names the file and the problem."""
 
 
 @dataclass(frozen=True)

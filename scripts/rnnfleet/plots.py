@@ -14,6 +14,8 @@ from rnnfleet.checkpoint import atomic_write
 LOSS_CURVE_DPI = 100
 # Above this many datasets the overview drops the names (they are in the summary table).
 MAX_NAMED_BARS = 60
+# The summary table's page lists this many datasets that are not done above the table.
+MAX_LISTED_FAILURES = 50
 
 
 def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
@@ -96,6 +98,24 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     return written
 
 
+def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> list[Path]:
+    """Make `folder` hold the loss curves of exactly the datasets of metrics_paths, drawing
+    only those that are missing or older than their metrics (after a run with failures:
+    what did not change is not drawn again). Returns the curves drawn."""
+    folder = Path(folder)
+    wanted = {Path(path).stem: path for path in metrics_paths}
+    if folder.is_dir():
+        for curve in folder.glob("*.png"):
+            if curve.stem not in wanted:
+                curve.unlink()
+    stale = []
+    for dataset, metrics_path in wanted.items():
+        curve = folder / f"{dataset}.png"
+        if not curve.exists() or curve.stat().st_mtime < os.stat(metrics_path).st_mtime:
+            stale.append(metrics_path)
+    return draw_loss_curves(stale, folder) if stale else []
+
+
 def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
     """Skill of every dataset, best first; datasets without a skill are counted in the title."""
     plt = pyplot()
@@ -136,6 +156,19 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
     """The summary table as a small self-contained HTML page, best skill first (the report
     shows it in a frame; a CSV there would only offer a download)."""
     header = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
+    not_ok = [row for row in rows if row.get("status", "ok") != "ok"]
+    failures = "".join(
+        f"<li><b>{html.escape(row['dataset'])}</b>: {html.escape(row['status'])}: {html.escape(row.get('error') or '')}</li>"
+        for row in not_ok[:MAX_LISTED_FAILURES]
+    )
+    if len(not_ok) > MAX_LISTED_FAILURES:
+        failures += f"<li>... and {len(not_ok) - MAX_LISTED_FAILURES} more (status column below)</li>"
+    failures_note = (
+        f'<p class="failures">{len(not_ok)} dataset(s) not done ("data error": fix or remove the file; '
+        f"any other status may pass when the same command runs again):</p><ul>{failures}</ul>"
+        if not_ok
+        else ""
+    )
     body = []
     for row in best_first(rows):
         skill = as_number(row.get("skill"))
@@ -154,6 +187,7 @@ tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
 tr.none td:first-child {{ border-left: 4px solid #999; }}
 </style></head><body>
+{failures_note}
 <p>{len(rows)} dataset(s), best skill first. Green: the model beats the naive zero-return forecast.</p>
 <table><thead><tr>{header}</tr></thead>
 <tbody>

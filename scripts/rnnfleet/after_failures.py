@@ -1,0 +1,94 @@
+"""A run with failed datasets still delivers everything for the datasets that succeeded.
+
+Snakemake skips the summarize and plots jobs when any dataset failed (their inputs include
+every dataset's metrics). The run's error handler calls write_results_after_failures,
+which promises:
+
+- the summary table with a row for every dataset: its metrics, or its status (see
+  summary.STATUSES: a data error to fix apart from a failure that may pass) and the one
+  line its log ended with;
+- the figures the report shows, for the datasets that succeeded: the table's HTML page
+  (listing the datasets that are not done), the skill overview and a loss curve each, so
+  that `snakemake --report` works after such a run;
+- when nothing changed since the last such run (the same datasets failed again the same
+  way), nothing is rewritten or redrawn, and only new or newer loss curves are ever drawn;
+- the table is back-dated to just before its oldest metrics file, so that Snakemake's own
+  summarize and plots jobs take over as soon as every dataset succeeds.
+
+The work is one pass over the datasets' metrics and logs, done only after a run with
+failures: nothing at parse time or in dry-runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+from dataclasses import dataclass
+
+from rnnfleet.errors import UserError
+from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_table_html
+from rnnfleet.previous_models import KEPT_STATUS
+from rnnfleet.summary import SUMMARY_COLUMNS, failure_report, outcome_row, table_text, write_table
+
+
+@dataclass(frozen=True)
+class ResultPaths:
+    """Where the summarize and plots rules write (the same paths)."""
+
+    table: str
+    table_html: str
+    skill_plot: str
+    loss_curves: str
+
+
+def read_text_or_none(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_results_after_failures(
+    datasets: list[str],
+    step_log_patterns: dict[str, str],
+    metrics_pattern: str,
+    paths: ResultPaths,
+    kept_models: list[str] = (),
+) -> list[dict]:
+    """See the module doc. The patterns hold `{dataset}`; kept_models are the datasets whose
+    previous model was put back after their re-train failed. Tells the user on stderr which
+    datasets are not done and returns their rows."""
+    metrics_paths = {dataset: metrics_pattern.format(dataset=dataset) for dataset in datasets}
+    rows = []
+    for dataset in sorted(datasets):
+        row = outcome_row(
+            dataset,
+            {step: pattern.format(dataset=dataset) for step, pattern in step_log_patterns.items()},
+            metrics_paths[dataset],
+        )
+        if dataset in kept_models and row["status"] != "ok":
+            row = {**row, "status": KEPT_STATUS}
+        rows.append(row)
+    not_ok = [row for row in rows if row["status"] != "ok"]
+    text = table_text(rows)
+    try:
+        unchanged = read_text_or_none(paths.table) == text and all(
+            os.path.exists(path) for path in (paths.table_html, paths.skill_plot, paths.loss_curves)
+        )
+        if not unchanged:
+            write_table(rows, paths.table)
+            ok_metrics = [metrics_paths[row["dataset"]] for row in rows if row["status"] == "ok"]
+            as_read_back = list(csv.DictReader(io.StringIO(text)))  # what the plots job sees
+            write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
+            draw_skill_overview(as_read_back, paths.skill_plot)
+            refresh_loss_curves(ok_metrics, paths.loss_curves)
+        metrics_mtimes = [os.stat(path).st_mtime for path in metrics_paths.values() if os.path.exists(path)]
+        if metrics_mtimes:
+            os.utime(paths.table, (os.stat(paths.table).st_atime, min(metrics_mtimes) - 1))
+    except UserError as error:  # a WriteError: disk full, read-only folder, ...
+        print(f"rnnfleet: ERROR: {error}", file=sys.stderr)
+    print(failure_report(not_ok, len(rows), paths.table), file=sys.stderr)
+    return not_ok

@@ -1,0 +1,151 @@
+"""A few broken datasets among good ones: the table, the figures and the report still show
+everything else; later runs retry only what failed; writes that fail say why in one line."""
+
+from __future__ import annotations
+
+import csv
+import html
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import add_datasets, pending_jobs, snakemake, write_config
+from test_report import decoded, report_results
+
+from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
+
+GOOD = ["A_1m", "B_1m", "C_1m", "D_1m"]
+BROKEN = "BROKEN_1m"  # a data error: zero prices
+CRASHING = "CRASH_1m"  # its training crashes (a test fault), a failure that may pass
+CRASH = {TRAIN_CRASH: CRASHING}
+FIGURES = ("results/metrics.html", "results/skill.png")
+
+
+def break_file(workdir: Path) -> None:
+    path = workdir / "data" / f"{BROKEN}.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[7].split(",")
+    cells[3] = "0"  # low
+    lines[7] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory) -> tuple[Path, object]:
+    """Six datasets, one with a data error and one whose training crashes; then the report."""
+    workdir = tmp_path_factory.mktemp("partial")
+    add_datasets(workdir, [*GOOD, BROKEN, CRASHING])
+    break_file(workdir)
+    write_config(workdir, data_dir="data")
+    result = snakemake(workdir, check=False, env=CRASH)
+    snakemake(workdir, "--report", "report.html")
+    return workdir, result
+
+
+def table(workdir: Path) -> dict[str, dict]:
+    with open(workdir / "results" / "metrics.csv", encoding="utf-8") as handle:
+        return {row["dataset"]: row for row in csv.DictReader(handle)}
+
+
+def mtimes(workdir: Path, pattern: str) -> dict[str, int]:
+    return {path.name: path.stat().st_mtime_ns for path in sorted(workdir.glob(pattern))}
+
+
+def copy_of(failed_run, tmp_path: Path) -> Path:
+    workdir = tmp_path / "run"
+    shutil.copytree(failed_run[0], workdir, symlinks=True)
+    return workdir
+
+
+def test_the_table_tells_a_data_error_from_a_failure_that_may_pass(failed_run):
+    workdir, result = failed_run
+    assert result.returncode != 0
+    rows = table(workdir)
+    assert {name: rows[name]["status"] for name in rows} == {
+        **dict.fromkeys(GOOD, "ok"),
+        BROKEN: "data error",
+        CRASHING: "failed",
+    }
+    assert rows[BROKEN]["error"].startswith(f"preprocess: data/{BROKEN}.csv: zero or negative price")
+    assert rows[CRASHING]["error"].startswith(f"train: {CRASHING}: internal error RuntimeError: test fault")
+    assert "1 of them are data errors" in result.stderr
+
+
+def test_the_report_holds_every_good_loss_curve_and_lists_the_failures(failed_run):
+    workdir, _ = failed_run
+    results = report_results((workdir / "report.html").read_text())
+    curves = sorted(entry["labels"]["dataset"] for path, entry in results.items() if "loss_curves" in path)
+    assert curves == GOOD
+    overview = {entry["labels"]["figure"]: entry for entry in results.values() if "figure" in entry["labels"]}
+    assert set(overview) == {"summary table", "skill by dataset"}
+    table_html = decoded(overview["summary table"]).decode()
+    assert "2 dataset(s) not done" in table_html
+    rows = table(workdir)
+    for dataset in (BROKEN, CRASHING):
+        assert f"<b>{dataset}</b>: {rows[dataset]['status']}: {html.escape(rows[dataset]['error'])}" in table_html
+
+
+def test_a_rerun_retries_only_the_failures_and_redraws_nothing_when_they_fail_again(failed_run, tmp_path):
+    workdir = copy_of(failed_run, tmp_path)
+    models, figures = mtimes(workdir, "models/*.pt"), mtimes(workdir, "results/**/*.*")
+
+    dry_run = snakemake(workdir, "-n", env=CRASH).stdout
+    assert set(pending_jobs(dry_run, "preprocess")) == {BROKEN}
+    assert set(pending_jobs(dry_run, "train")) == {BROKEN, CRASHING}
+    result = snakemake(workdir, check=False, env=CRASH)
+
+    assert result.returncode != 0
+    assert f"data/{BROKEN}.csv: zero or negative price" in (workdir / "logs/preprocess" / f"{BROKEN}.log").read_text()
+    assert "internal error RuntimeError" in (workdir / "logs/train" / f"{CRASHING}.log").read_text()
+    assert mtimes(workdir, "models/*.pt") == models
+    assert mtimes(workdir, "results/**/*.*") == figures  # table, page, overview and curves untouched
+
+
+def test_fixing_the_broken_file_trains_only_it_and_redraws_the_figures(failed_run, tmp_path):
+    workdir = copy_of(failed_run, tmp_path)
+    models, figures = mtimes(workdir, "models/*.pt"), mtimes(workdir, "results/*.*")
+    add_datasets(workdir, [BROKEN])  # a good file now
+
+    result = snakemake(workdir, check=False, env=CRASH)  # the crash is still there
+
+    assert result.returncode != 0
+    assert set(mtimes(workdir, "models/*.pt")) == {f"{name}.pt" for name in [*GOOD, BROKEN]}
+    assert {name: mtime for name, mtime in mtimes(workdir, "models/*.pt").items() if name in models} == models
+    rows = table(workdir)
+    assert rows[BROKEN]["status"] == "ok" and rows[CRASHING]["status"] == "failed"
+    assert sorted(path.stem for path in (workdir / "results/loss_curves").glob("*.png")) == sorted([*GOOD, BROKEN])
+    redrawn = mtimes(workdir, "results/*.*")
+    assert all(redrawn[name] != figures[name] for name in ("metrics.html", "skill.png"))
+
+    snakemake(workdir)  # the crash has passed: Snakemake's own summarize and plots take over
+    assert {row["status"] for row in table(workdir).values()} == {"ok"}
+    assert len(list((workdir / "results/loss_curves").glob("*.png"))) == 6
+    assert "not done" not in (workdir / "results/metrics.html").read_text()
+
+
+def test_a_full_disk_while_a_model_is_written_gives_one_plain_line(tmp_path):
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data")
+
+    result = snakemake(tmp_path, check=False, env={FULL_DISK: "models/B_1m.pt"})
+
+    line = "ERROR: models/B_1m.pt: cannot be written: the disk is full (no space left on device)"
+    assert result.returncode != 0 and line in result.stderr
+    log = (tmp_path / "logs/train/B_1m.log").read_text()
+    assert line in log and "Traceback" not in log and "unexpected pos" not in log
+    assert not list((tmp_path / "models").glob(".*")) and not (tmp_path / "models/B_1m.pt").exists()
+    assert (tmp_path / "models/A_1m.pt").exists()
+
+
+def test_a_full_disk_while_the_results_are_written_gives_one_plain_line(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+
+    result = snakemake(tmp_path, check=False, env={FULL_DISK: "results/*"})
+
+    line = "results/metrics.csv: cannot be written: the disk is full (no space left on device)"
+    assert result.returncode != 0
+    assert f"ERROR: {line}" in (tmp_path / "logs/summarize.log").read_text()  # the summarize job
+    assert f"rnnfleet: ERROR: {line}" in result.stderr  # and the run's own attempt after it
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "models/A_1m.pt").exists()
