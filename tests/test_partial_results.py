@@ -4,14 +4,18 @@ everything else; later runs retry only what failed; writes that fail say why in 
 from __future__ import annotations
 
 import csv
+import errno
 import html
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import add_datasets, pending_jobs, snakemake, write_config
 from test_report import decoded, report_results
 
+from rnnfleet.checkpoint import save_checkpoint
+from rnnfleet.errors import WRITE_CAUSES, WriteError
 from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
 
 GOOD = ["A_1m", "B_1m", "C_1m", "D_1m"]
@@ -149,3 +153,31 @@ def test_a_full_disk_while_the_results_are_written_gives_one_plain_line(tmp_path
     assert f"rnnfleet: ERROR: {line}" in result.stderr  # and the run's own attempt after it
     assert "Traceback" not in result.stderr
     assert (tmp_path / "models/A_1m.pt").exists()
+
+
+@pytest.fixture
+def full_disk(tmp_path) -> Path:
+    """A really full file system: a 200 KB tmpfs with 8 KB left (needs the right to mount)."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here; the injected ENOSPC tests cover it")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(
+            f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()}); the injected ENOSPC tests cover it"
+        )
+    try:
+        (folder / "filler").write_bytes(bytes(192 * 1024))
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_model_written_to_a_really_full_disk_says_so(full_disk):
+    import torch
+
+    with pytest.raises(WriteError) as raised:
+        save_checkpoint({"weights": torch.zeros(20_000)}, full_disk / "X_1m.pt")
+    assert str(raised.value) == f"{full_disk}/X_1m.pt: cannot be written: {WRITE_CAUSES[errno.ENOSPC]}"
+    assert sorted(path.name for path in full_disk.iterdir()) == ["filler"]  # no partial file left
