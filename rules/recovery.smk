@@ -29,15 +29,16 @@ onsuccess:
 # here instead, and re-trains that failed get their previous model back.
 onerror:
     stop_mps_if_on()
+    restore_previous_models(PATHS["models"])
     write_results_after_failures(
         DATASETS,
         {step: log_path(step) for step in ("preprocess", "train", "predict")},
         METRICS,
+        MODEL,
         ResultPaths(
             table=SUMMARY,
             table_html=SUMMARY_HTML,
             skill_plot=SKILL_PLOT,
             loss_curves=LOSS_CURVES,
         ),
-        kept_models=restore_previous_models(PATHS["models"]),
     )

@@ -57,8 +57,9 @@ def test_a_failed_retrain_keeps_the_previous_model_byte_for_byte(workdir):
     assert model_b.read_bytes() != old_b  # B was re-trained with the new setting
     assert not (workdir / "metrics/A_1m.json").exists() and backups(workdir) == []
     row = statuses(workdir)["A_1m"]
-    assert row["status"] == "previous model kept" and "internal error RuntimeError" in row["error"]
-    assert "A_1m: previous model kept: train: A_1m: internal error" in result.stderr
+    assert row["status"] == "previous model kept"
+    assert row["error"].startswith("failed: train: A_1m: internal error RuntimeError: test fault")
+    assert "A_1m: previous model kept: failed: train: A_1m: internal error" in result.stderr
 
     # The kept model still makes forecasts (what the predict rule runs; through Snakemake
     # the request would re-train it first, as its metrics are missing).
@@ -103,3 +104,24 @@ def test_a_killed_retrain_gets_its_previous_model_back_and_is_trained_again(work
     snakemake(workdir)
     assert model_a.read_bytes() != old_a and backups(workdir) == []
     assert {row["status"] for row in statuses(workdir).values()} == {"ok"}
+
+
+def test_new_rows_with_a_data_error_keep_the_previous_model_and_say_which_file(trained, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(trained, workdir, symlinks=True)
+    model_a = workdir / "models/A_1m.pt"
+    old_a = model_a.read_bytes()
+    csv_a = workdir / "data/A_1m.csv"
+    last_row = csv_a.read_text().splitlines()[-1].split(",")
+    new_row = [str(pd.Timestamp(last_row[0]) + pd.Timedelta(minutes=1)), "1.0", "1.0", "0", "1.0", "5"]
+    with open(csv_a, "a") as bars:
+        bars.write(",".join(new_row) + "\n")
+
+    result = snakemake(workdir, check=False)
+
+    assert result.returncode != 0
+    assert model_a.read_bytes() == old_a
+    row = statuses(workdir)["A_1m"]
+    assert row["status"] == "previous model kept"
+    assert row["error"].startswith("data error: preprocess: data/A_1m.csv: zero or negative price")
+    assert "1 of them are data errors" in result.stderr

@@ -5,8 +5,8 @@ every dataset's metrics). The run's error handler calls write_results_after_fail
 which promises:
 
 - the summary table with a row for every dataset: its metrics, or its status (see
-  summary.STATUSES: a data error to fix apart from a failure that may pass) and the one
-  line its log ended with;
+  summary.STATUSES: a data error to fix apart from a failure that may pass, or "previous
+  model kept") and the one line its log ended with;
 - the figures the report shows, for the datasets that succeeded: the table's HTML page
   (listing the datasets that are not done), the skill overview and a loss curve each, so
   that `snakemake --report` works after such a run;
@@ -55,12 +55,13 @@ def write_results_after_failures(
     datasets: list[str],
     step_log_patterns: dict[str, str],
     metrics_pattern: str,
+    model_pattern: str,
     paths: ResultPaths,
-    kept_models: list[str] = (),
 ) -> list[dict]:
-    """See the module doc. The patterns hold `{dataset}`; kept_models are the datasets whose
-    previous model was put back after their re-train failed. Tells the user on stderr which
-    datasets are not done and returns their rows."""
+    """See the module doc. The patterns hold `{dataset}`. A dataset that is not done but has
+    a model (put back by previous_models, or untouched because an earlier step failed) is
+    marked "previous model kept", its error starting with what happened (e.g. "data error: ").
+    Tells the user on stderr which datasets are not done and returns their rows."""
     metrics_paths = {dataset: metrics_pattern.format(dataset=dataset) for dataset in datasets}
     rows = []
     for dataset in sorted(datasets):
@@ -69,8 +70,8 @@ def write_results_after_failures(
             {step: pattern.format(dataset=dataset) for step, pattern in step_log_patterns.items()},
             metrics_paths[dataset],
         )
-        if dataset in kept_models and row["status"] != "ok":
-            row = {**row, "status": KEPT_STATUS}
+        if row["status"] not in ("ok", "not run") and os.path.exists(model_pattern.format(dataset=dataset)):
+            row = {**row, "status": KEPT_STATUS, "error": f"{row['status']}: {row['error']}"}
         rows.append(row)
     not_ok = [row for row in rows if row["status"] != "ok"]
     text = table_text(rows)

@@ -26,8 +26,8 @@ SUMMARY_COLUMNS = (
 )
 # ok; "data error": the input file needs fixing (it fails the same way until it is);
 # "failed": a crash or out of memory, which may pass; "stopped": by a signal;
-# "previous model kept": a re-train failed, the model from before is still in place
-# (rnnfleet.previous_models); "not run": no job of it ran to an end (killed, or left out).
+# "previous model kept": a re-train failed (the error starts with which of the above),
+# the model from before is still in place (rnnfleet.previous_models); "not run": no job of it ran to an end (killed, or left out).
 STATUSES = ("ok", "data error", "failed", "stopped", "previous model kept", "not run")
 SHOWN_FAILURES = 20
 
@@ -88,7 +88,7 @@ def failure_report(not_ok: list[dict], total: int, table_path: str) -> str:
     lines += [f"  {row['dataset']}: {row['status']}: {row['error']}" for row in not_ok[:SHOWN_FAILURES]]
     if len(not_ok) > SHOWN_FAILURES:
         lines.append(f"  ... and {len(not_ok) - SHOWN_FAILURES} more (see {table_path})")
-    data_errors = sum(row["status"] == "data error" for row in not_ok)
+    data_errors = sum("data error" in (row["status"], row["error"].split(": ", 1)[0]) for row in not_ok)
     if data_errors:
         lines.append(f"{data_errors} of them are data errors: those files need fixing (or removing) before they train.")
     lines.append("Run the same command again to retry what is not done: finished models are kept.")
