@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import errno
 import html
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,8 +15,8 @@ import pytest
 from conftest import add_datasets, pending_jobs, snakemake, write_config
 from test_report import decoded, report_results
 
-from rnnfleet.checkpoint import save_checkpoint
-from rnnfleet.errors import WRITE_CAUSES, WriteError
+from rnnfleet.checkpoint import atomic_write, save_checkpoint
+from rnnfleet.errors import WRITE_CAUSES, WriteError, job_guard
 from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
 
 GOOD = ["A_1m", "B_1m", "C_1m", "D_1m"]
@@ -155,20 +156,37 @@ def test_a_full_disk_while_the_results_are_written_gives_one_plain_line(tmp_path
     assert (tmp_path / "models/A_1m.pt").exists()
 
 
+def mounted_tmpfs(folder: Path, options: str) -> bool:
+    """Mount a small tmpfs on folder; False where this user or system cannot."""
+    folder.mkdir()
+    if shutil.which("mount") is None:
+        return False
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode
+        == 0
+    )
+
+
 @pytest.fixture
 def full_disk(tmp_path) -> Path:
     """A really full file system: a 200 KB tmpfs with 8 KB left (needs the right to mount)."""
     folder = tmp_path / "full"
-    folder.mkdir()
-    if shutil.which("mount") is None:
-        pytest.skip("no mount command here; the injected ENOSPC tests cover it")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(folder)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(
-            f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()}); the injected ENOSPC tests cover it"
-        )
+    if not mounted_tmpfs(folder, "size=200k"):
+        pytest.skip("cannot mount a tmpfs here; the injected ENOSPC tests cover a full disk")
     try:
         (folder / "filler").write_bytes(bytes(192 * 1024))
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.fixture
+def read_only_folder(tmp_path) -> Path:
+    """A read-only file system (root ignores permission bits, not a read-only mount)."""
+    folder = tmp_path / "read_only"
+    if not mounted_tmpfs(folder, "size=64k,ro"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=True)
@@ -181,3 +199,17 @@ def test_a_model_written_to_a_really_full_disk_says_so(full_disk):
         save_checkpoint({"weights": torch.zeros(20_000)}, full_disk / "X_1m.pt")
     assert str(raised.value) == f"{full_disk}/X_1m.pt: cannot be written: {WRITE_CAUSES[errno.ENOSPC]}"
     assert sorted(path.name for path in full_disk.iterdir()) == ["filler"]  # no partial file left
+
+
+def test_a_file_written_to_a_read_only_file_system_says_so(read_only_folder):
+    with pytest.raises(WriteError) as raised, atomic_write(read_only_folder / "metrics.csv") as handle:
+        handle.write(b"dataset\n")
+    assert str(raised.value) == f"{read_only_folder}/metrics.csv: cannot be written: {WRITE_CAUSES[errno.EROFS]}"
+
+
+def test_a_job_whose_own_write_fails_ends_with_the_plain_line(capsys):
+    # A file not written through atomic_write (a library's own): job_guard names the path and cause.
+    with pytest.raises(SystemExit), job_guard("X_1m"):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), "results/loss_curves/X_1m.png")
+    line = capsys.readouterr().err.strip()
+    assert line == f"ERROR: results/loss_curves/X_1m.png: {WRITE_CAUSES[errno.EACCES]}"

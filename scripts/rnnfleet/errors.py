@@ -49,8 +49,8 @@ WRITE_CAUSES = {
         ("ENOSPC", "the disk is full (no space left on device); free some space and run again"),
         ("EDQUOT", "the disk quota is used up; free some space or raise the quota and run again"),
         ("EROFS", "the folder is on a read-only file system; choose a writable folder in paths:"),
-        ("EACCES", "permission denied; make the folder writable for this user"),
-        ("EPERM", "operation not permitted; make the folder writable for this user"),
+        ("EACCES", "permission denied for this user; fix the file's or the folder's permissions"),
+        ("EPERM", "operation not permitted for this user; fix the file's or the folder's permissions"),
     )
     if hasattr(errno, name)
 }
@@ -124,7 +124,8 @@ def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> 
                 "after that raise train.gpu_mem or lower train.batch_size"
             )
         elif isinstance(error, OSError) and error.errno in WRITE_CAUSES and error.filename is not None:
-            report(ERROR_PREFIX + one_line(write_error(error.filename, error)))
+            # Not from atomic_write (that raises WriteError): it may be a read, so no verb.
+            report(f"{ERROR_PREFIX}{error.filename}: {WRITE_CAUSES[error.errno]}")
         else:
             traceback.print_exc()
             report(
