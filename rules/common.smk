@@ -10,6 +10,7 @@ SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
 # The workflow's own checks and hooks live beside the job code, in scripts/rnnfleet.
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
+from rnnfleet.after_failures import not_done_list_if_stale
 from rnnfleet.config_check import config_problems
 from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
@@ -121,6 +122,7 @@ SUMMARY = f"{PATHS['results']}/metrics.csv"
 SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
+NOT_DONE = f"{PATHS['results']}/.not_done.txt"  # see rnnfleet.after_failures
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 
 # Hyper-parameters that change what a model learns: these reach the train job through
@@ -195,3 +197,9 @@ def prestart_warm_workers():
             for job in workflow.dag.needrun_jobs()
         ):
             prestart()
+
+
+def stale_not_done_list(wildcards):
+    """An input of summarize only when the table written after failures must be rewritten
+    although no dataset trains again (rnnfleet.after_failures)."""
+    return not_done_list_if_stale(NOT_DONE, DATA_FILES, METRICS)

@@ -1,4 +1,8 @@
-from rnnfleet.after_failures import ResultPaths, write_results_after_failures
+from rnnfleet.after_failures import (
+    ResultPaths,
+    drop_not_done_list_if_replaced,
+    write_results_after_failures,
+)
 from rnnfleet.previous_models import back_up_models_to_replace, restore_previous_models
 from rnnfleet.recovery import stop_jobs_on_signals
 
@@ -22,6 +26,7 @@ onstart:
 
 onsuccess:
     stop_mps_if_on()
+    drop_not_done_list_if_replaced(NOT_DONE, SUMMARY)
 
 
 # With failed or stopped jobs Snakemake skips the summarize and plots jobs (their inputs
@@ -40,5 +45,6 @@ onerror:
             table_html=SUMMARY_HTML,
             skill_plot=SKILL_PLOT,
             loss_curves=LOSS_CURVES,
+            not_done=NOT_DONE,
         ),
     )

@@ -56,6 +56,28 @@ def mtimes(workdir: Path, pattern: str) -> dict[str, int]:
     return {path.name: path.stat().st_mtime_ns for path in sorted(workdir.glob(pattern))}
 
 
+def planned_rules(dry_run_output: str) -> dict[str, int]:
+    """{rule: number of jobs} that snakemake -n lists."""
+    counts: dict[str, int] = {}
+    for line in dry_run_output.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+            counts[rule] = counts.get(rule, 0) + 1
+    return counts
+
+
+def planned_reasons(dry_run_output: str, rules: tuple[str, ...]) -> list[str]:
+    """The `reason:` line of each listed job of `rules`."""
+    reasons, current_rule = [], None
+    for line in dry_run_output.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            current_rule = line.split()[1].rstrip(":")
+        elif line.strip().startswith("reason:") and current_rule in rules:
+            reasons.append(line.strip().removeprefix("reason: "))
+    assert len(reasons) == len(rules), dry_run_output
+    return reasons
+
+
 def copy_of(failed_run, tmp_path: Path) -> Path:
     workdir = tmp_path / "run"
     shutil.copytree(failed_run[0], workdir, symlinks=True)
@@ -97,6 +119,14 @@ def test_a_rerun_retries_only_the_failures_and_redraws_nothing_when_they_fail_ag
     dry_run = snakemake(workdir, "-n", env=CRASH).stdout
     assert set(pending_jobs(dry_run, "preprocess")) == {BROKEN}
     assert set(pending_jobs(dry_run, "train")) == {BROKEN, CRASHING}
+    # summarize and plots are listed as waiting on those two alone: they run only if both succeed
+    assert planned_rules(dry_run) == {"preprocess": 1, "train": 2, "summarize": 1, "plots": 1, "all": 1}
+    for reason in planned_reasons(dry_run, ("summarize", "plots")):
+        updated = reason.removeprefix("Input files updated by another job: ").split(", ")
+        assert {path for path in updated if path.startswith("metrics/")} == {
+            f"metrics/{BROKEN}.json",
+            f"metrics/{CRASHING}.json",
+        }, reason
     result = snakemake(workdir, check=False, env=CRASH)
 
     assert result.returncode != 0
@@ -126,6 +156,8 @@ def test_fixing_the_broken_file_trains_only_it_and_redraws_the_figures(failed_ru
     assert {row["status"] for row in table(workdir).values()} == {"ok"}
     assert len(list((workdir / "results/loss_curves").glob("*.png"))) == 6
     assert "not done" not in (workdir / "results/metrics.html").read_text()
+    assert not (workdir / "results/.not_done.txt").exists()
+    assert "Nothing to be done" in snakemake(workdir, "-n").stdout
 
 
 def test_a_full_disk_while_a_model_is_written_gives_one_plain_line(tmp_path):

@@ -12,11 +12,15 @@ which promises:
   that `snakemake --report` works after such a run;
 - when nothing changed since the last such run (the same datasets failed again the same
   way), nothing is rewritten or redrawn, and only new or newer loss curves are ever drawn;
-- the table is back-dated to just before its oldest metrics file, so that Snakemake's own
-  summarize and plots jobs take over as soon as every dataset succeeds.
+- Snakemake's own summarize and plots jobs take over as soon as every dataset succeeds:
+  through the new metrics files of the datasets that were retried, or, where a dataset
+  that was not done is gone from data_dir (or has metrics now: its forecast had failed),
+  through the list of datasets not done (ResultPaths.not_done), which then becomes an
+  input of summarize (not_done_list_if_stale). Otherwise `snakemake -n` names exactly the
+  retried datasets' metrics as summarize's reason.
 
 The work is one pass over the datasets' metrics and logs, done only after a run with
-failures: nothing at parse time or in dry-runs.
+failures; at parse time one small file is read (the list, when there is one).
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import csv
 import io
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_table_html
 from rnnfleet.previous_models import KEPT_STATUS
@@ -41,6 +47,7 @@ class ResultPaths:
     table_html: str
     skill_plot: str
     loss_curves: str
+    not_done: str  # the datasets not done, one a line, written with the table
 
 
 def read_text_or_none(path: str) -> str | None:
@@ -86,10 +93,33 @@ def write_results_after_failures(
             write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
             draw_skill_overview(as_read_back, paths.skill_plot)
             refresh_loss_curves(ok_metrics, paths.loss_curves)
-        metrics_mtimes = [os.stat(path).st_mtime for path in metrics_paths.values() if os.path.exists(path)]
-        if metrics_mtimes:
-            os.utime(paths.table, (os.stat(paths.table).st_atime, min(metrics_mtimes) - 1))
+            with atomic_write(paths.not_done) as handle:  # written after the table: newer than it
+                handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
     except UserError as error:  # a WriteError: disk full, read-only folder, ...
         print(f"rnnfleet: ERROR: {error}", file=sys.stderr)
     print(failure_report(not_ok, len(rows), paths.table), file=sys.stderr)
     return not_ok
+
+
+def not_done_list_if_stale(not_done_path: str, datasets: Iterable[str], metrics_pattern: str) -> list[str]:
+    """[not_done_path] when the table written after failures is out of date although no
+    dataset will train again: a dataset it lists is gone from `datasets` or has metrics now.
+    [] otherwise (also when there is no list). Reads that one file, stats its datasets."""
+    listed = read_text_or_none(not_done_path)
+    if not listed:
+        return []
+    present = set(datasets)
+    for dataset in listed.split():
+        if dataset not in present or os.path.exists(metrics_pattern.format(dataset=dataset)):
+            return [not_done_path]
+    return []
+
+
+def drop_not_done_list_if_replaced(not_done_path: str, table_path: str) -> None:
+    """After a successful run: the list goes once summarize has rewritten the table (a run
+    of other targets leaves it)."""
+    try:
+        if os.stat(table_path).st_mtime > os.stat(not_done_path).st_mtime:
+            os.unlink(not_done_path)
+    except FileNotFoundError:
+        pass

@@ -152,23 +152,28 @@ def format_cell(text: str) -> str:
     return f"{number:.5g}"
 
 
+def not_done_html(rows: list[dict[str, str]]) -> str:
+    """The datasets that are not done, each with its status and error line, as an HTML list
+    ("" when all are done)."""
+    not_ok = [row for row in rows if row.get("status", "ok") != "ok"]
+    if not not_ok:
+        return ""
+    items = [
+        f"<li><b>{html.escape(row['dataset'])}</b>: {html.escape(row['status'])}: {html.escape(row.get('error') or '')}</li>"
+        for row in not_ok[:MAX_LISTED_FAILURES]
+    ]
+    if len(not_ok) > MAX_LISTED_FAILURES:
+        items.append(f"<li>... and {len(not_ok) - MAX_LISTED_FAILURES} more (status column below)</li>")
+    return (
+        f'<p>{len(not_ok)} dataset(s) not done ("data error": fix or remove the file; any other status '
+        f"may pass when the same command runs again):</p>\n<ul>{''.join(items)}</ul>"
+    )
+
+
 def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str | os.PathLike) -> None:
     """The summary table as a small self-contained HTML page, best skill first (the report
     shows it in a frame; a CSV there would only offer a download)."""
     header = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
-    not_ok = [row for row in rows if row.get("status", "ok") != "ok"]
-    failures = "".join(
-        f"<li><b>{html.escape(row['dataset'])}</b>: {html.escape(row['status'])}: {html.escape(row.get('error') or '')}</li>"
-        for row in not_ok[:MAX_LISTED_FAILURES]
-    )
-    if len(not_ok) > MAX_LISTED_FAILURES:
-        failures += f"<li>... and {len(not_ok) - MAX_LISTED_FAILURES} more (status column below)</li>"
-    failures_note = (
-        f'<p class="failures">{len(not_ok)} dataset(s) not done ("data error": fix or remove the file; '
-        f"any other status may pass when the same command runs again):</p><ul>{failures}</ul>"
-        if not_ok
-        else ""
-    )
     body = []
     for row in best_first(rows):
         skill = as_number(row.get("skill"))
@@ -187,7 +192,7 @@ tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
 tr.none td:first-child {{ border-left: 4px solid #999; }}
 </style></head><body>
-{failures_note}
+{not_done_html(rows)}
 <p>{len(rows)} dataset(s), best skill first. Green: the model beats the naive zero-return forecast.</p>
 <table><thead><tr>{header}</tr></thead>
 <tbody>
