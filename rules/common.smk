@@ -122,7 +122,7 @@ SUMMARY = f"{PATHS['results']}/metrics.csv"
 SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
-NOT_DONE = f"{PATHS['results']}/.not_done.txt"  # see rnnfleet.after_failures
+NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.after_failures
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 
 # Hyper-parameters that change what a model learns: these reach the train job through

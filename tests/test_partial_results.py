@@ -156,7 +156,7 @@ def test_fixing_the_broken_file_trains_only_it_and_redraws_the_figures(failed_ru
     assert {row["status"] for row in table(workdir).values()} == {"ok"}
     assert len(list((workdir / "results/loss_curves").glob("*.png"))) == 6
     assert "not done" not in (workdir / "results/metrics.html").read_text()
-    assert not (workdir / "results/.not_done.txt").exists()
+    assert not (workdir / "results/not_done.txt").exists()
     assert "Nothing to be done" in snakemake(workdir, "-n").stdout
 
 
