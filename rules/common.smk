@@ -10,9 +10,11 @@ SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
 # The workflow's own checks and hooks live beside the job code, in scripts/rnnfleet.
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
+from rnnfleet.after_failures import not_done_list_if_stale
 from rnnfleet.config_check import config_problems
 from rnnfleet.formats import READABLE_SUFFIXES
 from rnnfleet.plugins import reference_file
+from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
 
 
@@ -121,7 +123,9 @@ OUTPUT_FOLDERS = [
 ]
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
-    claim_run_folder(OUTPUT_FOLDERS)
+    if claim_run_folder(OUTPUT_FOLDERS):
+        # Alone in the folder: a backup still here belongs to a re-train that was killed.
+        restore_previous_models(PATHS["models"])
 ARRAYS = f"{PATHS['prep']}/{{dataset}}.npz"
 MODEL = f"{PATHS['models']}/{{dataset}}.pt"
 METRICS = f"{PATHS['metrics']}/{{dataset}}.json"
@@ -129,6 +133,7 @@ SUMMARY = f"{PATHS['results']}/metrics.csv"
 SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
+NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.after_failures
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 INSPECTION = f"{PATHS['results']}/inspect.csv"
 
@@ -248,3 +253,9 @@ def prestart_warm_workers():
             for job in workflow.dag.needrun_jobs()
         ):
             prestart()
+
+
+def stale_not_done_list(wildcards):
+    """An input of summarize only when the table written after failures must be rewritten
+    although no dataset trains again (rnnfleet.after_failures)."""
+    return not_done_list_if_stale(NOT_DONE, DATA_FILES, METRICS)

@@ -5,6 +5,7 @@ localrules:
 rule summarize:
     input:
         metrics=expand(METRICS, dataset=DATASETS),
+        not_done=stale_not_done_list,
     output:
         table=SUMMARY,
     log:

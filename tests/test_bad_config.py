@@ -93,7 +93,7 @@ def test_seq_len_longer_than_every_dataset_fails_each_preprocess_naming_the_key(
     assert not (tmp_path / "logs" / "train").exists()  # no training started
     with open(tmp_path / "results" / "metrics.csv") as table:
         rows = list(csv.DictReader(table))
-    assert [row["status"] for row in rows] == ["failed", "failed"]
+    assert [row["status"] for row in rows] == ["data error", "data error"]  # the same until changed
     for row in rows:
         assert "too few rows for one training window" in row["error"] and "train.seq_len=5000" in row["error"]
     assert "2 of 2 datasets are not done" in result.stderr

@@ -1,4 +1,10 @@
-"""Atomic file writes and safe model-file loading."""
+"""Atomic file writes and safe model-file loading.
+
+Every file a job writes goes through atomic_write: readers see the old file or the whole
+new one, and a write that fails for a reason the user can fix (disk full, quota, read-only
+folder, permission) raises errors.WriteError naming the file and the cause in plain words,
+even where the library doing the writing (torch.save) hides the OSError behind its own.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.errors import UserError
-from rnnfleet.faults import pause_point
+from rnnfleet.errors import WRITE_CAUSES, UserError, write_error
+from rnnfleet.faults import pause_point, raise_injected_full_disk
 
 FORMAT_VERSION = 2  # 2: builder, feature definition and target recorded
 
@@ -27,25 +33,56 @@ def _current_umask() -> int:
 FILE_MODE = 0o666 & ~_current_umask()
 
 
+class _WriteRecorder:
+    """The temporary file as atomic_write hands it out: it keeps the OSError of a failed
+    write, which torch.save's zip writer replaces with an 'unexpected pos' RuntimeError."""
+
+    def __init__(self, handle: IO[bytes], target: Path):
+        self._handle, self._target = handle, target
+        self.write_failure: OSError | None = None
+
+    def write(self, data) -> int:
+        try:
+            raise_injected_full_disk(self._target)
+            return self._handle.write(data)
+        except OSError as error:
+            self.write_failure = error
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """Yield a binary handle to a hidden temporary file beside `path`; on success flush,
     fsync and rename it over `path`, so readers see the old file or the whole new one,
-    never a part. On failure the temporary file is removed."""
+    never a part. On failure the temporary file is removed; a failure to write (see the
+    module doc) raises WriteError."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial", delete=False)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle = tempfile.NamedTemporaryFile(
+            dir=target.parent, prefix=f".{target.name}.", suffix=".partial", delete=False
+        )
+    except OSError as error:
+        raise write_error(target, error) from None
+    recorder = _WriteRecorder(handle, target)
     try:
         with handle:
-            yield handle
+            yield recorder  # type: ignore[misc]  # a file in all but name
             handle.flush()
             if hasattr(os, "fchmod"):  # not on Windows, where the file gets the folder's ACL anyway
                 os.fchmod(handle.fileno(), FILE_MODE)
             os.fsync(handle.fileno())
         os.replace(handle.name, target)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(handle.name)
+        if isinstance(error, OSError) and error.errno in WRITE_CAUSES:
+            raise write_error(target, error) from None
+        if isinstance(error, Exception) and recorder.write_failure is not None:
+            raise write_error(target, recorder.write_failure) from None
         raise
     _sync_folder(target.parent)
 

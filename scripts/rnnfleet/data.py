@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.errors import UserError
+from rnnfleet.errors import DataError
 from rnnfleet.faults import pause_point
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
@@ -29,10 +29,6 @@ DEFAULT_COLUMNS = {
     "close": "close",
     "volume": "volume",
 }
-
-
-class DataError(UserError):
-    """A problem with a user's dataset; the message names the file and the problem."""
 
 
 @dataclass(frozen=True)

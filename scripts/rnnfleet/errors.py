@@ -4,12 +4,17 @@ A problem the user can fix (a bad file, too little memory) ends the job with one
 names the file and the problem, in the job's log and in Snakemake's own error output; a
 bug keeps its traceback in the log and gets the same one-line summary; SIGTERM or SIGINT
 stop the job through the normal exception path, so half-written files are removed.
-The last marked line of a log is the job's outcome: the run summary reads it back.
+The last marked line of a log is the job's outcome: the run summary reads it back. A
+problem in the input data ends with DATA_ERROR_NOTE, so that the summary can tell a file to
+fix from a failure that may pass (a crash, a kill, too little memory). A file that cannot be
+written (disk full, quota, read-only folder, permission) is a WriteError naming the path and
+the cause in plain words.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import signal
 import sys
 import traceback
@@ -20,11 +25,41 @@ ERROR_PREFIX = "ERROR: "
 STOPPED_PREFIX = "STOPPED: "
 ATTEMPT_PREFIX = "ATTEMPT "  # starts a retry's part of the log
 OUT_OF_MEMORY = "ran out of GPU memory"
+DATA_ERROR_NOTE = " [data error: fix or remove the file; the next run tries it again]"
 _TAIL_BYTES = 64 * 1024
 
 
 class UserError(ValueError):
     """A problem the user can fix; the message is one sentence naming the file or the setting."""
+
+
+class DataError(UserError):
+    """A problem with a user's dataset; the message names the file and the problem."""
+
+
+class WriteError(UserError):
+    """A file could not be written; the message names the path and the cause in plain words."""
+
+
+# The causes a user can do something about, in the words they would search for
+# (EDQUOT and EROFS do not exist on every platform).
+WRITE_CAUSES = {
+    getattr(errno, name): cause
+    for name, cause in (
+        ("ENOSPC", "the disk is full (no space left on device); free some space and run again"),
+        ("EDQUOT", "the disk quota is used up; free some space or raise the quota and run again"),
+        ("EROFS", "the folder is on a read-only file system; choose a writable folder in paths:"),
+        ("EACCES", "permission denied for this user; fix the file's or the folder's permissions"),
+        ("EPERM", "operation not permitted for this user; fix the file's or the folder's permissions"),
+    )
+    if hasattr(errno, name)
+}
+
+
+def write_error(path: object, error: OSError) -> WriteError:
+    """The WriteError for an OSError met while writing `path`."""
+    cause = WRITE_CAUSES.get(error.errno) or (error.strerror or str(error))
+    return WriteError(f"{path}: cannot be written: {cause}")
 
 
 class JobStopped(BaseException):
@@ -68,6 +103,9 @@ def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> 
     previous_handlers = {number: signal.signal(number, _stop) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
+    except DataError as error:
+        report(ERROR_PREFIX + one_line(error) + DATA_ERROR_NOTE)
+        raise SystemExit(1) from None
     except UserError as error:
         report(ERROR_PREFIX + one_line(error))
         raise SystemExit(1) from None
@@ -85,6 +123,9 @@ def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> 
                 f"(attempt {attempt}); Snakemake retries with twice the gpu_mem while attempts are left, "
                 "after that raise train.gpu_mem or lower train.batch_size"
             )
+        elif isinstance(error, OSError) and error.errno in WRITE_CAUSES and error.filename is not None:
+            # Not from atomic_write (that raises WriteError): it may be a read, so no verb.
+            report(f"{ERROR_PREFIX}{error.filename}: {WRITE_CAUSES[error.errno]}")
         else:
             traceback.print_exc()
             report(

@@ -6,17 +6,25 @@ RNNFLEET_TEST_PAUSE_AT=<point> with RNNFLEET_TEST_PAUSE_FILE=<path>: the first j
     and waits there until the file's content is "resume" (or a signal ends it).
 RNNFLEET_FAULT_OOM_ATTEMPTS=<n>: train attempts 1..n raise torch.OutOfMemoryError, the
     error CUDA raises when a job exceeds its memory cap.
+RNNFLEET_FAULT_TRAIN_CRASH=<glob>: the training of every dataset whose name matches <glob>
+    fails with an internal error (a crash, not a problem in the data).
+RNNFLEET_FAULT_FULL_DISK=<glob>: every write to a file whose path matches <glob> (e.g.
+    "models/*.pt") through checkpoint.atomic_write fails with ENOSPC, as on a full disk.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
+from fnmatch import fnmatch
 
 PAUSE_AT = "RNNFLEET_TEST_PAUSE_AT"
 PAUSE_FILE = "RNNFLEET_TEST_PAUSE_FILE"
 OOM_ATTEMPTS = "RNNFLEET_FAULT_OOM_ATTEMPTS"
+FULL_DISK = "RNNFLEET_FAULT_FULL_DISK"
+TRAIN_CRASH = "RNNFLEET_FAULT_TRAIN_CRASH"
 RESUME = "resume"
 MAX_PAUSE_SECONDS = 600.0
 
@@ -46,3 +54,15 @@ def raise_injected_out_of_memory(attempt: int) -> None:
         import torch
 
         raise torch.OutOfMemoryError(f"test fault: {OOM_ATTEMPTS}={failing_attempts} fails attempt {attempt}")
+
+
+def raise_injected_full_disk(path: str | os.PathLike) -> None:
+    pattern = os.environ.get(FULL_DISK)
+    if pattern and fnmatch(os.fspath(path), pattern):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def raise_injected_train_crash(dataset: str) -> None:
+    pattern = os.environ.get(TRAIN_CRASH)
+    if pattern and fnmatch(dataset, pattern):
+        raise RuntimeError(f"test fault: {TRAIN_CRASH}={pattern} crashes this training")

@@ -15,7 +15,8 @@ from rnnfleet.errors import (
     job_guard,
     last_marked_line,
 )
-from rnnfleet.faults import raise_injected_out_of_memory
+from rnnfleet.faults import raise_injected_out_of_memory, raise_injected_train_crash
+from rnnfleet.previous_models import drop_backup
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -46,9 +47,11 @@ def train_job(attempt: int, log_path: str, **train_kwargs) -> None:
             if attempt > 1:
                 check_retry_helps(attempt, earlier_attempts_log, gpu_mem_gb)
             raise_injected_out_of_memory(attempt)
+            raise_injected_train_crash(dataset)
             from rnnfleet.training import train_one
 
             train_one(**train_kwargs)
+            drop_backup(train_kwargs["model_path"])
     except SystemExit:
         sys.stderr.flush()
         EARLIER_ATTEMPTS_DIR.mkdir(parents=True, exist_ok=True)

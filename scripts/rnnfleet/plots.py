@@ -14,6 +14,8 @@ from rnnfleet.checkpoint import atomic_write
 LOSS_CURVE_DPI = 100
 # Above this many datasets the overview drops the names (they are in the summary table).
 MAX_NAMED_BARS = 60
+# The summary table's page lists this many datasets that are not done above the table.
+MAX_LISTED_FAILURES = 50
 
 
 def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
@@ -104,6 +106,24 @@ def training_description(metrics: dict) -> str:
     return f"{metrics['model']}; {metrics['features']} -> {metrics['target']}"
 
 
+def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> list[Path]:
+    """Make `folder` hold the loss curves of exactly the datasets of metrics_paths, drawing
+    only those that are missing or older than their metrics (after a run with failures:
+    what did not change is not drawn again). Returns the curves drawn."""
+    folder = Path(folder)
+    wanted = {Path(path).stem: path for path in metrics_paths}
+    if folder.is_dir():
+        for curve in folder.glob("*.png"):
+            if curve.stem not in wanted:
+                curve.unlink()
+    stale = []
+    for dataset, metrics_path in wanted.items():
+        curve = folder / f"{dataset}.png"
+        if not curve.exists() or curve.stat().st_mtime < os.stat(metrics_path).st_mtime:
+            stale.append(metrics_path)
+    return draw_loss_curves(stale, folder) if stale else []
+
+
 def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
     """Skill of every dataset, best first; datasets without a skill are counted in the title."""
     plt = pyplot()
@@ -140,6 +160,24 @@ def format_cell(text: str) -> str:
     return f"{number:.5g}"
 
 
+def not_done_html(rows: list[dict[str, str]]) -> str:
+    """The datasets that are not done, each with its status and error line, as an HTML list
+    ("" when all are done)."""
+    not_ok = [row for row in rows if row.get("status", "ok") != "ok"]
+    if not not_ok:
+        return ""
+    items = [
+        f"<li><b>{html.escape(row['dataset'])}</b>: {html.escape(row['status'])}: {html.escape(row.get('error') or '')}</li>"
+        for row in not_ok[:MAX_LISTED_FAILURES]
+    ]
+    if len(not_ok) > MAX_LISTED_FAILURES:
+        items.append(f"<li>... and {len(not_ok) - MAX_LISTED_FAILURES} more (status column below)</li>")
+    return (
+        f'<p>{len(not_ok)} dataset(s) not done ("data error": fix or remove the file; any other status '
+        f"may pass when the same command runs again):</p>\n<ul>{''.join(items)}</ul>"
+    )
+
+
 def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str | os.PathLike) -> None:
     """The summary table as a small self-contained HTML page, best skill first (the report
     shows it in a frame; a CSV there would only offer a download)."""
@@ -162,6 +200,7 @@ tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
 tr.none td:first-child {{ border-left: 4px solid #999; }}
 </style></head><body>
+{not_done_html(rows)}
 <p>{len(rows)} dataset(s), best skill first. Green: the model beats its naive baseline
 (column <i>baseline</i>: zero return, training mean or training share of up moves, per target).
 Columns <i>model</i>, <i>features</i> and <i>target</i> say what each dataset trained with.</p>

@@ -1,4 +1,5 @@
-"""All per-dataset metrics -> one table; after a run with failures, which failed and why."""
+"""All per-dataset metrics -> one table; after a run with failures, which failed and why
+(rnnfleet.after_failures writes the table then)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,9 @@ import csv
 import io
 import json
 import os
-import sys
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.errors import ERROR_PREFIX, last_marked_line
+from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, last_marked_line
 
 SUMMARY_COLUMNS = (
     "dataset",
@@ -28,9 +28,14 @@ SUMMARY_COLUMNS = (
     "train_seconds",
     "device",
     "rows",
-    "status",  # ok, failed, stopped (by a signal) or not run
+    "status",  # one of STATUSES
     "error",  # for a dataset that is not ok: the step, and the one line its log ends with
 )
+# ok; "data error": the input file needs fixing (it fails the same way until it is);
+# "failed": a crash or out of memory, which may pass; "stopped": by a signal;
+# "previous model kept": a re-train failed (the error starts with which of the above),
+# the model from before is still in place (rnnfleet.previous_models); "not run": no job of it ran to an end (killed, or left out).
+STATUSES = ("ok", "data error", "failed", "stopped", "previous model kept", "not run")
 SHOWN_FAILURES = 20
 
 
@@ -44,13 +49,17 @@ def summary_rows(metrics_paths: list[str]) -> list[dict]:
     return sorted((metrics_row(path) for path in metrics_paths), key=lambda row: row["dataset"])
 
 
-def write_table(rows: list[dict], table_path: str | os.PathLike) -> None:
+def table_text(rows: list[dict]) -> str:
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
+    return text.getvalue()
+
+
+def write_table(rows: list[dict], table_path: str | os.PathLike) -> None:
     with atomic_write(table_path) as handle:
-        handle.write(text.getvalue().encode())
+        handle.write(table_text(rows).encode())
 
 
 def write_summary(metrics_paths: list[str], table_path: str | os.PathLike) -> list[dict]:
@@ -66,7 +75,12 @@ def outcome_row(dataset: str, step_logs: dict[str, str], metrics_path: str) -> d
     for step, log_path in step_logs.items():
         line = last_marked_line(log_path)
         if line is not None:
-            status = "failed" if line.startswith(ERROR_PREFIX) else "stopped"
+            if not line.startswith(ERROR_PREFIX):
+                status = "stopped"
+            elif DATA_ERROR_NOTE in line:
+                status, line = "data error", line.replace(DATA_ERROR_NOTE, "")
+            else:
+                status = "failed"
             return {"dataset": dataset, "status": status, "error": f"{step}: {line.split(': ', 1)[1]}"}
     try:
         return metrics_row(metrics_path)
@@ -76,39 +90,13 @@ def outcome_row(dataset: str, step_logs: dict[str, str], metrics_path: str) -> d
         return {"dataset": dataset, "status": "failed", "error": f"summary: {metrics_path} is unreadable ({error})"}
 
 
-def write_summary_after_failures(
-    datasets: list[str], step_log_patterns: dict[str, str], metrics_pattern: str, table_path: str
-) -> list[dict]:
-    """Called when a run ended with failed or stopped jobs (Snakemake then skips the
-    summarize job): write the table with a row for every dataset, tell the user on stderr
-    which datasets are not ok, and return their rows.
-
-    The patterns hold `{dataset}`. The table is back-dated to just before its oldest
-    metrics file, so that Snakemake re-writes it with the summarize job as soon as every
-    dataset succeeds, even if none of them needs training again.
-    """
-    metrics_paths = {dataset: metrics_pattern.format(dataset=dataset) for dataset in datasets}
-    rows = [
-        outcome_row(
-            dataset,
-            {step: pattern.format(dataset=dataset) for step, pattern in step_log_patterns.items()},
-            metrics_paths[dataset],
-        )
-        for dataset in sorted(datasets)
-    ]
-    write_table(rows, table_path)
-    metrics_mtimes = [os.stat(path).st_mtime for path in metrics_paths.values() if os.path.exists(path)]
-    if metrics_mtimes:
-        os.utime(table_path, (os.stat(table_path).st_atime, min(metrics_mtimes) - 1))
-    not_ok = [row for row in rows if row["status"] != "ok"]
-    print(failure_report(not_ok, len(rows), table_path), file=sys.stderr)
-    return not_ok
-
-
 def failure_report(not_ok: list[dict], total: int, table_path: str) -> str:
     lines = [f"rnnfleet: {len(not_ok)} of {total} datasets are not done; {table_path} has a row for every dataset:"]
     lines += [f"  {row['dataset']}: {row['status']}: {row['error']}" for row in not_ok[:SHOWN_FAILURES]]
     if len(not_ok) > SHOWN_FAILURES:
         lines.append(f"  ... and {len(not_ok) - SHOWN_FAILURES} more (see {table_path})")
-    lines.append("Fix or remove what failed and run the same command again: finished models are kept.")
+    data_errors = sum("data error" in (row["status"], row["error"].split(": ", 1)[0]) for row in not_ok)
+    if data_errors:
+        lines.append(f"{data_errors} of them are data errors: those files need fixing (or removing) before they train.")
+    lines.append("Run the same command again to retry what is not done: finished models are kept.")
     return "\n".join(lines)

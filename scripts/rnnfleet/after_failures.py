@@ -1,0 +1,125 @@
+"""A run with failed datasets still delivers everything for the datasets that succeeded.
+
+Snakemake skips the summarize and plots jobs when any dataset failed (their inputs include
+every dataset's metrics). The run's error handler calls write_results_after_failures,
+which promises:
+
+- the summary table with a row for every dataset: its metrics, or its status (see
+  summary.STATUSES: a data error to fix apart from a failure that may pass, or "previous
+  model kept") and the one line its log ended with;
+- the figures the report shows, for the datasets that succeeded: the table's HTML page
+  (listing the datasets that are not done), the skill overview and a loss curve each, so
+  that `snakemake --report` works after such a run;
+- when nothing changed since the last such run (the same datasets failed again the same
+  way), nothing is rewritten or redrawn, and only new or newer loss curves are ever drawn;
+- Snakemake's own summarize and plots jobs take over as soon as every dataset succeeds:
+  through the new metrics files of the datasets that were retried, or, where a dataset
+  that was not done is gone from data_dir (or has metrics now: its forecast had failed),
+  through the list of datasets not done (ResultPaths.not_done), which then becomes an
+  input of summarize (not_done_list_if_stale). Otherwise `snakemake -n` names exactly the
+  retried datasets' metrics as summarize's reason.
+
+The work is one pass over the datasets' metrics and logs, done only after a run with
+failures; at parse time one small file is read (the list, when there is one).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rnnfleet.checkpoint import atomic_write
+from rnnfleet.errors import UserError
+from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_table_html
+from rnnfleet.previous_models import KEPT_STATUS
+from rnnfleet.summary import SUMMARY_COLUMNS, failure_report, outcome_row, table_text, write_table
+
+
+@dataclass(frozen=True)
+class ResultPaths:
+    """Where the summarize and plots rules write (the same paths)."""
+
+    table: str
+    table_html: str
+    skill_plot: str
+    loss_curves: str
+    not_done: str  # the datasets not done, one a line, written with the table
+
+
+def read_text_or_none(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def write_results_after_failures(
+    datasets: list[str],
+    step_log_patterns: dict[str, str],
+    metrics_pattern: str,
+    model_pattern: str,
+    paths: ResultPaths,
+) -> list[dict]:
+    """See the module doc. The patterns hold `{dataset}`. A dataset that is not done but has
+    a model (put back by previous_models, or untouched because an earlier step failed) is
+    marked "previous model kept", its error starting with what happened (e.g. "data error: ").
+    Tells the user on stderr which datasets are not done and returns their rows."""
+    metrics_paths = {dataset: metrics_pattern.format(dataset=dataset) for dataset in datasets}
+    rows = []
+    for dataset in sorted(datasets):
+        row = outcome_row(
+            dataset,
+            {step: pattern.format(dataset=dataset) for step, pattern in step_log_patterns.items()},
+            metrics_paths[dataset],
+        )
+        if row["status"] not in ("ok", "not run") and os.path.exists(model_pattern.format(dataset=dataset)):
+            row = {**row, "status": KEPT_STATUS, "error": f"{row['status']}: {row['error']}"}
+        rows.append(row)
+    not_ok = [row for row in rows if row["status"] != "ok"]
+    text = table_text(rows)
+    try:
+        unchanged = read_text_or_none(paths.table) == text and all(
+            os.path.exists(path) for path in (paths.table_html, paths.skill_plot, paths.loss_curves)
+        )
+        if not unchanged:
+            write_table(rows, paths.table)
+            ok_metrics = [metrics_paths[row["dataset"]] for row in rows if row["status"] == "ok"]
+            as_read_back = list(csv.DictReader(io.StringIO(text)))  # what the plots job sees
+            write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
+            draw_skill_overview(as_read_back, paths.skill_plot)
+            refresh_loss_curves(ok_metrics, paths.loss_curves)
+            with atomic_write(paths.not_done) as handle:  # written after the table: newer than it
+                handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
+    except UserError as error:  # a WriteError: disk full, read-only folder, ...
+        print(f"rnnfleet: ERROR: {error}", file=sys.stderr)
+    print(failure_report(not_ok, len(rows), paths.table), file=sys.stderr)
+    return not_ok
+
+
+def not_done_list_if_stale(not_done_path: str, datasets: Iterable[str], metrics_pattern: str) -> list[str]:
+    """[not_done_path] when the table written after failures is out of date although no
+    dataset will train again: a dataset it lists is gone from `datasets` or has metrics now.
+    [] otherwise (also when there is no list). Reads that one file, stats its datasets."""
+    listed = read_text_or_none(not_done_path)
+    if not listed:
+        return []
+    present = set(datasets)
+    for dataset in listed.split():
+        if dataset not in present or os.path.exists(metrics_pattern.format(dataset=dataset)):
+            return [not_done_path]
+    return []
+
+
+def drop_not_done_list_if_replaced(not_done_path: str, table_path: str) -> None:
+    """After a successful run: the list goes once summarize has rewritten the table (a run
+    of other targets leaves it)."""
+    try:
+        if os.stat(table_path).st_mtime > os.stat(not_done_path).st_mtime:
+            os.unlink(not_done_path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,247 @@
+"""A few broken datasets among good ones: the table, the figures and the report still show
+everything else; later runs retry only what failed; writes that fail say why in one line."""
+
+from __future__ import annotations
+
+import csv
+import errno
+import html
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import add_datasets, pending_jobs, snakemake, write_config
+from test_report import decoded, report_results
+
+from rnnfleet.checkpoint import atomic_write, save_checkpoint
+from rnnfleet.errors import WRITE_CAUSES, WriteError, job_guard
+from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
+
+GOOD = ["A_1m", "B_1m", "C_1m", "D_1m"]
+BROKEN = "BROKEN_1m"  # a data error: zero prices
+CRASHING = "CRASH_1m"  # its training crashes (a test fault), a failure that may pass
+CRASH = {TRAIN_CRASH: CRASHING}
+FIGURES = ("results/metrics.html", "results/skill.png")
+
+
+def break_file(workdir: Path) -> None:
+    path = workdir / "data" / f"{BROKEN}.csv"
+    lines = path.read_text().splitlines()
+    cells = lines[7].split(",")
+    cells[3] = "0"  # low
+    lines[7] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def failed_run(tmp_path_factory) -> tuple[Path, object]:
+    """Six datasets, one with a data error and one whose training crashes; then the report."""
+    workdir = tmp_path_factory.mktemp("partial")
+    add_datasets(workdir, [*GOOD, BROKEN, CRASHING])
+    break_file(workdir)
+    write_config(workdir, data_dir="data")
+    result = snakemake(workdir, check=False, env=CRASH)
+    snakemake(workdir, "--report", "report.html")
+    return workdir, result
+
+
+def table(workdir: Path) -> dict[str, dict]:
+    with open(workdir / "results" / "metrics.csv", encoding="utf-8") as handle:
+        return {row["dataset"]: row for row in csv.DictReader(handle)}
+
+
+def mtimes(workdir: Path, pattern: str) -> dict[str, int]:
+    return {path.name: path.stat().st_mtime_ns for path in sorted(workdir.glob(pattern))}
+
+
+def planned_rules(dry_run_output: str) -> dict[str, int]:
+    """{rule: number of jobs} that snakemake -n lists."""
+    counts: dict[str, int] = {}
+    for line in dry_run_output.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+            counts[rule] = counts.get(rule, 0) + 1
+    return counts
+
+
+def planned_reasons(dry_run_output: str, rules: tuple[str, ...]) -> list[str]:
+    """The `reason:` line of each listed job of `rules`."""
+    reasons, current_rule = [], None
+    for line in dry_run_output.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            current_rule = line.split()[1].rstrip(":")
+        elif line.strip().startswith("reason:") and current_rule in rules:
+            reasons.append(line.strip().removeprefix("reason: "))
+    assert len(reasons) == len(rules), dry_run_output
+    return reasons
+
+
+def copy_of(failed_run, tmp_path: Path) -> Path:
+    workdir = tmp_path / "run"
+    shutil.copytree(failed_run[0], workdir, symlinks=True)
+    return workdir
+
+
+def test_the_table_tells_a_data_error_from_a_failure_that_may_pass(failed_run):
+    workdir, result = failed_run
+    assert result.returncode != 0
+    rows = table(workdir)
+    assert {name: rows[name]["status"] for name in rows} == {
+        **dict.fromkeys(GOOD, "ok"),
+        BROKEN: "data error",
+        CRASHING: "failed",
+    }
+    assert rows[BROKEN]["error"].startswith(f"preprocess: data/{BROKEN}.csv: zero or negative price")
+    assert rows[CRASHING]["error"].startswith(f"train: {CRASHING}: internal error RuntimeError: test fault")
+    assert "1 of them are data errors" in result.stderr
+
+
+def test_the_report_holds_every_good_loss_curve_and_lists_the_failures(failed_run):
+    workdir, _ = failed_run
+    results = report_results((workdir / "report.html").read_text())
+    curves = sorted(entry["labels"]["dataset"] for path, entry in results.items() if "loss_curves" in path)
+    assert curves == GOOD
+    overview = {entry["labels"]["figure"]: entry for entry in results.values() if "figure" in entry["labels"]}
+    assert set(overview) == {"summary table", "skill by dataset"}
+    table_html = decoded(overview["summary table"]).decode()
+    assert "2 dataset(s) not done" in table_html
+    rows = table(workdir)
+    for dataset in (BROKEN, CRASHING):
+        assert f"<b>{dataset}</b>: {rows[dataset]['status']}: {html.escape(rows[dataset]['error'])}" in table_html
+
+
+def test_a_rerun_retries_only_the_failures_and_redraws_nothing_when_they_fail_again(failed_run, tmp_path):
+    workdir = copy_of(failed_run, tmp_path)
+    models, figures = mtimes(workdir, "models/*.pt"), mtimes(workdir, "results/**/*.*")
+
+    dry_run = snakemake(workdir, "-n", env=CRASH).stdout
+    assert set(pending_jobs(dry_run, "preprocess")) == {BROKEN}
+    assert set(pending_jobs(dry_run, "train")) == {BROKEN, CRASHING}
+    # summarize and plots are listed as waiting on those two alone: they run only if both succeed
+    assert planned_rules(dry_run) == {"preprocess": 1, "train": 2, "summarize": 1, "plots": 1, "all": 1}
+    for reason in planned_reasons(dry_run, ("summarize", "plots")):
+        updated = reason.removeprefix("Input files updated by another job: ").split(", ")
+        assert {path for path in updated if path.startswith("metrics/")} == {
+            f"metrics/{BROKEN}.json",
+            f"metrics/{CRASHING}.json",
+        }, reason
+    result = snakemake(workdir, check=False, env=CRASH)
+
+    assert result.returncode != 0
+    assert f"data/{BROKEN}.csv: zero or negative price" in (workdir / "logs/preprocess" / f"{BROKEN}.log").read_text()
+    assert "internal error RuntimeError" in (workdir / "logs/train" / f"{CRASHING}.log").read_text()
+    assert mtimes(workdir, "models/*.pt") == models
+    assert mtimes(workdir, "results/**/*.*") == figures  # table, page, overview and curves untouched
+
+
+def test_fixing_the_broken_file_trains_only_it_and_redraws_the_figures(failed_run, tmp_path):
+    workdir = copy_of(failed_run, tmp_path)
+    models, figures = mtimes(workdir, "models/*.pt"), mtimes(workdir, "results/*.*")
+    add_datasets(workdir, [BROKEN])  # a good file now
+
+    result = snakemake(workdir, check=False, env=CRASH)  # the crash is still there
+
+    assert result.returncode != 0
+    assert set(mtimes(workdir, "models/*.pt")) == {f"{name}.pt" for name in [*GOOD, BROKEN]}
+    assert {name: mtime for name, mtime in mtimes(workdir, "models/*.pt").items() if name in models} == models
+    rows = table(workdir)
+    assert rows[BROKEN]["status"] == "ok" and rows[CRASHING]["status"] == "failed"
+    assert sorted(path.stem for path in (workdir / "results/loss_curves").glob("*.png")) == sorted([*GOOD, BROKEN])
+    redrawn = mtimes(workdir, "results/*.*")
+    assert all(redrawn[name] != figures[name] for name in ("metrics.html", "skill.png"))
+
+    snakemake(workdir)  # the crash has passed: Snakemake's own summarize and plots take over
+    assert {row["status"] for row in table(workdir).values()} == {"ok"}
+    assert len(list((workdir / "results/loss_curves").glob("*.png"))) == 6
+    assert "not done" not in (workdir / "results/metrics.html").read_text()
+    assert not (workdir / "results/not_done.txt").exists()
+    assert "Nothing to be done" in snakemake(workdir, "-n").stdout
+
+
+def test_a_full_disk_while_a_model_is_written_gives_one_plain_line(tmp_path):
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data")
+
+    result = snakemake(tmp_path, check=False, env={FULL_DISK: "models/B_1m.pt"})
+
+    line = "ERROR: models/B_1m.pt: cannot be written: the disk is full (no space left on device)"
+    assert result.returncode != 0 and line in result.stderr
+    log = (tmp_path / "logs/train/B_1m.log").read_text()
+    assert line in log and "Traceback" not in log and "unexpected pos" not in log
+    assert not list((tmp_path / "models").glob(".*")) and not (tmp_path / "models/B_1m.pt").exists()
+    assert (tmp_path / "models/A_1m.pt").exists()
+
+
+def test_a_full_disk_while_the_results_are_written_gives_one_plain_line(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+
+    result = snakemake(tmp_path, check=False, env={FULL_DISK: "results/*"})
+
+    line = "results/metrics.csv: cannot be written: the disk is full (no space left on device)"
+    assert result.returncode != 0
+    assert f"ERROR: {line}" in (tmp_path / "logs/summarize.log").read_text()  # the summarize job
+    assert f"rnnfleet: ERROR: {line}" in result.stderr  # and the run's own attempt after it
+    assert "Traceback" not in result.stderr
+    assert (tmp_path / "models/A_1m.pt").exists()
+
+
+def mounted_tmpfs(folder: Path, options: str) -> bool:
+    """Mount a small tmpfs on folder; False where this user or system cannot."""
+    folder.mkdir()
+    if shutil.which("mount") is None:
+        return False
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True).returncode
+        == 0
+    )
+
+
+@pytest.fixture
+def full_disk(tmp_path) -> Path:
+    """A really full file system: a 200 KB tmpfs with 8 KB left (needs the right to mount)."""
+    folder = tmp_path / "full"
+    if not mounted_tmpfs(folder, "size=200k"):
+        pytest.skip("cannot mount a tmpfs here; the injected ENOSPC tests cover a full disk")
+    try:
+        (folder / "filler").write_bytes(bytes(192 * 1024))
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.fixture
+def read_only_folder(tmp_path) -> Path:
+    """A read-only file system (root ignores permission bits, not a read-only mount)."""
+    folder = tmp_path / "read_only"
+    if not mounted_tmpfs(folder, "size=64k,ro"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_model_written_to_a_really_full_disk_says_so(full_disk):
+    import torch
+
+    with pytest.raises(WriteError) as raised:
+        save_checkpoint({"weights": torch.zeros(20_000)}, full_disk / "X_1m.pt")
+    assert str(raised.value) == f"{full_disk}/X_1m.pt: cannot be written: {WRITE_CAUSES[errno.ENOSPC]}"
+    assert sorted(path.name for path in full_disk.iterdir()) == ["filler"]  # no partial file left
+
+
+def test_a_file_written_to_a_read_only_file_system_says_so(read_only_folder):
+    with pytest.raises(WriteError) as raised, atomic_write(read_only_folder / "metrics.csv") as handle:
+        handle.write(b"dataset\n")
+    assert str(raised.value) == f"{read_only_folder}/metrics.csv: cannot be written: {WRITE_CAUSES[errno.EROFS]}"
+
+
+def test_a_job_whose_own_write_fails_ends_with_the_plain_line(capsys):
+    # A file not written through atomic_write (a library's own): job_guard names the path and cause.
+    with pytest.raises(SystemExit), job_guard("X_1m"):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), "results/loss_curves/X_1m.png")
+    line = capsys.readouterr().err.strip()
+    assert line == f"ERROR: results/loss_curves/X_1m.png: {WRITE_CAUSES[errno.EACCES]}"
