@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from rnnfleet.data import FEATURE_NAMES, TARGET_NAME, PreparedArrays
 from rnnfleet.faults import pause_point
 from rnnfleet.model import SequenceRegressor, build_model
+from rnnfleet.precision import resolve_amp
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROGRESS_EVERY_SECONDS = 30.0
@@ -81,7 +82,7 @@ def train_model(
     """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start."""
     entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
-    amp_dtype = AMP_DTYPES[train_hparams.get("amp", "off")]
+    amp_dtype = AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)]
     torch.manual_seed(int(train_hparams["seed"]))
     generator = torch.Generator(device=device).manual_seed(int(train_hparams["seed"]))
 
@@ -216,8 +217,9 @@ def train_one(
     configure_threads(threads)
     device, gpu_slot = claim_device(train_hparams.get("device", "auto"), gpu_mem_gb)
     cap_gpu_memory(device, gpu_mem_gb)
+    amp = resolve_amp(train_hparams.get("amp", "auto"), device)
     log(
-        f"{dataset}: training on {device} with {threads} thread(s), gpu_mem {gpu_mem_gb} GB declared "
+        f"{dataset}: training on {device} with {threads} thread(s), amp {amp}, gpu_mem {gpu_mem_gb} GB declared "
         f"({placement_note()})"
     )
 
@@ -235,6 +237,7 @@ def train_one(
             "epochs_run": result.epochs_run,
             "train_seconds": result.train_seconds,
             "device": str(device),
+            "amp": amp,
             "torch_threads": torch.get_num_threads(),
             "rows": arrays.rows,
             "train_windows": arrays.train_end - (int(train_hparams["seq_len"]) - 1),
