@@ -127,11 +127,11 @@ def own_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_and_sample_cpu(command: list[str]) -> tuple[float, float, int]:
+def run_and_sample_cpu(command: list[str], cwd: Path | None = None) -> tuple[float, float, int]:
     """Run a snakemake command; return its wall time, the last CPU time sampled for its own
     process, and the number of jobs it ran."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd)
     last_cpu = [0.0]
 
     def sample() -> None:
