@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -74,6 +75,16 @@ def test_update_input_sizes_stats_only_paths_not_sized_yet():
     ready.append(SimpleNamespace(input=[CountingPath("prep/new.npz")]))
     asyncio.run(snakemake_speedups.update_input_sizes(scheduler, ready[1:]))
     assert CountingPath.calls == 102 and scheduler._input_sizes[CountingPath("prep/new.npz")] == 100
+
+
+def test_scheduling_rounds_asked_for_while_one_is_pending_start_no_timer():
+    scheduler = SimpleNamespace(_open_jobs=threading.Semaphore(0))
+    for _ in range(20):  # twenty rounds in a row, each asking for a re-evaluation
+        snakemake_speedups.schedule_reevaluation(scheduler, 0.05)
+    assert scheduler._open_jobs.acquire(timeout=5)  # one round comes
+    assert not scheduler._open_jobs.acquire(timeout=0.3)  # and only one
+    snakemake_speedups.schedule_reevaluation(scheduler, 0.05)  # that round may ask again
+    assert scheduler._open_jobs.acquire(timeout=5)
 
 
 def job_blocks(dry_run_output: str) -> list[str]:

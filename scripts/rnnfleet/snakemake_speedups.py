@@ -1,25 +1,30 @@
-"""Three per-job costs inside Snakemake 9.27.1 that grow with the number of datasets, removed
-from the workflow (applied by rules/common.smk before the DAG is built).
+"""Per-job costs inside Snakemake 9.27.1 that grow with the number of datasets, removed from
+the workflow (applied by rules/common.smk before the DAG is built).
 
 What it promises:
-- On Snakemake 9.27.1 exactly, and only while the patched functions' source is the source
+- On Snakemake 9.27.1 exactly, and only while the replaced functions' source is the source
   these replacements were written against (SHA-256 below), it replaces:
-  1. `JobScheduler.update_input_sizes`: after every finished job, stock Snakemake re-stats
-     the inputs of *every* ready job (so a run's scheduling cost grows with the square of
-     its number of jobs). A ready job's inputs are finished files that do not change
-     before it runs: the replacement stats only paths whose size it does not know yet.
-  2. `ScriptProcessor.process_job` (and so `NotebookProcessor`): stock Snakemake reads and
+  1. `JobScheduler._schedule_reevalutation`: during a real run, every scheduling round
+     starts a one-second timer (for --max-jobs-per-timespan, default 100/1s) that triggers
+     one more round, which starts another timer: each finished job adds a chain that never
+     ends while jobs wait, so rounds per second grow with the jobs done (2,402 rounds for a
+     run of 63 jobs). The replacement keeps at most one timer pending, which is all the rate
+     limit needs.
+  2. `JobScheduler.update_input_sizes`: each round re-stats the inputs of *every* ready
+     job. A ready job's inputs are finished files that do not change before it runs: the
+     replacement stats only paths whose size it does not know yet.
+  3. `ScriptProcessor.process_job` (and so `NotebookProcessor`): stock Snakemake reads and
      caches the `script:` file once per job to check that it exists. The replacement checks
      each script of a rule once (scripts whose path holds `{wildcards}` or `{params}` are
      still checked per job).
-  3. `snakemake.common.get_function_params`: `inspect.signature` of the same input and
+  4. `snakemake.common.get_function_params`: `inspect.signature` of the same input and
      resource functions for every job; the replacement remembers it per function.
 - What Snakemake schedules, runs, lists and logs is unchanged (tests/test_speedups.py
   compares the dry-run's jobs and reasons with and without these replacements).
-- On any other Snakemake version, or when a patched function's source differs, nothing is
+- On any other Snakemake version, or when a replaced function's source differs, nothing is
   replaced and one warning line says so; RNNFLEET_STOCK_SNAKEMAKE=1 turns them off silently.
 
-The same changes as a patch for Snakemake itself: docs/upstream/.
+The same changes as a patch for Snakemake itself, with measurements: docs/upstream/.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import hashlib
 import inspect
 import os
 import sys
+import threading
 import types
 import weakref
 from itertools import filterfalse
@@ -38,6 +44,7 @@ DISABLE_VARIABLE = "RNNFLEET_STOCK_SNAKEMAKE"
 
 # SHA-256 of inspect.getsource() of each function replaced, in Snakemake 9.27.1.
 STOCK_SOURCE_SHA256 = {
+    "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": "bb09f100ea5766bbab2a2fa26d28d2a7488140ed6e74224adcebab65112bbf69",
     "snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes": "3d3d19efdbbe3267272cd388ea86569d858ec30bc4d96db033d23e0a5276f605",
     "snakemake.dag:ScriptProcessor.process_job": "168fffa9284a4cdfc901e95ec4327de448cf2428476733cabd47d0ef44b98ddc",
     "snakemake.common:get_function_params": "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",
@@ -84,6 +91,26 @@ def stock_differences() -> list[str]:
 def _stock(function):
     """The stock function, also when this module has already replaced it."""
     return getattr(function, "__rnnfleet_stock__", function)
+
+
+def schedule_reevaluation(self, delay: int) -> None:
+    """JobScheduler._schedule_reevalutation, with at most one timer pending: a round asked
+    for while one is pending would come later than the pending one, which asks again if
+    it still needs to."""
+    lock = self.__dict__.setdefault("_rnnfleet_reevaluation_lock", threading.Lock())
+    with lock:
+        if self.__dict__.get("_rnnfleet_reevaluation_pending"):
+            return
+        self._rnnfleet_reevaluation_pending = True
+
+    def reevaluate() -> None:
+        with lock:  # cleared before the round it starts, so that round can ask again
+            self._rnnfleet_reevaluation_pending = False
+        self._open_jobs.release()
+
+    timer = threading.Timer(delay, reevaluate)
+    timer.daemon = True
+    timer.start()
 
 
 async def update_input_sizes(self, jobs) -> None:
@@ -147,6 +174,13 @@ def get_function_params(func):
 _stock_process_job = None
 _stock_get_function_params = None
 
+REPLACEMENTS = {
+    "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": schedule_reevaluation,
+    "snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes": update_input_sizes,
+    "snakemake.dag:ScriptProcessor.process_job": script_processor_process_job,
+    "snakemake.common:get_function_params": get_function_params,
+}
+
 
 def apply(warn: bool = True) -> list[str]:
     """Replace the functions (see the module docstring); returns the names replaced, [] when
@@ -163,29 +197,14 @@ def apply(warn: bool = True) -> list[str]:
                 file=sys.stderr,
             )
         return []
-    import snakemake.common
-    import snakemake.dag
     import snakemake.rules
-    import snakemake.scheduling.job_scheduler
 
-    replacements = {
-        "snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes": update_input_sizes,
-        "snakemake.dag:ScriptProcessor.process_job": script_processor_process_job,
-        "snakemake.common:get_function_params": get_function_params,
-    }
-    scheduler_class = snakemake.scheduling.job_scheduler.JobScheduler
-    _stock_process_job = _stock(snakemake.dag.ScriptProcessor.process_job)
-    _stock_get_function_params = _stock(snakemake.common.get_function_params)
-    stock_update_input_sizes = _stock(scheduler_class.update_input_sizes)
-    for replacement, stock in (
-        (update_input_sizes, stock_update_input_sizes),
-        (script_processor_process_job, _stock_process_job),
-        (get_function_params, _stock_get_function_params),
-    ):
-        replacement.__rnnfleet_stock__ = stock
-    scheduler_class.update_input_sizes = update_input_sizes
-    snakemake.dag.ScriptProcessor.process_job = script_processor_process_job
-    # rules.py imported the function by name: replace it where it is looked up.
-    snakemake.common.get_function_params = get_function_params
+    for qualified_name, replacement in REPLACEMENTS.items():
+        owner, attribute, current = _resolve(qualified_name)
+        replacement.__rnnfleet_stock__ = _stock(current)
+        setattr(owner, attribute, replacement)
+    _stock_process_job = script_processor_process_job.__rnnfleet_stock__
+    _stock_get_function_params = get_function_params.__rnnfleet_stock__
+    # rules.py imported get_function_params by name: replace it where it is looked up too.
     snakemake.rules.get_function_params = get_function_params
-    return list(replacements)
+    return list(REPLACEMENTS)
