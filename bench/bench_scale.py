@@ -56,7 +56,13 @@ print(code, time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usag
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 10000], help="datasets per dry-run")
-    parser.add_argument("--reps", type=int, default=1, help="dry-runs per size (the median is printed)")
+    parser.add_argument("--reps", type=int, default=3, help="dry-runs per size (the median is printed)")
+    parser.add_argument(
+        "--stock",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also dry-run with stock Snakemake (RNNFLEET_STOCK_SNAKEMAKE=1), interleaved, for the ratio",
+    )
     parser.add_argument(
         "--run-datasets", type=int, nargs="*", default=[100, 300], help="tiny trainings per real run (none: skip)"
     )
@@ -82,10 +88,14 @@ def write_config(workdir: Path, **sections) -> None:
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def measure(command: list[str], stdout_path: Path) -> dict:
+def measure(command: list[str], stdout_path: Path, env: dict | None = None) -> dict:
     """Wall s, CPU s and peak RSS (MB) of one command, from a fresh process whose only child it is."""
     output = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(stdout_path), *command], capture_output=True, text=True, check=True
+        [sys.executable, "-c", MEASURE, str(stdout_path), *command],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(env or {})},
     )
     code, wall, cpu, max_rss_kb = output.stdout.split()
     if int(code) != 0:
@@ -93,29 +103,35 @@ def measure(command: list[str], stdout_path: Path) -> dict:
     return {"wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mb": int(max_rss_kb) / 1024}
 
 
-def dry_run_figures(datasets: int, reps: int) -> dict:
+def dry_run_figures(datasets: int, reps: int, stock: bool) -> dict:
+    """Median of `reps` dry-runs with the workflow's Snakemake speed-ups, and with stock
+    Snakemake (interleaved) when `stock`; both must list the same jobs."""
+    variants = {"": {}, "stock_": {"RNNFLEET_STOCK_SNAKEMAKE": "1"}} if stock else {"": {}}
     with tempfile.TemporaryDirectory(prefix=f"rnnfleet-scale-{datasets}-") as folder:
         workdir = Path(folder)
         (workdir / "data").mkdir()
         for number in range(datasets):
             (workdir / "data" / f"S{number:06d}_1m.csv").touch()  # a dry-run never reads them
         write_config(workdir)
-        listing = workdir / "dry_run.txt"
-        dry_runs = [measure(snakemake_command(workdir, "-n"), listing) for _ in range(reps)]
-        listed = listing.read_text()
-        train_jobs = listed.count("\nrule train:")
-        if train_jobs != datasets:
-            raise RuntimeError(f"dry-run listed {train_jobs} train jobs for {datasets} datasets")
+        runs = {prefix: [] for prefix in variants}
+        listed = {}
+        for _ in range(reps):
+            for prefix, env in variants.items():
+                listing = workdir / f"dry_run_{prefix}.txt"
+                runs[prefix].append(measure(snakemake_command(workdir, "-n"), listing, env))
+                listed[prefix] = listing.read_text()
+        for prefix, text in listed.items():
+            train_jobs = text.count("\nrule train:")
+            if train_jobs != datasets:
+                raise RuntimeError(f"dry-run {prefix}listed {train_jobs} train jobs for {datasets} datasets")
         parse = measure(snakemake_command(workdir, "--list-rules"), workdir / "rules.txt")
-    return {
-        "datasets": datasets,
-        "jobs": int(re.search(r"^total\s+(\d+)", listed, re.MULTILINE).group(1)),
-        "dry_run_wall_s": statistics.median(run["wall_s"] for run in dry_runs),
-        "dry_run_cpu_s": statistics.median(run["cpu_s"] for run in dry_runs),
-        "dry_run_peak_rss_mb": max(run["peak_rss_mb"] for run in dry_runs),
-        "parse_wall_s": parse["wall_s"],
-        "parse_cpu_s": parse["cpu_s"],
-    }
+    figures = {"datasets": datasets, "jobs": int(re.search(r"^total\s+(\d+)", listed[""], re.MULTILINE).group(1))}
+    for prefix, dry_runs in runs.items():
+        figures[f"{prefix}dry_run_wall_s"] = statistics.median(run["wall_s"] for run in dry_runs)
+        figures[f"{prefix}dry_run_cpu_s"] = statistics.median(run["cpu_s"] for run in dry_runs)
+        figures[f"{prefix}dry_run_peak_rss_mb"] = max(run["peak_rss_mb"] for run in dry_runs)
+    figures.update(parse_wall_s=parse["wall_s"], parse_cpu_s=parse["cpu_s"])
+    return figures
 
 
 def own_cpu_seconds(pid: int) -> float | None:
@@ -127,11 +143,20 @@ def own_cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_and_sample_cpu(command: list[str]) -> tuple[float, float, int]:
+def run_and_sample_cpu(
+    command: list[str], cwd: Path | None = None, env: dict | None = None
+) -> tuple[float, float, int]:
     """Run a snakemake command; return its wall time, the last CPU time sampled for its own
     process, and the number of jobs it ran."""
     started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
     last_cpu = [0.0]
 
     def sample() -> None:
@@ -160,8 +185,9 @@ def benchmark_seconds(workdir: Path, rule: str) -> list[float]:
     return seconds
 
 
-def real_run_figures(datasets: int, batches: int = 1) -> dict:
-    """One run over all datasets, or `batches` runs of a slice each (the last one summarises)."""
+def real_run_figures(datasets: int, batches: int = 1, stock: bool = False) -> dict:
+    """One run over all datasets, or `batches` runs of a slice each (the last one summarises);
+    `stock`: without the workflow's Snakemake speed-ups."""
     with tempfile.TemporaryDirectory(prefix="rnnfleet-scale-run-") as folder:
         workdir = Path(folder)
         for number in range(datasets):
@@ -177,13 +203,15 @@ def real_run_figures(datasets: int, batches: int = 1) -> dict:
                 )
                 for batch in range(1, batches + 1)
             ]
-        timings = [run_and_sample_cpu(command) for command in commands]
+        env = {"RNNFLEET_STOCK_SNAKEMAKE": "1" if stock else "0"}
+        timings = [run_and_sample_cpu(command, env=env) for command in commands]
         wall, snakemake_cpu, jobs = (sum(column) for column in zip(*timings, strict=True))
         preprocess, train = benchmark_seconds(workdir, "preprocess"), benchmark_seconds(workdir, "train")
         train_loop = [json.loads(path.read_text())["train_seconds"] for path in (workdir / "metrics").glob("*.json")]
     return {
         "datasets": datasets,
         "batches": batches,
+        "snakemake": "stock" if stock else "speed-ups",
         "jobs": jobs,
         "cores": cores,
         "wall_s": wall,
@@ -200,36 +228,46 @@ def main():
     machine = f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}"
     record = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine, "dry_runs": []}
     print(f"bench_scale on {machine}; load average at start {os.getloadavg()[0]:.1f}")
-    print("\ndry-run (snakemake -n, every job listed), N empty dataset files:")
+    print(f"\ndry-run (snakemake -n, every job listed), N empty dataset files, median of {args.reps}:")
+    stock_header = f" {'stock wall s':>13} {'stock CPU s':>12} {'stock MB':>9}" if args.stock else ""
     print(
-        f"{'datasets':>9} {'jobs':>7} {'wall s':>8} {'CPU s':>7} {'peak MB':>8} {'parse wall s':>13} {'parse CPU s':>12}"
+        f"{'datasets':>9} {'jobs':>7} {'wall s':>8} {'CPU s':>7} {'peak MB':>8}{stock_header} "
+        f"{'parse wall s':>13} {'parse CPU s':>12}"
     )
     for size in args.sizes:
-        figures = dry_run_figures(size, args.reps)
+        figures = dry_run_figures(size, args.reps, args.stock)
         record["dry_runs"].append(figures)
+        stock_columns = (
+            f" {figures['stock_dry_run_wall_s']:>13.1f} {figures['stock_dry_run_cpu_s']:>12.1f} "
+            f"{figures['stock_dry_run_peak_rss_mb']:>9.0f}"
+            if args.stock
+            else ""
+        )
         print(
             f"{figures['datasets']:>9,} {figures['jobs']:>7,} {figures['dry_run_wall_s']:>8.1f} "
-            f"{figures['dry_run_cpu_s']:>7.1f} {figures['dry_run_peak_rss_mb']:>8.0f} "
-            f"{figures['parse_wall_s']:>13.2f} {figures['parse_cpu_s']:>12.2f}"
+            f"{figures['dry_run_cpu_s']:>7.1f} {figures['dry_run_peak_rss_mb']:>8.0f}{stock_columns} "
+            f"{figures['parse_wall_s']:>13.2f} {figures['parse_cpu_s']:>12.2f}",
+            flush=True,
         )
-    runs = [(size, 1) for size in args.run_datasets]
+    runs = [(size, 1, stock) for size in args.run_datasets for stock in ([False, True] if args.stock else [False])]
     if args.run_datasets and args.run_batches > 1:
-        runs.append((max(args.run_datasets), args.run_batches))
+        runs.append((max(args.run_datasets), args.run_batches, False))
     if runs:
         print("\nreal runs of tiny trainings (one epoch of a 4-unit GRU on 300 rows), --cores all:")
         print(
-            f"{'datasets':>9} {'batches':>8} {'jobs':>5} {'wall s':>7} {'models/min':>11} {'snakemake CPU/job':>18} "
+            f"{'datasets':>9} {'batches':>8} {'snakemake':>10} {'jobs':>5} {'wall s':>7} {'models/min':>11} {'snakemake CPU/job':>18} "
             f"{'preprocess job':>15} {'train job':>10} {'train loop':>11}"
         )
     record["runs"] = []
-    for size, batches in runs:
-        run = real_run_figures(size, batches)
+    for size, batches, stock in runs:
+        run = real_run_figures(size, batches, stock)
         record["runs"].append(run)
         print(
-            f"{run['datasets']:>9} {run['batches']:>8} {run['jobs']:>5} {run['wall_s']:>7.1f} "
+            f"{run['datasets']:>9} {run['batches']:>8} {run['snakemake']:>10} {run['jobs']:>5} {run['wall_s']:>7.1f} "
             f"{run['models_per_min']:>11.0f} {run['snakemake_cpu_per_job_ms']:>15.0f} ms "
             f"{run['preprocess_job_median_s']:>13.2f} s "
-            f"{run['train_job_median_s']:>8.2f} s {run['train_loop_median_s']:>9.2f} s"
+            f"{run['train_job_median_s']:>8.2f} s {run['train_loop_median_s']:>9.2f} s",
+            flush=True,
         )
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine inflates wall times)")
     Path(args.out).mkdir(parents=True, exist_ok=True)

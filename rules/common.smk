@@ -4,6 +4,7 @@ import sys
 from fnmatch import fnmatch
 
 import yaml
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
@@ -16,6 +17,13 @@ from rnnfleet.formats import READABLE_SUFFIXES
 from rnnfleet.plugins import reference_file
 from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
+from rnnfleet.snakemake_speedups import apply as apply_snakemake_speedups
+
+# Per-job costs inside Snakemake that grow with the number of datasets (see the module).
+SNAKEMAKE_SPEEDUPS = apply_snakemake_speedups(warn=workflow.is_main_process)
+logger.debug(
+    f"rnnfleet: Snakemake speed-ups on: {', '.join(SNAKEMAKE_SPEEDUPS) or 'none'}"
+)
 
 
 def coerce_command_line_numbers(values, schema):

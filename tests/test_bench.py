@@ -9,24 +9,20 @@ import sys
 from conftest import REPO
 
 
-def test_speed_bench_runs_and_reports_ratios(tmp_path):
-    command = [sys.executable, str(REPO / "bench" / "bench_speed.py"), "--datasets", "2", "--rows", "600"]
-    command += [
-        "--epochs",
-        "1",
-        "--reps",
-        "1",
-        "--cores",
-        "2",
-        "--variants",
-        "naive,snakemake,one-proc",
-        "--out",
-        str(tmp_path),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+def test_speed_bench_runs_both_workloads_and_reports_ratios(tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "bench_speed.py"), "--workloads", "large,many-small"]
+    command += ["--datasets", "2", "--rows", "600", "--epochs", "1", "--reps", "1", "--cores", "2"]
+    command += ["--variants", "naive,snakemake,fp32,one-proc", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "x naive" in result.stdout and "snakemake / best one-process" in result.stdout
-    record = json.loads((tmp_path / "speed.jsonl").read_text().splitlines()[-1])
-    assert set(record["models_per_min"]) == {"naive", "snakemake", "one-proc-1t", "one-proc-2t"}
-    assert all(value > 0 for value in record["models_per_min"].values())
-    assert record["snakemake_split_seconds"]["train_seconds"] > 0
+    assert "Snakemake's own CPU" in result.stdout and "vs fp32 (float32)" in result.stdout
+    records = [json.loads(line) for line in (tmp_path / "speed.jsonl").read_text().splitlines()]
+    assert [record["workload"] for record in records] == ["large", "many-small"]
+    for record in records:
+        assert set(record["models_per_min"]) == {"naive", "snakemake", "fp32", "one-proc-1t", "one-proc-2t"}
+        assert all(value > 0 for value in record["models_per_min"].values())
+        assert record["snakemake_split_seconds"]["train_seconds"] > 0
+        assert record["snakemake_snakemake_cpu_per_job_s"] > 0
+        assert 0 < record["snakemake_snakemake_machine_share"] < 1
+        assert abs(record["val_loss_vs_fp32"]) < 1  # a ratio, not a loss

@@ -18,6 +18,7 @@ from rnnfleet.data import PreparedArrays
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import window_numbers
 from rnnfleet.model import DEFAULT_BUILDER, build_model
+from rnnfleet.precision import resolve_amp
 from rnnfleet.targets import TARGETS, Target
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -112,7 +113,7 @@ def train_model(
     windows that span a gap are left out of both."""
     entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
-    amp_dtype = AMP_DTYPES[train_hparams.get("amp", "off")]
+    amp_dtype = AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)]
     torch.manual_seed(int(train_hparams["seed"]))
     generator = torch.Generator(device=device).manual_seed(int(train_hparams["seed"]))
 
@@ -289,8 +290,9 @@ def train_one(
     configure_threads(threads)
     device, gpu_slot = claim_device(train_hparams.get("device", "auto"), gpu_mem_gb)
     cap_gpu_memory(device, gpu_mem_gb)
+    amp = resolve_amp(train_hparams.get("amp", "auto"), device)
     log(
-        f"{dataset}: training on {device} with {threads} thread(s), gpu_mem {gpu_mem_gb} GB declared "
+        f"{dataset}: training on {device} with {threads} thread(s), amp {amp}, gpu_mem {gpu_mem_gb} GB declared "
         f"({placement_note()})"
     )
 
@@ -310,6 +312,7 @@ def train_one(
             "epochs_run": result.epochs_run,
             "train_seconds": result.train_seconds,
             "device": str(device),
+            "amp": amp,
             "torch_threads": torch.get_num_threads(),
             **job_process(),  # worker (warm or cold), pid, warm_server_pid
             "rows": arrays.rows,

@@ -1,0 +1,210 @@
+"""Per-job costs inside Snakemake 9.27.1 that grow with the number of datasets, removed from
+the workflow (applied by rules/common.smk before the DAG is built).
+
+What it promises:
+- On Snakemake 9.27.1 exactly, and only while the replaced functions' source is the source
+  these replacements were written against (SHA-256 below), it replaces:
+  1. `JobScheduler._schedule_reevalutation`: during a real run, every scheduling round
+     starts a one-second timer (for --max-jobs-per-timespan, default 100/1s) that triggers
+     one more round, which starts another timer: each finished job adds a chain that never
+     ends while jobs wait, so rounds per second grow with the jobs done (2,402 rounds for a
+     run of 63 jobs). The replacement keeps at most one timer pending, which is all the rate
+     limit needs.
+  2. `JobScheduler.update_input_sizes`: each round re-stats the inputs of *every* ready
+     job. A ready job's inputs are finished files that do not change before it runs: the
+     replacement stats only paths whose size it does not know yet.
+  3. `ScriptProcessor.process_job` (and so `NotebookProcessor`): stock Snakemake reads and
+     caches the `script:` file once per job to check that it exists. The replacement checks
+     each script of a rule once (scripts whose path holds `{wildcards}` or `{params}` are
+     still checked per job).
+  4. `snakemake.common.get_function_params`: `inspect.signature` of the same input and
+     resource functions for every job; the replacement remembers it per function.
+- What Snakemake schedules, runs, lists and logs is unchanged (tests/test_speedups.py
+  compares the dry-run's jobs and reasons with and without these replacements).
+- On any other Snakemake version, or when a replaced function's source differs, nothing is
+  replaced and one warning line says so; RNNFLEET_STOCK_SNAKEMAKE=1 turns them off silently.
+
+The same changes as a patch for Snakemake itself, with measurements: docs/upstream/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import sys
+import threading
+import types
+import weakref
+from itertools import filterfalse
+
+WRITTEN_FOR_VERSION = "9.27.1"
+DISABLE_VARIABLE = "RNNFLEET_STOCK_SNAKEMAKE"
+
+# SHA-256 of inspect.getsource() of each function replaced, in Snakemake 9.27.1.
+STOCK_SOURCE_SHA256 = {
+    "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": "bb09f100ea5766bbab2a2fa26d28d2a7488140ed6e74224adcebab65112bbf69",
+    "snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes": "3d3d19efdbbe3267272cd388ea86569d858ec30bc4d96db033d23e0a5276f605",
+    "snakemake.dag:ScriptProcessor.process_job": "168fffa9284a4cdfc901e95ec4327de448cf2428476733cabd47d0ef44b98ddc",
+    "snakemake.common:get_function_params": "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",
+}
+
+
+def _resolve(qualified_name: str):
+    """'module:Class.attribute' -> (owner object, attribute name, current value)."""
+    import importlib
+
+    import snakemake.api  # noqa: F401  (imports the rest in the order they need)
+
+    module_name, attribute_path = qualified_name.split(":")
+    owner = importlib.import_module(module_name)
+    *owner_names, attribute = attribute_path.split(".")
+    for name in owner_names:
+        owner = getattr(owner, name)
+    return owner, attribute, getattr(owner, attribute)
+
+
+def source_sha256(function) -> str:
+    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+
+
+def stock_differences() -> list[str]:
+    """Why the replacements do not fit the installed Snakemake (empty: they fit)."""
+    import snakemake
+
+    if snakemake.__version__ != WRITTEN_FOR_VERSION:
+        return [f"Snakemake {snakemake.__version__} is installed, they were written for {WRITTEN_FOR_VERSION}"]
+    problems = []
+    for qualified_name, expected in STOCK_SOURCE_SHA256.items():
+        try:
+            _, _, function = _resolve(qualified_name)
+            found = source_sha256(_stock(function))
+        except (ImportError, AttributeError, OSError, TypeError) as error:
+            problems.append(f"{qualified_name} not found ({error})")
+            continue
+        if found != expected:
+            problems.append(f"{qualified_name} has changed")
+    return problems
+
+
+def _stock(function):
+    """The stock function, also when this module has already replaced it."""
+    return getattr(function, "__rnnfleet_stock__", function)
+
+
+def schedule_reevaluation(self, delay: int) -> None:
+    """JobScheduler._schedule_reevalutation, with at most one timer pending: a round asked
+    for while one is pending would come later than the pending one, which asks again if
+    it still needs to."""
+    lock = self.__dict__.setdefault("_rnnfleet_reevaluation_lock", threading.Lock())
+    with lock:
+        if self.__dict__.get("_rnnfleet_reevaluation_pending"):
+            return
+        self._rnnfleet_reevaluation_pending = True
+
+    def reevaluate() -> None:
+        with lock:  # cleared before the round it starts, so that round can ask again
+            self._rnnfleet_reevaluation_pending = False
+        self._open_jobs.release()
+
+    timer = threading.Timer(delay, reevaluate)
+    timer.daemon = True
+    timer.start()
+
+
+async def update_input_sizes(self, jobs) -> None:
+    """JobScheduler.update_input_sizes, statting only the input files not sized yet."""
+
+    async def get_size(path):
+        return path, await path.size() if await path.exists() else None
+
+    paths = {path for job in jobs for path in job.input}
+    unsized = [path for path in paths if self._input_sizes.get(path) is None]
+    if unsized:
+        self._input_sizes.update(await asyncio.gather(*[get_size(path) for path in unsized]))
+
+    if len(self._input_sizes) > 10000:
+        for path in list(filterfalse(paths.__contains__, self._input_sizes)):
+            del self._input_sizes[path]
+
+
+def script_processor_process_job(self, job) -> None:
+    """ScriptProcessor.process_job, checking a script that is the same for every job of its
+    rule (no {wildcards} or {params} in its path) once."""
+    script_entry = getattr(job.rule, self.script_type) if getattr(job, f"is_{self.script_type}") else None
+    if isinstance(script_entry, os.PathLike):
+        script_entry = os.fspath(script_entry)
+    same_for_every_job = isinstance(script_entry, str) and "{" not in script_entry
+    key = (script_entry, str(job.rule.basedir))
+    checked = self.__dict__.setdefault("_rnnfleet_checked_scripts", set())
+    if same_for_every_job and key in checked:
+        return
+    _stock_process_job(self, job)
+    if same_for_every_job:
+        checked.add(key)
+
+
+# Functions -> parameters, and for bound methods (a new object at each attribute access,
+# such as Resource.evaluate) their underlying function -> the bound method's parameters.
+_function_params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_bound_method_params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def get_function_params(func):
+    """snakemake.common.get_function_params, remembering each function's parameters."""
+    if hasattr(func, "_overwrite_params"):  # set per object by Snakemake's ioutils
+        return _stock_get_function_params(func)
+    if isinstance(func, types.MethodType):
+        cache, key = _bound_method_params, func.__func__
+    else:
+        cache, key = _function_params, func
+    try:
+        return cache[key]
+    except (KeyError, TypeError):  # TypeError: not weakly referenceable
+        pass
+    params = _stock_get_function_params(func)
+    try:
+        cache[key] = params
+    except TypeError:
+        pass
+    return params
+
+
+_stock_process_job = None
+_stock_get_function_params = None
+
+REPLACEMENTS = {
+    "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": schedule_reevaluation,
+    "snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes": update_input_sizes,
+    "snakemake.dag:ScriptProcessor.process_job": script_processor_process_job,
+    "snakemake.common:get_function_params": get_function_params,
+}
+
+
+def apply(warn: bool = True) -> list[str]:
+    """Replace the functions (see the module docstring); returns the names replaced, [] when
+    Snakemake is left as it is. `warn`: print the one warning line when they do not fit."""
+    global _stock_process_job, _stock_get_function_params
+    if os.environ.get(DISABLE_VARIABLE, "") not in ("", "0"):
+        return []
+    problems = stock_differences()
+    if problems:
+        if warn:
+            print(
+                f"rnnfleet: Snakemake's scheduler and DAG speed-ups are off ({'; '.join(problems)}); "
+                "planning and scheduling thousands of datasets will be slower",
+                file=sys.stderr,
+            )
+        return []
+    import snakemake.rules
+
+    for qualified_name, replacement in REPLACEMENTS.items():
+        owner, attribute, current = _resolve(qualified_name)
+        replacement.__rnnfleet_stock__ = _stock(current)
+        setattr(owner, attribute, replacement)
+    _stock_process_job = script_processor_process_job.__rnnfleet_stock__
+    _stock_get_function_params = get_function_params.__rnnfleet_stock__
+    # rules.py imported get_function_params by name: replace it where it is looked up too.
+    snakemake.rules.get_function_params = get_function_params
+    return list(REPLACEMENTS)

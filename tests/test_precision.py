@@ -1,0 +1,78 @@
+"""train.amp: auto picks bf16 exactly where the device computes it natively, and says so."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import add_datasets, snakemake, write_config
+
+from rnnfleet import precision
+from rnnfleet.data import prepare_dataset
+from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.training import train_model
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+flags\t\t: fpu vme sse sse2 avx2 avx512f {extra}
+bugs\t\t: spectre_v1
+"""
+
+
+@pytest.mark.parametrize(
+    "extra, native",
+    [("avx512_bf16", True), ("amx_bf16 amx_tile", True), ("avx512_vnni", False), ("", False)],
+)
+def test_cpu_flags_decide_auto(monkeypatch, extra, native):
+    flags = precision.cpu_flags_from_proc(CPUINFO.format(extra=extra))
+    assert ("avx2" in flags) and any(flag in flags for flag in precision.NATIVE_BF16_CPU_FLAGS) == native
+    monkeypatch.setattr(precision, "cpu_computes_bf16_natively", lambda: native)
+    assert precision.resolve_amp("auto", torch.device("cpu")) == ("bf16" if native else "off")
+
+
+@pytest.mark.parametrize("capability, expected", [((7, 5), "off"), ((8, 0), "bf16"), ((9, 0), "bf16")])
+def test_cuda_capability_decides_auto(monkeypatch, capability, expected):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert precision.resolve_amp("auto", torch.device("cuda", 0)) == expected
+
+
+def test_explicit_choices_are_kept():
+    for amp in ("off", "bf16", "fp16"):
+        assert precision.resolve_amp(amp, torch.device("cpu")) == amp
+
+
+def test_cpu_probe_answers_without_proc(monkeypatch):
+    """Where /proc/cpuinfo is missing (Windows, macOS, a sandbox) the answer still comes."""
+    precision.cpu_computes_bf16_natively.cache_clear()
+    monkeypatch.setattr(precision.sys, "platform", "win32")
+    try:
+        assert isinstance(precision.cpu_computes_bf16_natively(), bool)
+    finally:
+        precision.cpu_computes_bf16_natively.cache_clear()
+
+
+def test_auto_trains_exactly_like_the_choice_it_names(tmp_path):
+    """auto really runs the resolved arithmetic: bit-identical to it, different from the other."""
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", 1500, 3)
+    arrays = prepare_dataset(csv_path, seq_len=16, horizon=1, val_fraction=0.2)[0]
+    model = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
+    train = {"seq_len": 16, "batch_size": 64, "epochs": 1, "lr": 0.003, "patience": 2, "seed": 0}
+    torch.set_num_threads(1)
+    val_loss = {
+        amp: train_model(arrays, model, {**train, "amp": amp}, torch.device("cpu")).val_loss
+        for amp in ("auto", "off", "bf16")
+    }
+    chosen = precision.resolve_amp("auto", torch.device("cpu"))
+    other = "off" if chosen == "bf16" else "bf16"
+    assert val_loss["auto"] == val_loss[chosen] != val_loss[other]
+
+
+def test_metrics_and_job_log_name_the_precision_used(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")  # train.amp left at its default, auto
+    snakemake(tmp_path, "models/A_1m.pt")
+    metrics = json.loads((tmp_path / "metrics" / "A_1m.json").read_text())
+    expected = precision.resolve_amp("auto", torch.device(metrics["device"]))
+    assert metrics["amp"] == expected
+    assert f"amp {expected}," in (tmp_path / "logs" / "train" / "A_1m.log").read_text()

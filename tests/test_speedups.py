@@ -1,0 +1,142 @@
+"""rnnfleet.snakemake_speedups: fits the installed Snakemake exactly, falls back to stock with one
+warning line otherwise, and changes nothing Snakemake plans (same jobs and reasons)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import snakemake
+from conftest import REPO, TINY_ROWS, add_datasets, write_config, write_synthetic_csv
+from conftest import snakemake as run_snakemake
+
+from rnnfleet import snakemake_speedups
+
+SPEEDUPS_LINE = re.compile(r"rnnfleet: Snakemake speed-ups on: (.*)")
+
+
+def test_installed_snakemake_is_the_one_the_speedups_were_written_for():
+    """Fails when Snakemake is upgraded or its patched functions change: re-check the
+    replacements against the new source, then update WRITTEN_FOR_VERSION and the hashes."""
+    assert snakemake.__version__ == snakemake_speedups.WRITTEN_FOR_VERSION
+    assert snakemake_speedups.stock_differences() == []
+
+
+def test_other_snakemake_version_keeps_stock_behaviour_with_one_warning_line(monkeypatch, capsys):
+    import snakemake.dag
+    import snakemake.scheduling.job_scheduler
+
+    monkeypatch.setattr(snakemake, "__version__", "9.28.0")
+    stock_process_job = snakemake.dag.ScriptProcessor.process_job
+    stock_update = snakemake.scheduling.job_scheduler.JobScheduler.update_input_sizes
+    assert snakemake_speedups.apply() == []
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "Snakemake 9.28.0 is installed" in warning
+    assert snakemake.dag.ScriptProcessor.process_job is stock_process_job
+    assert snakemake.scheduling.job_scheduler.JobScheduler.update_input_sizes is stock_update
+
+
+def test_changed_function_source_keeps_stock_behaviour(monkeypatch, capsys):
+    changed = dict(snakemake_speedups.STOCK_SOURCE_SHA256)
+    changed["snakemake.dag:ScriptProcessor.process_job"] = "0" * 64
+    monkeypatch.setattr(snakemake_speedups, "STOCK_SOURCE_SHA256", changed)
+    assert snakemake_speedups.apply() == []
+    assert "ScriptProcessor.process_job has changed" in capsys.readouterr().err
+
+
+class CountingPath(str):
+    """An input file as the scheduler sees it, counting the stat calls made on it."""
+
+    calls = 0
+
+    async def exists(self):
+        CountingPath.calls += 1
+        return True
+
+    async def size(self):
+        CountingPath.calls += 1
+        return 100
+
+
+def test_update_input_sizes_stats_only_paths_not_sized_yet():
+    scheduler = SimpleNamespace(_input_sizes={})
+    ready = [SimpleNamespace(input=[CountingPath(f"prep/{n}.npz")]) for n in range(50)]
+    asyncio.run(snakemake_speedups.update_input_sizes(scheduler, ready))
+    assert CountingPath.calls == 100 and len(scheduler._input_sizes) == 50
+    # Another job finished, one new job became ready: only its input is stat'ed.
+    ready.append(SimpleNamespace(input=[CountingPath("prep/new.npz")]))
+    asyncio.run(snakemake_speedups.update_input_sizes(scheduler, ready[1:]))
+    assert CountingPath.calls == 102 and scheduler._input_sizes[CountingPath("prep/new.npz")] == 100
+
+
+def test_scheduling_rounds_asked_for_while_one_is_pending_start_no_timer():
+    scheduler = SimpleNamespace(_open_jobs=threading.Semaphore(0))
+    for _ in range(20):  # twenty rounds in a row, each asking for a re-evaluation
+        snakemake_speedups.schedule_reevaluation(scheduler, 0.05)
+    assert scheduler._open_jobs.acquire(timeout=5)  # one round comes
+    assert not scheduler._open_jobs.acquire(timeout=0.3)  # and only one
+    snakemake_speedups.schedule_reevaluation(scheduler, 0.05)  # that round may ask again
+    assert scheduler._open_jobs.acquire(timeout=5)
+
+
+def job_blocks(dry_run_output: str) -> list[str]:
+    """The dry-run's job listing without its timestamps and run id, in order; file lists in
+    reasons sorted (Snakemake prints them from sets, in an order that varies between runs)."""
+    kept = []
+    for line in dry_run_output.splitlines():
+        if re.match(r"\s*(\[\w{3} \w{3}|Date:|Workflow ID:)", line) or SPEEDUPS_LINE.search(line):
+            continue
+        if line.strip().startswith("reason:"):
+            parts = line.split("reason: ", 1)[1].split("; ")
+            line = "reason: " + "; ".join(
+                f"{label}: {', '.join(sorted(files.split(', ')))}"
+                for label, files in (part.split(": ", 1) for part in parts)
+            )
+        kept.append(line)
+    return kept
+
+
+def test_dry_run_lists_the_same_jobs_and_reasons_with_and_without_speedups(tmp_path):
+    add_datasets(tmp_path, [f"D{n}_1m" for n in range(6)])
+    write_config(tmp_path, data_dir="data", predict={"datasets": ["D0_1m"]})
+    run_snakemake(tmp_path, "--until", "preprocess")  # some jobs done: reasons differ per job
+    changed_csv = tmp_path / "data" / "D1_1m.csv"
+    write_synthetic_csv(changed_csv, TINY_ROWS, seed=99)  # and an input newer than its output
+    later = time.time() + 10
+    os.utime(changed_csv, (later, later))
+    listings = {}
+    for stock in ("1", "0"):
+        result = run_snakemake(tmp_path, "-n", "--verbose", env={"RNNFLEET_STOCK_SNAKEMAKE": stock})
+        output = result.stdout + result.stderr
+        listings[stock] = job_blocks(output)
+        applied = SPEEDUPS_LINE.search(output).group(1)
+        assert (applied == "none") == (stock == "1"), applied
+    assert "reason: Updated input files: data/D1_1m.csv" in listings["0"]
+    assert sum("rule train:" in line for line in listings["0"]) == 6
+    assert listings["0"] == listings["1"]
+
+
+@pytest.mark.parametrize("stock", ["1", "0"])
+def test_missing_script_is_still_reported(tmp_path, stock):
+    """The script check runs once per rule now, and still stops a workflow whose script is gone."""
+    workflow = tmp_path / "workflow"
+    shutil.copytree(REPO, workflow, ignore=shutil.ignore_patterns(".*", "tests", "bench", "docs"))
+    (workflow / "scripts" / "train.py").unlink()
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "-d", str(tmp_path), "-n"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock},
+    )
+    assert result.returncode != 0
+    assert "scripts/train.py" in result.stdout + result.stderr  # Snakemake's own error names it
