@@ -18,7 +18,12 @@ sys.path.insert(0, str(REPO / "scripts"))
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
 # Modules that test what only some platforms have (README "Platforms"): not collected elsewhere.
-POSIX_ONLY = ["test_warm.py", "test_gpu_slots.py", "test_interruptions.py"]  # fork, signals, process groups
+POSIX_ONLY = [
+    "test_warm.py",
+    "test_gpu_slots.py",
+    "test_interruptions.py",
+    "test_previous_models.py",
+]  # fork, signals, process groups
 LINUX_ONLY = ["test_security.py", "test_slurm.py"]  # local accounts, SO_PEERCRED, SLURM from Debian packages
 collect_ignore = (LINUX_ONLY if not sys.platform.startswith("linux") else []) + (
     POSIX_ONLY if os.name != "posix" else []
