@@ -106,20 +106,12 @@ def check_private_folder(folder: Path) -> None:
 
 def private_folder() -> Path:
     """This user's own folder for the server's socket, lock and log; checked on every call."""
+    folder = Path(tempfile.gettempdir()) / f"rnnfleet-warm-{os.getuid()}"
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir and os.path.isabs(runtime_dir):
-        try:
+        with contextlib.suppress(WarmUnavailable):  # a runtime dir that is not ours: the temporary folder
             check_private_folder(Path(runtime_dir))
-            base = Path(runtime_dir)
-        except WarmUnavailable:
-            base = None  # a runtime dir that is not ours: use the temporary folder instead
-        if base is not None:
-            folder = base / "rnnfleet-warm"
-            with contextlib.suppress(FileExistsError):
-                folder.mkdir(mode=0o700)
-            check_private_folder(folder)
-            return folder
-    folder = Path(tempfile.gettempdir()) / f"rnnfleet-warm-{os.getuid()}"
+            folder = Path(runtime_dir) / "rnnfleet-warm"
     with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=0o700)
     check_private_folder(folder)
