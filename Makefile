@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CORES ?= all
 
-.PHONY: venv run test lint fmt bench bench-scale bench-read clean
+.PHONY: venv slurm run test lint fmt bench bench-scale bench-read clean
 
 venv: $(VENV)/.installed
 
@@ -21,13 +21,24 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
+# On a cluster: the SLURM executor, into the venv (requirements-slurm.txt says why it is apart).
+slurm: venv
+	$(BIN)/python -m pip install --quiet -r requirements-slurm.txt
+
+# For tests/test_slurm.py only: the same packages in a folder of their own, put on PYTHONPATH
+# by that test, so every other snakemake command of the suite starts without them.
+SLURM_TEST_PLUGIN := $(VENV)/slurm-plugin
+$(SLURM_TEST_PLUGIN)/.installed: requirements-slurm.txt | venv
+	$(BIN)/python -m pip install --quiet --no-deps --target $(SLURM_TEST_PLUGIN) -r requirements-slurm.txt
+	touch $@
+
 demo_data: | venv
 	$(BIN)/python scripts/make_demo_data.py demo_data
 
 run: venv demo_data
 	$(BIN)/snakemake --cores $(CORES) --config data_dir=demo_data
 
-test: venv
+test: venv $(SLURM_TEST_PLUGIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
 
 lint: venv demo_data

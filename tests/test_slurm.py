@@ -9,9 +9,11 @@ CI (CI set), where it fails: CI must really run it.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,8 @@ START_CLUSTER = REPO / "tests" / "slurm" / "start_cluster.sh"
 PROFILES = ("--profile", str(REPO / "profiles" / "slurm"), "--profile", str(REPO / "tests" / "slurm" / "profile"))
 # Forecasts too: each dataset's SLURM job then holds preprocess, train and predict.
 WITH_PREDICTIONS = ("--config", 'predict={"datasets": "all"}')
+# `make test` installs the SLURM executor here, apart from the venv (requirements-slurm.txt).
+SLURM_PLUGIN_FOLDER = Path(sys.prefix) / "slurm-plugin"
 CANNOT_INSTALL, FOREIGN_CONFIG = 3, 4
 DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
 
@@ -35,6 +39,19 @@ def slurm_cluster() -> None:
     if os.environ.get("CI") or started.returncode not in (CANNOT_INSTALL, FOREIGN_CONFIG):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def slurm_executor_env() -> dict[str, str]:
+    """Environment for snakemake commands that need the SLURM executor plugin."""
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm"):
+        return {}  # installed in the venv (`make slurm`)
+    if not (SLURM_PLUGIN_FOLDER / "snakemake_executor_plugin_slurm").is_dir():
+        reason = f"the SLURM executor plugin is not installed (make test puts it in {SLURM_PLUGIN_FOLDER})"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(SLURM_PLUGIN_FOLDER), os.environ.get("PYTHONPATH")]))}
 
 
 def submitted_jobs(snakemake_output: str) -> dict[str, str]:
@@ -53,8 +70,8 @@ def newest_slurm_job_id() -> int:
     return max((int(job_id) for job_id in ids.stdout.split()), default=0)
 
 
-def test_trainings_go_through_sbatch_and_a_rerun_submits_nothing(slurm_cluster, workdir):
-    first = snakemake(workdir, *PROFILES, *WITH_PREDICTIONS)
+def test_trainings_go_through_sbatch_and_a_rerun_submits_nothing(slurm_cluster, slurm_executor_env, workdir):
+    first = snakemake(workdir, *PROFILES, *WITH_PREDICTIONS, env=slurm_executor_env)
 
     for dataset in DATASETS:
         assert (workdir / "models" / f"{dataset}.pt").stat().st_size > 0
@@ -81,7 +98,7 @@ def test_trainings_go_through_sbatch_and_a_rerun_submits_nothing(slurm_cluster, 
     assert sorted(logged.values()) == sorted(jobs)
 
     newest_before = newest_slurm_job_id()
-    rerun = snakemake(workdir, *PROFILES, *WITH_PREDICTIONS)
+    rerun = snakemake(workdir, *PROFILES, *WITH_PREDICTIONS, env=slurm_executor_env)
     assert "Nothing to be done" in rerun.stderr + rerun.stdout
     assert submitted_jobs(rerun.stderr) == {}
     assert newest_slurm_job_id() == newest_before
