@@ -125,6 +125,40 @@ def test_a_rerun_draws_only_the_loss_curves_of_new_and_retrained_datasets(run, t
     assert sorted(entry["labels"]["dataset"] for entry in curves) == [DATASETS[0], "CCC_1m"]
 
 
+def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path, monkeypatch):
+    shapes = [(5, 0.5, "zero return"), (1, 2.0, "training mean"), (3, 0.01, "naive forecast"), (8, 40.0, "x")]
+    metrics_paths, spans = [], {}
+    for index, (epochs, scale, baseline) in enumerate(shapes):
+        history = [
+            {"epoch": e, "train_loss": scale / e, "val_loss": scale * (1 + e % 2) / 2, "seconds": 1}
+            for e in range(1, epochs + 1)
+        ]
+        metrics = {"naive_val_loss": scale * 1.5, "skill": 0.1 * index, "best_epoch": epochs, "history": history}
+        metrics |= {"baseline": baseline, "loss": "MSE"} if index % 2 else {}
+        path = tmp_path / f"D{index}.json"
+        path.write_text(json.dumps(metrics))
+        metrics_paths.append(str(path))
+        losses = [entry[key] for entry in history for key in ("train_loss", "val_loss")] + [scale * 1.5]
+        spans[f"D{index}.png"] = (1, epochs, min(losses), max(losses))
+    limits = {}
+    save_figure = rnnfleet.plots.save_figure
+
+    def save_and_record_limits(figure, path, dpi):
+        limits[Path(path).name] = (*figure.axes[0].get_xlim(), *figure.axes[0].get_ylim())
+        save_figure(figure, path, dpi)
+
+    monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record_limits)
+    shared = draw_loss_curves(metrics_paths, tmp_path / "shared")
+    assert len(shared) == len(shapes)
+    for name, (first_epoch, last_epoch, lowest, highest) in spans.items():
+        x_from, x_to, y_from, y_to = limits[name]
+        assert x_from <= first_epoch and last_epoch <= x_to and y_from <= lowest and highest <= y_to, name
+        assert y_to - y_from < 2 * (highest - lowest) + 1e-9, name  # fitted to this curve, not to all of them
+    for metrics_path, curve in zip(metrics_paths, shared, strict=True):
+        (alone,) = draw_loss_curves([metrics_path], tmp_path / "alone")
+        assert curve.read_bytes() == alone.read_bytes(), curve.name
+
+
 def test_many_loss_curves_are_drawn_in_parallel_as_one_process_draws_them(tmp_path, monkeypatch):
     workers = []
 
