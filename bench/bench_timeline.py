@@ -41,6 +41,7 @@ RULES = ("preprocess", "train", "summarize", "plots")
 @dataclass
 class Seen:
     kind: str
+    command: str
     start: float  # seconds since the run started
     end: float
     cpu: float = 0.0
@@ -57,9 +58,14 @@ def started_at(process: psutil.Process) -> float:
         return process.create_time()
 
 
-def kind_of(process: psutil.Process, servers: set[int]) -> str | None:
-    """'warm server', 'warm child', '<rule> client' or None (shells and the like)."""
+def kind_of(process: psutil.Process, servers: set[int], seen: dict[int, Seen]) -> str | None:
+    """'warm server', 'warm child', '<rule> client', '<rule> worker' (a process a client
+    started) or None (shells, and programs started by the processes above: a fork that
+    has not run exec yet still shows its parent's command line)."""
     command = " ".join(process.cmdline())
+    parent = seen.get(process.ppid())
+    if parent is not None and parent.kind.endswith(" client") and command and parent.command == command:
+        return parent.kind.replace(" client", " worker")
     if "rnnfleet.warm" in command:
         return "warm child" if process.ppid() in servers else "warm server"
     for rule in RULES:
@@ -71,7 +77,8 @@ def kind_of(process: psutil.Process, servers: set[int]) -> str | None:
 def run_and_watch(command: list[str], workdir: Path) -> tuple[float, float, dict[int, Seen]]:
     """Run `command`; return its wall time, Snakemake's own CPU time and the processes seen."""
     started = time.time()
-    snakemake = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(workdir / "snakemake.log", "w+")  # noqa: SIM115 - a pipe read only at the end would fill and block
+    snakemake = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=log)
     main = psutil.Process(snakemake.pid)
     seen: dict[int, Seen] = {}
     servers: set[int] = set()
@@ -87,21 +94,28 @@ def run_and_watch(command: list[str], workdir: Path) -> tuple[float, float, dict
             processes = []
         for process in processes:
             try:
-                if process.pid not in seen:
-                    kind = kind_of(process, servers)
-                    if kind is None:
+                command = " ".join(process.cmdline())
+                if not command:
+                    continue  # exited, not reaped yet
+                known = seen.get(process.pid)
+                if known is None or known.command != command:
+                    kind = kind_of(process, servers, seen)
+                    if kind is None or (known is not None and kind != known.kind):
+                        seen.pop(process.pid, None)  # it ran exec: not one of ours after all
                         continue
                     if kind == "warm server":
                         servers.add(process.pid)
-                    seen[process.pid] = Seen(kind, started_at(process) - started, now)
-                seen[process.pid].end = now
-                seen[process.pid].cpu = sum(process.cpu_times()[:2])
+                    known = seen.setdefault(process.pid, Seen(kind, command, started_at(process) - started, now))
+                    known.command = command
+                known.end = now
+                known.cpu = sum(process.cpu_times()[:2])
             except psutil.Error:
                 continue
         time.sleep(SAMPLE_SECONDS)
-    stderr = snakemake.stderr.read()
+    log.seek(0)
     if snakemake.wait() != 0:
-        raise SystemExit(f"the run failed:\n{stderr[-3000:]}")
+        raise SystemExit(f"the run failed:\n{log.read()[-3000:]}")
+    log.close()
     return time.time() - started, snakemake_cpu, seen
 
 
