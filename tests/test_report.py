@@ -125,6 +125,19 @@ def test_a_rerun_draws_only_the_loss_curves_of_new_and_retrained_datasets(run, t
     assert sorted(entry["labels"]["dataset"] for entry in curves) == [DATASETS[0], "CCC_1m"]
 
 
+def test_a_copy_of_the_curves_left_by_a_killed_run_does_not_stop_the_next_one(run, tmp_path):
+    # Snakemake copies the updated folder here before the plots job and drops the copy after
+    # it; a run killed meanwhile leaves it, and Snakemake's next copy fails over it.
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True)
+    left_over = copy / ".snakemake" / "backups" / "results" / "loss_curves"
+    shutil.copytree(copy / "results" / "loss_curves", left_over)
+    add_datasets(copy, ["CCC_1m"])
+    snakemake(copy)
+    assert not left_over.exists()
+    assert sorted(path.stem for path in (copy / "results" / "loss_curves").glob("*.png")) == [*DATASETS, "CCC_1m"]
+
+
 def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path, monkeypatch):
     shapes = [(5, 0.5, "zero return"), (1, 2.0, "training mean"), (3, 0.01, "naive forecast"), (8, 40.0, "x")]
     metrics_paths, spans = [], {}

@@ -7,6 +7,7 @@ import html
 import json
 import math
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from pathlib import Path
@@ -21,6 +22,8 @@ MAX_LISTED_FAILURES = 50
 # A curve takes ~0.06-0.1 s to draw: fewer than this many per process do not pay for a
 # second process (on Windows and macOS each one imports matplotlib again).
 MIN_CURVES_PER_PROCESS = 20
+# Where Snakemake keeps the copy of an update() output while its job runs (9.x).
+SNAKEMAKE_BACKUPS = Path(".snakemake") / "backups"
 
 
 def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
@@ -146,6 +149,21 @@ def draw_loss_curves_in_processes(metrics_paths: list[str], folder: Path, proces
     shares = [metrics_paths[start::processes] for start in range(processes)]
     with ProcessPoolExecutor(max_workers=processes) as pool:
         return [curve for drawn in pool.map(draw_loss_curves, shares, repeat(folder)) for curve in drawn]
+
+
+def drop_stale_snakemake_backup(output_path: str | os.PathLike) -> bool:
+    """Remove the copy Snakemake made of an update() output (the loss curves folder) before
+    a job that never finished; True if there was one. Snakemake drops the copy when the job
+    ends, but a run killed meanwhile leaves it, and every later job that updates the output
+    then fails to copy over it. The folder itself needs no restoring: a killed plots job
+    leaves curves that are whole (atomic writes), and the next one redraws any that are
+    stale. Call only when no other run works in the folder."""
+    path = Path(output_path)
+    backup = SNAKEMAKE_BACKUPS / (path.relative_to(path.anchor) if path.is_absolute() else path)
+    if not backup.exists():
+        return False
+    shutil.rmtree(backup)
+    return True
 
 
 def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
