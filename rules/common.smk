@@ -14,7 +14,6 @@ sys.path.insert(0, f"{workflow.basedir}/scripts")
 from rnnfleet.after_failures import not_done_list_if_stale
 from rnnfleet.config_check import config_problems
 from rnnfleet.formats import READABLE_SUFFIXES
-from rnnfleet.plots import drop_stale_snakemake_backup
 from rnnfleet.plugins import reference_file
 from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
@@ -140,6 +139,9 @@ LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.after_failures
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 INSPECTION = f"{PATHS['results']}/inspect.csv"
+
+from rnnfleet.plots import drop_stale_snakemake_backup
+
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
     if claim_run_folder(OUTPUT_FOLDERS):
