@@ -129,11 +129,6 @@ PATHS = config["paths"]
 OUTPUT_FOLDERS = [
     PATHS[key] for key in ("prep", "models", "metrics", "results", "predictions")
 ]
-if workflow.is_main_process:
-    # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
-    if claim_run_folder(OUTPUT_FOLDERS):
-        # Alone in the folder: a backup still here belongs to a re-train that was killed.
-        restore_previous_models(PATHS["models"])
 ARRAYS = f"{PATHS['prep']}/{{dataset}}.npz"
 MODEL = f"{PATHS['models']}/{{dataset}}.pt"
 METRICS = f"{PATHS['metrics']}/{{dataset}}.json"
@@ -144,6 +139,16 @@ LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.after_failures
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 INSPECTION = f"{PATHS['results']}/inspect.csv"
+
+from rnnfleet.plots import drop_stale_snakemake_backup
+
+if workflow.is_main_process:
+    # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
+    if claim_run_folder(OUTPUT_FOLDERS):
+        # Alone in the folder: a backup still here belongs to a re-train that was killed,
+        # or to a plots job that was killed (rnnfleet.plots.drop_stale_snakemake_backup).
+        restore_previous_models(PATHS["models"])
+        drop_stale_snakemake_backup(LOSS_CURVES)
 
 # What reading, cleaning and splitting a dataset depend on: the params of preprocess (so
 # editing one re-preprocesses) and of inspect (which reports what preprocess would do).

@@ -4,7 +4,9 @@ localrules:
 
 
 # One job draws every figure: a job per dataset would pay for starting Python and
-# importing matplotlib hundreds of times.
+# importing matplotlib hundreds of times. The loss curves folder is updated, not replaced
+# (Snakemake would delete a plain directory() before the job): the job draws only the
+# curves of datasets trained since, and removes those of datasets gone.
 rule plots:
     input:
         table=SUMMARY,
@@ -23,7 +25,7 @@ rule plots:
             labels={"figure": "skill by dataset"},
         ),
         loss_curves=report(
-            directory(LOSS_CURVES),
+            update(directory(LOSS_CURVES)),
             patterns=["{dataset}.png"],
             caption="../report/loss_curve.rst",
             category="Loss curves",
@@ -33,5 +35,7 @@ rule plots:
         f"{PATHS['logs']}/plots.log",
     conda:
         "../envs/rnnfleet.yaml"
+    # The curves of a first run are drawn in parallel (Snakemake caps this at --cores).
+    threads: os.cpu_count() or 1
     script:
         "../scripts/plots.py"

@@ -6,10 +6,12 @@ from rnnfleet.errors import job_guard
 from rnnfleet.plots import draw_report_figures
 
 with job_guard("report figures"):
-    draw_report_figures(
+    drawn = draw_report_figures(
         table_path=snakemake.input.table,
         metrics_paths=snakemake.input.metrics,
         loss_curves_folder=snakemake.output.loss_curves,
         skill_plot_path=snakemake.output.skill_plot,
         table_html_path=snakemake.output.table_html,
+        processes=snakemake.threads,
     )
+    print(f"loss curves drawn: {len(drawn)} (new or re-trained datasets; the others are kept)", file=sys.stderr)

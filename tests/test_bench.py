@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -26,3 +27,21 @@ def test_speed_bench_runs_both_workloads_and_reports_ratios(tmp_path):
         assert record["snakemake_snakemake_cpu_per_job_s"] > 0
         assert 0 < record["snakemake_snakemake_machine_share"] < 1
         assert abs(record["val_loss_vs_fp32"]) < 1  # a ratio, not a loss
+
+
+def test_timeline_bench_sees_every_job_its_warm_child_and_the_phases():
+    command = [sys.executable, str(REPO / "bench" / "bench_timeline.py"), "--datasets", "2", "--rows", "600"]
+    command += ["--epochs", "1", "--cores", "2"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = dict(re.findall(r"^(\w+ \w+)\s+(\d+)\s", result.stdout, re.MULTILINE))
+    assert counts == {
+        "warm server": "1",
+        "preprocess client": "2",
+        "train client": "2",
+        "warm child": "4",  # each preprocess and train job ran warm
+        "summarize client": "1",
+        "plots client": "1",
+    }
+    for phase in ("first warm child", "first training starts", "last training ends", "plots starts", "exits"):
+        assert phase in result.stdout

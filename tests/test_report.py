@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 from conftest import add_datasets, pending_jobs, snakemake, write_config
 
-from rnnfleet.plots import draw_report_figures
+import rnnfleet.plots
+from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures
 
 DATASETS = ["AAA_1m", "BBB_1m"]
 FORECAST_BARS = 7
@@ -92,6 +93,108 @@ def test_report_has_the_summary_table_skill_overview_and_description(run):
     # report/workflow.rst, rendered with this run's config (TINY_CONFIG's hidden_size)
     assert "one RNN per dataset" in text
     assert re.search(r"hidden_size = <tt[^>]*>8</tt>", text)
+
+
+def curve_stamps(workdir: Path) -> dict[str, tuple[int, int]]:
+    """{dataset: (inode, mtime in ns)} of the loss curves: a redrawn curve is a new file."""
+    return {
+        path.stem: (path.stat().st_ino, path.stat().st_mtime_ns)
+        for path in (workdir / "results" / "loss_curves").glob("*.png")
+    }
+
+
+def test_a_rerun_draws_only_the_loss_curves_of_new_and_retrained_datasets(run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True)
+    first = curve_stamps(copy)
+    (copy / "data" / f"{DATASETS[1]}.csv").unlink()
+    add_datasets(copy, ["CCC_1m"])
+    snakemake(copy)
+    second = curve_stamps(copy)
+    assert set(second) == {DATASETS[0], "CCC_1m"}  # the removed dataset's curve is gone
+    assert second[DATASETS[0]] == first[DATASETS[0]]  # not drawn again
+    assert "loss curves drawn: 1 " in (copy / "logs" / "plots.log").read_text()
+
+    add_datasets(copy, DATASETS[:1], seed=7)  # new bars: re-trained
+    snakemake(copy)
+    third = curve_stamps(copy)
+    assert third["CCC_1m"] == second["CCC_1m"]
+    assert third[DATASETS[0]][1] > second[DATASETS[0]][1]
+    snakemake(copy, "--report", "report.html")
+    curves = [e for path, e in report_results((copy / "report.html").read_text()).items() if "loss_curves" in path]
+    assert sorted(entry["labels"]["dataset"] for entry in curves) == [DATASETS[0], "CCC_1m"]
+
+
+def test_a_copy_of_the_curves_left_by_a_killed_run_does_not_stop_the_next_one(run, tmp_path):
+    # Snakemake copies the updated folder here before the plots job and drops the copy after
+    # it; a run killed meanwhile leaves it, and Snakemake's next copy fails over it.
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, symlinks=True)
+    left_over = copy / ".snakemake" / "backups" / "results" / "loss_curves"
+    shutil.copytree(copy / "results" / "loss_curves", left_over)
+    add_datasets(copy, ["CCC_1m"])
+    snakemake(copy)
+    assert not left_over.exists()
+    assert sorted(path.stem for path in (copy / "results" / "loss_curves").glob("*.png")) == [*DATASETS, "CCC_1m"]
+
+
+def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path, monkeypatch):
+    shapes = [(5, 0.5, "zero return"), (1, 2.0, "training mean"), (3, 0.01, "naive forecast"), (8, 40.0, "x")]
+    metrics_paths, spans = [], {}
+    for index, (epochs, scale, baseline) in enumerate(shapes):
+        history = [
+            {"epoch": e, "train_loss": scale / e, "val_loss": scale * (1 + e % 2) / 2, "seconds": 1}
+            for e in range(1, epochs + 1)
+        ]
+        metrics = {"naive_val_loss": scale * 1.5, "skill": 0.1 * index, "best_epoch": epochs, "history": history}
+        metrics |= {"baseline": baseline, "loss": "MSE"} if index % 2 else {}
+        path = tmp_path / f"D{index}.json"
+        path.write_text(json.dumps(metrics))
+        metrics_paths.append(str(path))
+        losses = [entry[key] for entry in history for key in ("train_loss", "val_loss")] + [scale * 1.5]
+        spans[f"D{index}.png"] = (1, epochs, min(losses), max(losses))
+    limits = {}
+    save_figure = rnnfleet.plots.save_figure
+
+    def save_and_record_limits(figure, path, dpi):
+        limits[Path(path).name] = (*figure.axes[0].get_xlim(), *figure.axes[0].get_ylim())
+        save_figure(figure, path, dpi)
+
+    monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record_limits)
+    shared = draw_loss_curves(metrics_paths, tmp_path / "shared")
+    assert len(shared) == len(shapes)
+    for name, (first_epoch, last_epoch, lowest, highest) in spans.items():
+        x_from, x_to, y_from, y_to = limits[name]
+        assert x_from <= first_epoch and last_epoch <= x_to and y_from <= lowest and highest <= y_to, name
+        assert y_to - y_from < 2 * (highest - lowest) + 1e-9, name  # fitted to this curve, not to all of them
+    for metrics_path, curve in zip(metrics_paths, shared, strict=True):
+        (alone,) = draw_loss_curves([metrics_path], tmp_path / "alone")
+        assert curve.read_bytes() == alone.read_bytes(), curve.name
+
+
+def test_many_loss_curves_are_drawn_in_parallel_as_one_process_draws_them(tmp_path, monkeypatch):
+    workers = []
+
+    class CountingPool(rnnfleet.plots.ProcessPoolExecutor):
+        def __init__(self, max_workers):
+            workers.append(max_workers)
+            super().__init__(max_workers=max_workers)
+
+    monkeypatch.setattr(rnnfleet.plots, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(rnnfleet.plots.os, "cpu_count", lambda: 2)
+    metrics_paths = []
+    for index in range(2 * MIN_CURVES_PER_PROCESS):
+        metrics = {"dataset": f"D{index}", "naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 1, "val_loss": 0.9}
+        metrics["history"] = [{"epoch": e, "train_loss": 1 / e + index, "val_loss": 0.9, "seconds": 1} for e in (1, 2)]
+        (tmp_path / f"D{index}.json").write_text(json.dumps(metrics))
+        metrics_paths.append(str(tmp_path / f"D{index}.json"))
+    drawn = rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4)
+    assert workers == [2]  # capped by the CPUs
+    assert sorted(path.name for path in drawn) == sorted(f"D{index}.png" for index in range(len(metrics_paths)))
+    draw_loss_curves(metrics_paths, tmp_path / "one")
+    for path in drawn:
+        assert path.read_bytes() == (tmp_path / "one" / path.name).read_bytes()
+    assert rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4) == []
 
 
 def test_training_log_has_a_line_per_epoch_and_ends_with_the_verdict(run):

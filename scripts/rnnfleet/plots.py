@@ -7,6 +7,9 @@ import html
 import json
 import math
 import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from itertools import repeat
 from pathlib import Path
 
 from rnnfleet.checkpoint import atomic_write
@@ -16,6 +19,11 @@ LOSS_CURVE_DPI = 100
 MAX_NAMED_BARS = 60
 # The summary table's page lists this many datasets that are not done above the table.
 MAX_LISTED_FAILURES = 50
+# A curve takes ~0.06-0.1 s to draw: fewer than this many per process do not pay for a
+# second process (on Windows and macOS each one imports matplotlib again).
+MIN_CURVES_PER_PROCESS = 20
+# Where Snakemake keeps the copy of an update() output while its job runs (9.x).
+SNAKEMAKE_BACKUPS = Path(".snakemake") / "backups"
 
 
 def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
@@ -62,35 +70,43 @@ def save_figure(figure, path: str | os.PathLike, dpi: int) -> None:
 def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> list[Path]:
     """One PNG per dataset, named <dataset>.png: training and validation loss per epoch,
     the best epoch and the naive forecast's validation loss. Datasets whose metrics hold no
-    per-epoch history (no model) get no curve."""
+    per-epoch history (no model) get no curve, and lose the one they had."""
     plt = pyplot()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(figsize=(8.0, 3.6))
     # Fixed margins, legend on the right: an automatic layout would draw every figure twice.
     figure.subplots_adjust(left=0.09, right=0.70, top=0.85, bottom=0.14)
+    # One figure and one set of lines for all curves, their data replaced per dataset:
+    # clearing the axes would rebuild lines, axis and ticks each time (a quarter of the cost).
+    (training,) = axes.plot([], [], "o-", label="training")
+    (validation,) = axes.plot([], [], "o-", label="validation")
+    (naive,) = axes.plot([], [], "--", color="0.5")  # a line, not axhline: it widens the y range
+    best = axes.axvline(1, color="0.8", linestyle=":")
+    axes.set_xlabel("epoch")
+    axes.xaxis.get_major_locator().set_params(integer=True)
     written = []
     for metrics_path in metrics_paths:
         with open(metrics_path) as handle:
             metrics = json.load(handle)
         history = metrics.get("history") or []
-        if not history:
-            continue
         dataset = Path(metrics_path).stem
-        axes.clear()
+        if not history:
+            (folder / f"{dataset}.png").unlink(missing_ok=True)
+            continue
         epochs = [entry["epoch"] for entry in history]
-        axes.plot(epochs, [entry["train_loss"] for entry in history], "o-", label="training")
-        axes.plot(epochs, [entry["val_loss"] for entry in history], "o-", label="validation")
-        naive = [metrics["naive_val_loss"]] * len(epochs)  # a line, not axhline: it widens the y range
-        baseline = metrics.get("baseline", "naive forecast")
-        axes.plot(epochs, naive, "--", color="0.5", label=f"naive: {baseline}, validation")
-        axes.axvline(metrics["best_epoch"], color="0.8", linestyle=":", label=f"best epoch ({metrics['best_epoch']})")
+        training.set_data(epochs, [entry["train_loss"] for entry in history])
+        validation.set_data(epochs, [entry["val_loss"] for entry in history])
+        naive.set_data(epochs, [metrics["naive_val_loss"]] * len(epochs))
+        naive.set_label(f"naive: {metrics.get('baseline', 'naive forecast')}, validation")
+        best.set_xdata([metrics["best_epoch"]] * 2)
+        best.set_label(f"best epoch ({metrics['best_epoch']})")
+        axes.relim()
+        axes.autoscale_view()
         axes.set(
             title=f"{dataset}: skill {metrics['skill']:+.4f}\n{training_description(metrics)}",
-            xlabel="epoch",
             ylabel=metrics.get("loss", "loss"),
         )
-        axes.xaxis.get_major_locator().set_params(integer=True)
         axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
         path = folder / f"{dataset}.png"
         save_figure(figure, path, LOSS_CURVE_DPI)
@@ -106,10 +122,11 @@ def training_description(metrics: dict) -> str:
     return f"{metrics['model']}; {metrics['features']} -> {metrics['target']}"
 
 
-def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> list[Path]:
+def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, processes: int = 1) -> list[Path]:
     """Make `folder` hold the loss curves of exactly the datasets of metrics_paths, drawing
-    only those that are missing or older than their metrics (after a run with failures:
-    what did not change is not drawn again). Returns the curves drawn."""
+    only those that are missing or older than their metrics, in up to `processes`
+    processes: a run that re-trains one dataset of a thousand draws one curve. Returns the
+    curves drawn."""
     folder = Path(folder)
     wanted = {Path(path).stem: path for path in metrics_paths}
     if folder.is_dir():
@@ -119,9 +136,34 @@ def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> 
     stale = []
     for dataset, metrics_path in wanted.items():
         curve = folder / f"{dataset}.png"
-        if not curve.exists() or curve.stat().st_mtime < os.stat(metrics_path).st_mtime:
+        if not curve.exists() or curve.stat().st_mtime_ns < os.stat(metrics_path).st_mtime_ns:
             stale.append(metrics_path)
-    return draw_loss_curves(stale, folder) if stale else []
+    return draw_loss_curves_in_processes(stale, folder, processes)
+
+
+def draw_loss_curves_in_processes(metrics_paths: list[str], folder: Path, processes: int) -> list[Path]:
+    """draw_loss_curves, shared out over up to `processes` processes."""
+    processes = min(processes, os.cpu_count() or 1, len(metrics_paths) // MIN_CURVES_PER_PROCESS)
+    if processes <= 1:
+        return draw_loss_curves(metrics_paths, folder) if metrics_paths else []
+    shares = [metrics_paths[start::processes] for start in range(processes)]
+    with ProcessPoolExecutor(max_workers=processes) as pool:
+        return [curve for drawn in pool.map(draw_loss_curves, shares, repeat(folder)) for curve in drawn]
+
+
+def drop_stale_snakemake_backup(output_path: str | os.PathLike) -> bool:
+    """Remove the copy Snakemake made of an update() output (the loss curves folder) before
+    a job that never finished; True if there was one. Snakemake drops the copy when the job
+    ends, but a run killed meanwhile leaves it, and every later job that updates the output
+    then fails to copy over it. The folder itself needs no restoring: a killed plots job
+    leaves curves that are whole (atomic writes), and the next one redraws any that are
+    stale. Call only when no other run works in the folder."""
+    path = Path(output_path)
+    backup = SNAKEMAKE_BACKUPS / (path.relative_to(path.anchor) if path.is_absolute() else path)
+    if not backup.exists():
+        return False
+    shutil.rmtree(backup)
+    return True
 
 
 def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
@@ -219,9 +261,12 @@ def draw_report_figures(
     loss_curves_folder: str | os.PathLike,
     skill_plot_path: str | os.PathLike,
     table_html_path: str | os.PathLike,
-) -> None:
-    """The plots job: everything the report shows besides what Snakemake adds itself."""
+    processes: int = 1,
+) -> list[Path]:
+    """The plots job: everything the report shows besides what Snakemake adds itself. The
+    loss curves folder is updated in place (only new or re-trained datasets are drawn);
+    returns the curves drawn."""
     columns, rows = read_table(table_path)
     write_table_html(rows, columns, table_html_path)
     draw_skill_overview(rows, skill_plot_path)
-    draw_loss_curves(metrics_paths, loss_curves_folder)
+    return refresh_loss_curves(metrics_paths, loss_curves_folder, processes)
