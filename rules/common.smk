@@ -1,5 +1,6 @@
 import os
 import re
+import shlex
 import sys
 from fnmatch import fnmatch
 
@@ -198,6 +199,47 @@ def check_plugin_files():
                 resolve(reference, {}, config_key)
     except UserError as error:
         raise WorkflowError(f"{error}; nothing was run") from None
+
+
+def quoted(word):
+    """A word of a job's shell command, quoted for the shell Snakemake runs it with, braces
+    escaped for Snakemake's formatting."""
+    word = f'"{word}"' if os.name == "nt" else shlex.quote(word)
+    return word.replace("{", "{{").replace("}", "}}")
+
+
+def job_python():
+    """The Python of preprocess and train jobs: the conda environment's under --sdm conda,
+    else Snakemake's own (as Snakemake runs `script:` jobs)."""
+    from snakemake.settings.types import DeploymentMethod
+
+    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
+        return "python"
+    return quoted(sys.executable.replace("\\", "/"))
+
+
+JOB_COMMAND_START = " ".join(
+    [
+        job_python(),
+        quoted(f"{workflow.basedir}/scripts/job.py".replace("\\", "/")),
+        "{rule}",
+        "--log {log:q}",
+        f"--warm {bool(config['train']['warm_workers'])}",
+        "--text dataset {wildcards.dataset:q}",
+    ]
+)
+
+
+def job_command(texts, values, settings):
+    """The shell command of a preprocess or train job: scripts/job.py, a client that starts
+    in hundredths of a second where a `script:` first imports Snakemake (rnnfleet.job_client).
+    texts, values: {argument of the job's function: a Snakemake placeholder}, values being
+    Python literals ("{threads}"); settings: {argument: the value itself}, the same for every
+    job of the run (the values of the rule's params:), written into the command once."""
+    options = [f"--text {name} {field}" for name, field in texts.items()]
+    options += [f"--value {name} {field}" for name, field in values.items()]
+    options += [f"--value {name} {quoted(repr(value))}" for name, value in settings.items()]
+    return " ".join([JOB_COMMAND_START, *options])
 
 
 def log_path(rule_name):

@@ -13,5 +13,12 @@ rule preprocess:
     threads: 1
     params:
         **PREPROCESS_SETTINGS,
-    script:
-        "../scripts/preprocess.py"
+    shell:
+        job_command(
+            texts={"csv_path": "{input.csv:q}", "arrays_path": "{output.arrays:q}"},
+            values={},
+            settings={
+                "feature_definition" if name == "features" else name: value
+                for name, value in PREPROCESS_SETTINGS.items()
+            },
+        )

@@ -23,5 +23,23 @@ rule train:
         model=config["model"],
         train=TRAIN_HPARAMS,
         columns=config["columns"],
-    script:
-        "../scripts/train.py"
+    shell:
+        job_command(
+            texts={
+                "log_path": "{log:q}",
+                "arrays_path": "{input.arrays:q}",
+                "model_path": "{output.model:q}",
+                "metrics_path": "{output.metrics:q}",
+                "device": quoted(config["train"]["device"]),
+            },
+            values={
+                "threads": "{threads}",
+                "gpu_mem_gb": "{resources.gpu_mem}",
+                "attempt": "{resources.attempt}",
+            },
+            settings={
+                "model_hparams": config["model"],
+                "train_hparams": TRAIN_HPARAMS,
+                "columns": config["columns"],
+            },
+        )

@@ -32,13 +32,15 @@ def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
         preprocess_one(**preprocess_kwargs)
 
 
-def train_job(attempt: int, log_path: str, **train_kwargs) -> None:
-    """train_one(**train_kwargs) for Snakemake's attempt number `attempt` (1 = first try).
+def train_job(attempt: int, log_path: str, device: str, **train_kwargs) -> None:
+    """train_one(**train_kwargs) on `device` (train.device: a run-time setting, not a
+    hyper-parameter) for Snakemake's attempt number `attempt` (1 = first try).
 
     A retry follows only an out-of-memory error (or a death without a message, such as a
     kill): a retry of any other error would fail the same way, so it stops at once.
     """
     dataset, gpu_mem_gb = train_kwargs["dataset"], train_kwargs["gpu_mem_gb"]
+    train_kwargs["train_hparams"] = {**train_kwargs["train_hparams"], "device": device}
     earlier_attempts_log = EARLIER_ATTEMPTS_DIR / f"{dataset}.log"
     if attempt == 1:
         earlier_attempts_log.unlink(missing_ok=True)  # left by an earlier run
