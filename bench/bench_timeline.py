@@ -68,8 +68,8 @@ def kind_of(process: psutil.Process, servers: set[int], seen: dict[int, Seen]) -
         return parent.kind.replace(" client", " worker")
     if "rnnfleet.warm" in command:
         return "warm child" if process.ppid() in servers else "warm server"
-    for rule in RULES:
-        if re.search(rf"\.{rule}\.py\b", command):
+    for rule in RULES:  # scripts/job.py <rule> (preprocess, train), or a script: job's .<rule>.py
+        if re.search(rf"\.{rule}\.py\b|scripts/job\.py {rule}\b", command):
             return f"{rule} client"
     return None
 

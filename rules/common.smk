@@ -15,6 +15,7 @@ sys.path.insert(0, f"{workflow.basedir}/scripts")
 from rnnfleet.after_failures import not_done_list_if_stale
 from rnnfleet.config_check import config_problems
 from rnnfleet.formats import READABLE_SUFFIXES
+from rnnfleet.job_client import settings_path, write_settings
 from rnnfleet.plugins import reference_file
 from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
@@ -218,28 +219,45 @@ def job_python():
     return quoted(sys.executable.replace("\\", "/"))
 
 
+# What every preprocess and train job of the run gets (the rules' params, and the run-time
+# settings that are not params): in a settings file only this user can read, written in
+# onstart (rnnfleet.job_client); the job commands name it.
+JOB_SETTINGS = {
+    "preprocess": {
+        **{
+            "feature_definition" if name == "features" else name: value
+            for name, value in PREPROCESS_SETTINGS.items()
+        },
+        "warm_workers": config["train"]["warm_workers"],
+    },
+    "train": {
+        "model_hparams": config["model"],
+        "train_hparams": TRAIN_HPARAMS,
+        "columns": config["columns"],
+        "device": config["train"]["device"],
+        "warm_workers": config["train"]["warm_workers"],
+    },
+}
 JOB_COMMAND_START = " ".join(
     [
         job_python(),
         quoted(f"{workflow.basedir}/scripts/job.py".replace("\\", "/")),
-        "{rule}",
+        "{kind}",
         "--log {log:q}",
-        f"--warm {bool(config['train']['warm_workers'])}",
+        f"--settings {quoted(settings_path(JOB_SETTINGS).as_posix())}",
         "--text dataset {wildcards.dataset:q}",
     ]
 )
 
 
-def job_command(texts, values, settings):
+def job_command(kind, texts, values):
     """The shell command of a preprocess or train job: scripts/job.py, a client that starts
     in hundredths of a second where a `script:` first imports Snakemake (rnnfleet.job_client).
-    texts, values: {argument of the job's function: a Snakemake placeholder}, values being
-    Python literals ("{threads}"); settings: {argument: the value itself}, the same for every
-    job of the run (the values of the rule's params:), written into the command once."""
+    kind: preprocess or train; texts, values: {argument of the job's function: a Snakemake placeholder}; values are
+    Python literals ("{threads}")."""
     options = [f"--text {name} {field}" for name, field in texts.items()]
     options += [f"--value {name} {field}" for name, field in values.items()]
-    options += [f"--value {name} {quoted(repr(value))}" for name, value in settings.items()]
-    return " ".join([JOB_COMMAND_START, *options])
+    return " ".join([JOB_COMMAND_START.replace("{kind}", kind), *options])
 
 
 def log_path(rule_name):

@@ -15,10 +15,7 @@ rule preprocess:
         **PREPROCESS_SETTINGS,
     shell:
         job_command(
+            "preprocess",
             texts={"csv_path": "{input.csv:q}", "arrays_path": "{output.arrays:q}"},
             values={},
-            settings={
-                "feature_definition" if name == "features" else name: value
-                for name, value in PREPROCESS_SETTINGS.items()
-            },
         )

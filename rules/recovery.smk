@@ -19,6 +19,7 @@ def back_up_models_to_retrain():
 
 onstart:
     check_plugin_files()
+    write_settings(JOB_SETTINGS)
     stop_jobs_on_signals()
     back_up_models_to_retrain()
     start_mps_if_on()

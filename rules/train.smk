@@ -25,21 +25,16 @@ rule train:
         columns=config["columns"],
     shell:
         job_command(
+            "train",
             texts={
                 "log_path": "{log:q}",
                 "arrays_path": "{input.arrays:q}",
                 "model_path": "{output.model:q}",
                 "metrics_path": "{output.metrics:q}",
-                "device": quoted(config["train"]["device"]),
             },
             values={
                 "threads": "{threads}",
                 "gpu_mem_gb": "{resources.gpu_mem}",
                 "attempt": "{resources.attempt}",
-            },
-            settings={
-                "model_hparams": config["model"],
-                "train_hparams": TRAIN_HPARAMS,
-                "columns": config["columns"],
             },
         )

@@ -145,7 +145,7 @@ def test_missing_script_is_still_reported(tmp_path, stock):
     """The script check runs once per rule now, and still stops a workflow whose script is gone."""
     workflow = tmp_path / "workflow"
     shutil.copytree(REPO, workflow, ignore=shutil.ignore_patterns(".*", "tests", "bench", "docs"))
-    (workflow / "scripts" / "train.py").unlink()
+    (workflow / "scripts" / "summarize.py").unlink()
     add_datasets(tmp_path, ["A_1m"])
     write_config(tmp_path, data_dir="data")
     result = subprocess.run(
@@ -155,7 +155,7 @@ def test_missing_script_is_still_reported(tmp_path, stock):
         env={**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock},
     )
     assert result.returncode != 0
-    assert "scripts/train.py" in result.stdout + result.stderr  # Snakemake's own error names it
+    assert "scripts/summarize.py" in result.stdout + result.stderr  # Snakemake's own error names it
 
 
 COUNTED_PARAMS_SNAKEFILE = """

@@ -5,9 +5,14 @@ What it promises:
   unpickles the job (about 0.1 CPU-s of each job, the time a one-day dataset's training
   takes); these jobs are shell commands that import only the standard library and
   rnnfleet's client code before handing the job to a warm worker.
-- The rule writes the job's settings on the command line (rules/common.smk, job_command):
-  `--text NAME VALUE` for paths and plain words, `--value NAME LITERAL` for numbers, flags,
-  lists and dictionaries, read with ast.literal_eval (never eval or pickle).
+- What differs from job to job (dataset, paths, threads, resources) is on the command line
+  (rules/common.smk, job_command): `--text NAME VALUE` for paths and words, `--value NAME
+  LITERAL` for numbers, read with ast.literal_eval (never eval or pickle). What is the same
+  for every job of a run (the rules' params: hyper-parameters, columns, file layout; the
+  device; warm workers or not) is in a JSON settings file named by its content's hash,
+  which the run writes before its first job in a folder of the user's alone
+  (.snakemake/rnnfleet-jobs, mode 0700; the file 0600): other local users see neither the
+  settings nor their values in `ps`.
 - From there the job runs as it did from a `script:`: rnnfleet.warm.run_job with the same
   arguments, its stderr in the job's log, a failure as one line (rnnfleet.errors.job_guard).
 """
@@ -16,7 +21,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import json
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 # Job kind -> (the function that does the job, whether it gets the process's start time).
 JOBS = {
@@ -25,33 +35,63 @@ JOBS = {
 }
 
 
-def parse_job(arguments: list[str]) -> tuple[str, str, dict, bool]:
-    """(job kind, log path, keyword arguments of the job's function, warm workers wanted)."""
+SETTINGS_FOLDER = Path(".snakemake") / "rnnfleet-jobs"
+WARM_KEY = "warm_workers"
+
+
+def settings_path(settings: dict) -> Path:
+    """Where the run's job settings are kept: named by their content, so a changed config
+    gets a file (and job commands) of its own."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return SETTINGS_FOLDER / f"settings-{digest}.json"
+
+
+def write_settings(settings: dict) -> Path:
+    """Write the settings file of settings_path(settings) (once), readable by this user only."""
+    path = settings_path(settings)
+    if path.exists():
+        return path
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".partial", delete=False) as handle:
+        json.dump(settings, handle, sort_keys=True)  # a NamedTemporaryFile is created 0600
+    os.replace(handle.name, path)
+    return path
+
+
+def parse_command_line(arguments: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="scripts/job.py", description=__doc__)
     parser.add_argument("kind", choices=JOBS)
     parser.add_argument("--log", required=True, help="the job's log file (stderr goes there)")
-    parser.add_argument("--warm", type=ast.literal_eval, required=True, help="True: hand the job to a warm worker")
+    parser.add_argument("--settings", required=True, help="the run's settings file (write_settings)")
     parser.add_argument("--text", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     parser.add_argument("--value", nargs=2, action="append", default=[], metavar=("NAME", "LITERAL"))
-    options = parser.parse_args(arguments)
-    job_kwargs = dict(options.text)
+    return parser.parse_args(arguments)
+
+
+def job_arguments(options: argparse.Namespace) -> tuple[dict, bool]:
+    """(keyword arguments of the job's function, warm workers wanted)."""
+    with open(options.settings) as settings_file:
+        job_kwargs = json.load(settings_file)[options.kind]
+    warm = job_kwargs.pop(WARM_KEY)
+    job_kwargs.update(options.text)
     for name, literal in options.value:
         try:
             job_kwargs[name] = ast.literal_eval(literal)
         except (ValueError, SyntaxError):
-            parser.error(f"--value {name}: not a Python literal: {literal!r}")
-    return options.kind, options.log, job_kwargs, options.warm
+            raise ValueError(f"scripts/job.py --value {name}: not a Python literal: {literal!r}") from None
+    return job_kwargs, warm
 
 
 def main(arguments: list[str]) -> None:
-    kind, log_path, job_kwargs, warm = parse_job(arguments)
-    sys.stderr = open(log_path, "w", buffering=1)
+    options = parse_command_line(arguments)
+    sys.stderr = open(options.log, "w", buffering=1)
 
     from rnnfleet.errors import job_guard
     from rnnfleet.warm import process_started_at, run_job
 
-    target, records_start = JOBS[kind]
-    if records_start:
-        job_kwargs["process_started_at"] = process_started_at()
-    with job_guard(job_kwargs["dataset"]):
+    target, records_start = JOBS[options.kind]
+    with job_guard(dict(options.text).get("dataset", options.kind)):
+        job_kwargs, warm = job_arguments(options)
+        if records_start:
+            job_kwargs["process_started_at"] = process_started_at()
         run_job(target, job_kwargs, warm=warm)

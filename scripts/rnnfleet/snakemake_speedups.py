@@ -23,6 +23,9 @@ What it promises:
      DAG, only to pass them to `Rule.expand_conda_env`, which ignores them when the rule's
      `conda:` is a plain path it has already expanded (the same for every job). The
      replacement asks the rule first and evaluates the params only when the rule needs them.
+  6. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
+     job while a dry-run prints it). The replacement keeps the command with the params and
+     resources it was formatted from, and formats again when those are new (a retry).
 - It also raises the thresholds of Python's cyclic garbage collector in the Snakemake
   process and freezes the objects that exist after the Snakefile is parsed (modules, rules,
   config): stock collection re-scans the growing heap of jobs again and again while the DAG
@@ -58,6 +61,7 @@ STOCK_SOURCE_SHA256 = {
     "snakemake.dag:ScriptProcessor.process_job": "168fffa9284a4cdfc901e95ec4327de448cf2428476733cabd47d0ef44b98ddc",
     "snakemake.common:get_function_params": "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",
     "snakemake.jobs:Job.conda_env_spec": "4a98328beadaf1b9407bc162ac57a5921fb0fb9fc9159f0a5961ef14d4db6c21",
+    "snakemake.jobs:Job.shellcmd": "73ec1b845055ac7d4543163126d00a44741a93444c82d70a8a7ffe8bad196618",
 }
 
 
@@ -197,6 +201,17 @@ def job_conda_env_spec(self):
     return self._conda_env_spec
 
 
+def job_shellcmd(self):
+    """Job.shellcmd, formatted once for the params and resources the job has (a retry
+    resets both, and the command is formatted again)."""
+    formatted = self.__dict__.get("_rnnfleet_shellcmd")
+    if formatted is not None and formatted[0] is self._params and formatted[1] is self._resources:
+        return formatted[2]
+    command = _stock_shellcmd(self)
+    self._rnnfleet_shellcmd = (self._params, self._resources, command)
+    return command
+
+
 # Generation 0 is collected after this many new container objects (Python's default: 700).
 GC_FIRST_THRESHOLD = 20_000
 
@@ -213,6 +228,7 @@ def tune_garbage_collection() -> None:
 
 _stock_process_job = None
 _stock_get_function_params = None
+_stock_shellcmd = None
 
 REPLACEMENTS = {
     "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": schedule_reevaluation,
@@ -220,13 +236,14 @@ REPLACEMENTS = {
     "snakemake.dag:ScriptProcessor.process_job": script_processor_process_job,
     "snakemake.common:get_function_params": get_function_params,
     "snakemake.jobs:Job.conda_env_spec": job_conda_env_spec,
+    "snakemake.jobs:Job.shellcmd": job_shellcmd,
 }
 
 
 def apply(warn: bool = True) -> list[str]:
     """Replace the functions (see the module docstring); returns the names replaced, [] when
     Snakemake is left as it is. `warn`: print the one warning line when they do not fit."""
-    global _stock_process_job, _stock_get_function_params
+    global _stock_process_job, _stock_get_function_params, _stock_shellcmd
     if os.environ.get(DISABLE_VARIABLE, "") not in ("", "0"):
         return []
     problems = stock_differences()
@@ -246,6 +263,7 @@ def apply(warn: bool = True) -> list[str]:
         setattr(owner, attribute, property(replacement) if isinstance(current, property) else replacement)
     _stock_process_job = script_processor_process_job.__rnnfleet_stock__
     _stock_get_function_params = get_function_params.__rnnfleet_stock__
+    _stock_shellcmd = job_shellcmd.__rnnfleet_stock__
     # rules.py imported get_function_params by name: replace it where it is looked up too.
     snakemake.rules.get_function_params = get_function_params
     tune_garbage_collection()
