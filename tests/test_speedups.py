@@ -87,6 +87,17 @@ def test_scheduling_rounds_asked_for_while_one_is_pending_start_no_timer():
     assert scheduler._open_jobs.acquire(timeout=5)
 
 
+def test_a_job_formats_its_shell_command_once_per_params_and_resources(monkeypatch):
+    formatted = []
+    monkeypatch.setattr(snakemake_speedups, "_stock_shellcmd", lambda job: formatted.append(job) or "command")
+    job = SimpleNamespace(_params=object(), _resources=object())
+    assert [snakemake_speedups.job_shellcmd(job) for _ in range(3)] == ["command"] * 3
+    assert len(formatted) == 1
+    job._resources = object()  # a retry: Snakemake resets params and resources
+    snakemake_speedups.job_shellcmd(job)
+    assert len(formatted) == 2
+
+
 def job_lines(dry_run_output: str) -> list[str]:
     """The dry-run's job listing without its timestamps and run id; file lists in reasons
     sorted (Snakemake prints them from sets, in an order that varies between runs)."""
@@ -129,7 +140,7 @@ def test_dry_run_lists_the_same_jobs_and_reasons_with_and_without_speedups(tmp_p
     os.utime(changed_csv, (later, later))
     listings = {}
     for stock in ("1", "0"):
-        result = run_snakemake(tmp_path, "-n", "--verbose", env={"RNNFLEET_STOCK_SNAKEMAKE": stock})
+        result = run_snakemake(tmp_path, "-n", "-p", "--verbose", env={"RNNFLEET_STOCK_SNAKEMAKE": stock})
         output = result.stdout + result.stderr
         listings[stock] = job_blocks(output)
         applied = SPEEDUPS_LINE.search(output).group(1)
