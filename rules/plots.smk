@@ -8,11 +8,9 @@ localrules:
 # (Snakemake would delete a plain directory() before the job): the job draws only the
 # curves of datasets trained since, and removes those of datasets gone.
 rule plots:
-    # The table is made from every metrics file (re-made when one changes): the metrics
-    # themselves need not be inputs here too, which would cost the DAG a second edge per
-    # dataset (10,000 datasets: ~2 s of every dry-run).
     input:
         table=SUMMARY,
+        metrics=rules.summarize.input.metrics,
     output:
         table_html=report(
             SUMMARY_HTML,
@@ -33,8 +31,6 @@ rule plots:
             category="Loss curves",
             labels={"dataset": "{dataset}"},
         ),
-    params:
-        metrics=rules.summarize.input.metrics,
     log:
         f"{PATHS['logs']}/plots.log",
     conda:

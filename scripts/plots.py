@@ -8,7 +8,7 @@ from rnnfleet.plots import draw_report_figures
 with job_guard("report figures"):
     drawn = draw_report_figures(
         table_path=snakemake.input.table,
-        metrics_paths=snakemake.params.metrics,
+        metrics_paths=snakemake.input.metrics,
         loss_curves_folder=snakemake.output.loss_curves,
         skill_plot_path=snakemake.output.skill_plot,
         table_html_path=snakemake.output.table_html,
