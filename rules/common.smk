@@ -3,6 +3,7 @@ import re
 import shlex
 import sys
 from fnmatch import fnmatch
+from pathlib import Path
 
 import yaml
 from snakemake.logging import logger
@@ -216,7 +217,7 @@ def job_python():
 
     if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
         return "python"
-    return quoted(sys.executable.replace("\\", "/"))
+    return quoted(Path(sys.executable).as_posix())
 
 
 # What every preprocess and train job of the run gets (the rules' params, and the run-time
@@ -238,11 +239,12 @@ JOB_SETTINGS = {
         "warm_workers": config["train"]["warm_workers"],
     },
 }
-JOB_COMMAND_START = " ".join(
+JOB_CLIENT = (
+    f"{job_python()} {quoted(Path(workflow.basedir, 'scripts', 'job.py').as_posix())}"
+)
+# Options of every job's command: its log, the run's settings file, its dataset.
+JOB_OPTIONS = " ".join(
     [
-        job_python(),
-        quoted(f"{workflow.basedir}/scripts/job.py".replace("\\", "/")),
-        "{kind}",
         "--log {log:q}",
         f"--settings {quoted(settings_path(JOB_SETTINGS).as_posix())}",
         "--text dataset {wildcards.dataset:q}",
@@ -253,11 +255,11 @@ JOB_COMMAND_START = " ".join(
 def job_command(kind, texts, values):
     """The shell command of a preprocess or train job: scripts/job.py, a client that starts
     in hundredths of a second where a `script:` first imports Snakemake (rnnfleet.job_client).
-    kind: preprocess or train; texts, values: {argument of the job's function: a Snakemake placeholder}; values are
-    Python literals ("{threads}")."""
+    kind: preprocess or train; texts, values: {argument of the job's function: a Snakemake
+    placeholder}; values are Python literals ("{threads}")."""
     options = [f"--text {name} {field}" for name, field in texts.items()]
     options += [f"--value {name} {field}" for name, field in values.items()]
-    return " ".join([JOB_COMMAND_START.replace("{kind}", kind), *options])
+    return " ".join([JOB_CLIENT, kind, JOB_OPTIONS, *options])
 
 
 def log_path(rule_name):
