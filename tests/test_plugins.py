@@ -47,6 +47,16 @@ def test_builtins_and_user_functions_resolve_to_plain_functions(in_tmp):
     assert resolve(f"{path}:double", BUILTIN_FEATURES, "features") is double  # imported once
 
 
+def test_a_changed_file_is_imported_again_in_the_same_process(in_tmp):
+    # A warm worker runs job after job in one process (rnnfleet.warm): a file edited
+    # between two runs must not keep its old version there.
+    path = write_plugin(in_tmp, "scale.py", "def scale(bars):\n    return bars['close'] * 2\n")
+    bars = pd.DataFrame({"close": [1.0]})
+    assert resolve(f"{path}:scale", BUILTIN_FEATURES, "features")(bars)[0] == 2.0
+    (in_tmp / path).write_text("def scale(bars):\n    return bars['close'] * 30\n")  # another size too
+    assert resolve(f"{path}:scale", BUILTIN_FEATURES, "features")(bars)[0] == 30.0
+
+
 @pytest.mark.parametrize(
     ("reference", "message"),
     [

@@ -24,7 +24,7 @@ import torch
 from conftest import REPO, add_datasets, snakemake, write_config
 
 from rnnfleet.checkpoint import ModelFileError, load_checkpoint
-from rnnfleet.warm import WarmUnavailable, _connect, socket_name
+from rnnfleet.warm_client import WarmUnavailable, connect, socket_name
 
 INTRUDER = "rnnfleet-intruder"
 SECRET = "MY_SECRET_TOKEN"
@@ -228,7 +228,7 @@ def test_a_job_sends_nothing_to_a_server_run_by_another_account(intruder, shared
     try:
         wait_for(record_path.exists, what="the other account's listener")
         with pytest.raises(WarmUnavailable, match=f"runs as user id {intruder.pw_uid}, not {os.getuid()}"):
-            _connect(folder / "server.sock")
+            connect(folder / "server.sock")
         record = wait_for(lambda: (r := read_record(record_path))["connections"] == 1 and r, what="the connection")
         time.sleep(0.3)
         assert read_record(record_path) == {**record, "bytes": 0, "fds": 0, "data": ""}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, wait_until_gone
 
-from rnnfleet.warm import WarmUnavailable, check_private_folder, private_folder
+from rnnfleet.warm_client import WarmUnavailable, check_private_folder, private_folder
 
 TESTS = Path(__file__).resolve().parent
 
@@ -25,7 +25,7 @@ def start_client(workdir: Path, target: str, kwargs: dict, env: dict | None = No
         "import sys, json\n"
         f"sys.path[:0] = [{str(REPO / 'scripts')!r}, {str(TESTS)!r}]\n"
         "sys.stderr = open('job.log', 'w', buffering=1)\n"
-        "from rnnfleet.warm import run_job\n"
+        "from rnnfleet.warm_client import run_job\n"
         f"run_job({target!r}, json.loads({json.dumps(kwargs)!r}), warm=True)\n"
     )
     return subprocess.Popen(
@@ -64,6 +64,42 @@ def test_concurrent_jobs_share_one_server(tmp_path):
     assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)  # not four cold runs
 
 
+def run_client(workdir: Path, exit_status: int, marker: str = "m") -> tuple[dict, subprocess.CompletedProcess]:
+    """One job of warm_targets:report_and_exit, run to its end with its stdout and stderr read
+    to end of file (so a child that kept them open after the job would hang it)."""
+    report = workdir / "report.json"
+    client = start_client(
+        workdir,
+        "warm_targets:report_and_exit",
+        {"report_path": str(report), "exit_status": exit_status},
+        {"MARKER": marker},
+    )
+    _, job_stderr = client.communicate(timeout=60)
+    assert client.returncode == exit_status
+    assert "to the job's stderr" in job_stderr and "to the log" in (workdir / "job.log").read_text()
+    return json.loads(report.read_text()), job_stderr
+
+
+def test_a_child_whose_job_succeeded_takes_the_next_one(tmp_path):
+    first, _ = run_client(tmp_path, 0)
+    second, _ = run_client(tmp_path, 0)
+    assert second["pid"] == first["pid"] and second["worker"] == first["worker"] == f"warm {first['parent']}"
+
+
+def test_a_child_whose_job_failed_is_not_reused(tmp_path):
+    failed, _ = run_client(tmp_path, 3)
+    after, _ = run_client(tmp_path, 0)
+    assert after["pid"] != failed["pid"] and after["parent"] == failed["parent"]  # a new child of the same server
+
+
+def test_a_job_with_another_environment_gets_a_child_of_its_own(tmp_path):
+    first, _ = run_client(tmp_path, 0, marker="m1")
+    other, _ = run_client(tmp_path, 0, marker="m2")
+    assert (first["marker"], other["marker"]) == ("m1", "m2") and other["pid"] != first["pid"]
+    again, _ = run_client(tmp_path, 0, marker="m1")
+    assert again["pid"] == first["pid"]
+
+
 def test_killing_the_job_terminates_its_warm_child(tmp_path):
     report = tmp_path / "pid"
     client = start_client(tmp_path, "warm_targets:write_pid_and_sleep", {"report_path": str(report)})
@@ -91,20 +127,20 @@ def test_prestarted_server_is_the_one_jobs_use(tmp_path):
     facts = [json.loads(r.read_text()) for r in reports]
     assert len({fact["parent"] for fact in facts}) == 1
     assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)
-    assert list(private_folder().glob("*.log"))  # where a server would explain a failed start
+    assert list(Path(private_folder()).glob("*.log"))  # where a server would explain a failed start
 
 
 def test_the_socket_folder_is_the_users_runtime_dir_when_it_is_private(tmp_path, monkeypatch):
     runtime_dir = tmp_path / "run-user"
     runtime_dir.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime_dir))
-    folder = private_folder()
+    folder = Path(private_folder())
     assert folder == runtime_dir / "rnnfleet-warm" and folder.stat().st_mode & 0o777 == 0o700
     runtime_dir.chmod(0o777)  # not a proper runtime dir: the per-user temporary folder instead
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     tempfile.tempdir = None  # gettempdir() caches; let it read TMPDIR again
     try:
-        assert private_folder() == tmp_path / f"rnnfleet-warm-{os.getuid()}"
+        assert Path(private_folder()) == tmp_path / f"rnnfleet-warm-{os.getuid()}"
     finally:
         tempfile.tempdir = None
 

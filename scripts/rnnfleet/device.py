@@ -14,11 +14,18 @@ from rnnfleet.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
 if TYPE_CHECKING:
     import torch
 
-WORKER_VARIABLE = "RNNFLEET_WORKER"  # set by rnnfleet.warm: "cold", or "warm <server pid>"
+WORKER_VARIABLE = "RNNFLEET_WORKER"  # "cold", or "warm <server pid>" (rnnfleet.warm)
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
+
+
+def prepare_cold_process() -> None:
+    """A job that runs in its own process (no warm worker): say so, and tune the allocator
+    before torch allocates."""
+    os.environ[WORKER_VARIABLE] = "cold"
+    tune_cpu_allocator()
 
 
 def tune_cpu_allocator() -> bool:

@@ -17,9 +17,11 @@ import contextlib
 import errno
 import signal
 import sys
-import traceback
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # each job's client imports this module: only what it needs at run time
+    from collections.abc import Iterator
+    from pathlib import Path
 
 ERROR_PREFIX = "ERROR: "
 STOPPED_PREFIX = "STOPPED: "
@@ -127,6 +129,8 @@ def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> 
             # Not from atomic_write (that raises WriteError): it may be a read, so no verb.
             report(f"{ERROR_PREFIX}{error.filename}: {WRITE_CAUSES[error.errno]}")
         else:
+            import traceback
+
             traceback.print_exc()
             report(
                 f"{ERROR_PREFIX}{subject}: internal error {type(error).__name__}: {one_line(error)} "

@@ -3,30 +3,33 @@
 What it promises:
 - It starts in a few hundredths of a second. A `script:` job first imports Snakemake and
   unpickles the job (about 0.1 CPU-s of each job, the time a one-day dataset's training
-  takes); these jobs are shell commands that import only the standard library and
-  rnnfleet's client code before handing the job to a warm worker.
+  takes); these jobs are shell commands that import a few light standard modules and
+  rnnfleet's client code (rnnfleet.warm_client) before handing the job to a warm worker:
+  about 0.04 CPU-s from the start of the interpreter (a test checks which modules).
 - What differs from job to job (dataset, paths, threads, resources) is on the command line
   (rules/common.smk, job_command): `--text NAME VALUE` for paths and words, `--value NAME
-  LITERAL` for numbers, read with ast.literal_eval (never eval or pickle). What is the same
+  JSON` for numbers, read with json.loads (never eval or pickle). What is the same
   for every job of a run (the rules' params: hyper-parameters, columns, file layout; the
   device; warm workers or not) is in a JSON settings file named by its content's hash,
   which the run writes before its first job in a folder of the user's alone
   (.snakemake/rnnfleet-jobs, mode 0700; the file 0600): other local users see neither the
   settings nor their values in `ps`.
-- From there the job runs as it did from a `script:`: rnnfleet.warm.run_job with the same
-  arguments, its stderr in the job's log, a failure as one line (rnnfleet.errors.job_guard).
+- From there the job runs as it did from a `script:`: rnnfleet.warm_client.run_job with the
+  same arguments, its stderr in the job's log, a failure as one line (rnnfleet.errors.job_guard).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import json
 import os
 import sys
-import tempfile
-from pathlib import Path
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # Job kind -> (the function that does the job, whether it gets the process's start time).
 JOBS = {
@@ -35,19 +38,24 @@ JOBS = {
 }
 
 
-SETTINGS_FOLDER = Path(".snakemake") / "rnnfleet-jobs"
+SETTINGS_FOLDER = ".snakemake/rnnfleet-jobs"
 WARM_KEY = "warm_workers"
 
 
 def settings_path(settings: dict) -> Path:
     """Where the run's job settings are kept: named by their content, so a changed config
-    gets a file (and job commands) of its own."""
+    gets a file (and job commands) of its own. (Snakemake's process calls this and
+    write_settings; pathlib and tempfile are imported here, not in every job's client.)"""
+    from pathlib import Path
+
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    return SETTINGS_FOLDER / f"settings-{digest}.json"
+    return Path(SETTINGS_FOLDER, f"settings-{digest}.json")
 
 
 def write_settings(settings: dict) -> Path:
     """Write the settings file of settings_path(settings) (once), readable by this user only."""
+    import tempfile
+
     path = settings_path(settings)
     if path.exists():
         return path
@@ -64,7 +72,7 @@ def parse_command_line(arguments: list[str]) -> argparse.Namespace:
     parser.add_argument("--log", required=True, help="the job's log file (stderr goes there)")
     parser.add_argument("--settings", required=True, help="the run's settings file (write_settings)")
     parser.add_argument("--text", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
-    parser.add_argument("--value", nargs=2, action="append", default=[], metavar=("NAME", "LITERAL"))
+    parser.add_argument("--value", nargs=2, action="append", default=[], metavar=("NAME", "JSON"))
     return parser.parse_args(arguments)
 
 
@@ -74,11 +82,11 @@ def job_arguments(options: argparse.Namespace) -> tuple[dict, bool]:
         job_kwargs = json.load(settings_file)[options.kind]
     warm = job_kwargs.pop(WARM_KEY)
     job_kwargs.update(options.text)
-    for name, literal in options.value:
+    for name, value in options.value:
         try:
-            job_kwargs[name] = ast.literal_eval(literal)
-        except (ValueError, SyntaxError):
-            raise ValueError(f"scripts/job.py --value {name}: not a Python literal: {literal!r}") from None
+            job_kwargs[name] = json.loads(value)
+        except ValueError:
+            raise ValueError(f"scripts/job.py --value {name}: not a JSON value: {value!r}") from None
     return job_kwargs, warm
 
 
@@ -87,7 +95,7 @@ def main(arguments: list[str]) -> None:
     sys.stderr = open(options.log, "w", buffering=1)
 
     from rnnfleet.errors import job_guard
-    from rnnfleet.warm import process_started_at, run_job
+    from rnnfleet.warm_client import run_job
 
     target, records_start = JOBS[options.kind]
     with job_guard(dict(options.text).get("dataset", options.kind)):
@@ -95,3 +103,23 @@ def main(arguments: list[str]) -> None:
         if records_start:
             job_kwargs["process_started_at"] = process_started_at()
         run_job(target, job_kwargs, warm=warm)
+
+
+def process_started_at() -> float | None:
+    """Wall-clock time (epoch seconds) at which this process was created, where the OS says.
+
+    On Linux from /proc against the uptime clock: psutil adds the process's age to a boot
+    time it reads in whole seconds, which can place the start up to a second early."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+            age = float(uptime.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    import psutil  # a dependency of Snakemake; macOS and Windows report the start precisely
+
+    try:
+        return psutil.Process().create_time()
+    except psutil.Error:
+        return None

@@ -3,8 +3,9 @@
 A reference is either the name of a built-in (`rnn`, `ohlc_returns`, ...), looked up in
 the registry its caller passes, or `path/to/file.py:function` for a function in the user's
 own file, the path relative to the working folder. Both come back as a plain function, so
-there is one code path from here on. A user's file is imported once per process (per job);
-a reference that cannot be resolved raises UserError naming the config key, the file and
+there is one code path from here on. A user's file is imported once per process and
+version: a warm worker that runs job after job (rnnfleet.warm) imports it again when the
+file has changed since. A reference that cannot be resolved raises UserError naming the config key, the file and
 the function.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from rnnfleet.errors import UserError, one_line
 
-_imported_files: dict[str, object] = {}  # absolute path -> module
+_imported_files: dict[tuple[str, int, int], object] = {}  # (absolute path, mtime in ns, size) -> module
 
 
 def is_file_reference(reference: str) -> bool:
@@ -55,13 +56,15 @@ def resolve(reference: str, registry: dict[str, Callable], config_key: str) -> C
 
 def _import_file(path: str, reference: str, config_key: str):
     absolute = str(Path(path).resolve())
-    if absolute in _imported_files:
-        return _imported_files[absolute]
     if not os.path.isfile(absolute):
         raise UserError(
             f"{path}: no such file (config key '{config_key}' = {reference!r}; paths are relative to "
             f"the working folder {os.getcwd()})"
         )
+    file_info = os.stat(absolute)
+    version = (absolute, file_info.st_mtime_ns, file_info.st_size)
+    if version in _imported_files:
+        return _imported_files[version]
     # A name per file, so that two users' files called model.py do not replace each other.
     module_name = f"rnnfleet_plugin_{Path(path).stem}_{hashlib.sha1(absolute.encode()).hexdigest()[:10]}"
     spec = importlib.util.spec_from_file_location(module_name, absolute)
@@ -75,7 +78,7 @@ def _import_file(path: str, reference: str, config_key: str):
             f"{path}: importing it failed ({type(error).__name__}: {one_line(error)}) "
             f"(config key '{config_key}' = {reference!r})"
         ) from None
-    _imported_files[absolute] = module
+    _imported_files[version] = module
     return module
 
 
