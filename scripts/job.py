@@ -1,9 +1,9 @@
 """A preprocess or train job: `python scripts/job.py <kind> --log ... ` (rnnfleet.job_client)."""
 
+import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
 from rnnfleet.job_client import main  # noqa: E402
 

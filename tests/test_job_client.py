@@ -15,11 +15,11 @@ from conftest import REPO
 from rnnfleet import job_client
 
 # What a job's process may import on its way to a running warm server: the client's own
-# modules and light standard ones. tempfile, pathlib, subprocess, ast and
-# filelock each cost 10 to 70 ms of every job's start (rnnfleet.warm_client).
+# modules and light standard ones. tempfile, pathlib, subprocess, ast, argparse (with
+# shutil) and filelock each cost 5 to 70 ms of every job's start (rnnfleet.warm_client).
 HEAVY_FOR_A_CLIENT = {
     "snakemake", "torch", "pandas", "numpy", "filelock", "pathlib", "tempfile", "subprocess",
-    "ast", "rnnfleet.warm", "rnnfleet.device", "rnnfleet.jobs",
+    "ast", "argparse", "shutil", "rnnfleet.warm", "rnnfleet.device", "rnnfleet.jobs",
 }  # fmt: skip
 
 
@@ -93,3 +93,19 @@ def test_a_value_that_is_code_is_refused_not_run(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="not a JSON value"):
         job_client.job_arguments(options)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ([], "the first word must be one of preprocess, train"),
+        (["fit", "--log", "x.log", "--settings", "s.json"], "the first word must be one of"),
+        (["train", "--log", "x.log"], "--log and --settings are required"),
+        (["train", "--log", "x.log", "--settings", "s.json", "--text", "dataset"], "incomplete '--text'"),
+        (["train", "--log", "x.log", "--settings", "s.json", "--threads", "2"], "unexpected or incomplete '--threads'"),
+    ],
+)
+def test_a_malformed_command_line_stops_with_the_usage(arguments, problem):
+    with pytest.raises(SystemExit, match="usage: scripts/job.py") as stop:
+        job_client.parse_command_line(arguments)
+    assert problem in str(stop.value)

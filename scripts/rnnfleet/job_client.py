@@ -20,12 +20,12 @@ What it promises:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import sys
 import time
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -66,17 +66,36 @@ def write_settings(settings: dict) -> Path:
     return path
 
 
-def parse_command_line(arguments: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="scripts/job.py", description=__doc__)
-    parser.add_argument("kind", choices=JOBS)
-    parser.add_argument("--log", required=True, help="the job's log file (stderr goes there)")
-    parser.add_argument("--settings", required=True, help="the run's settings file (write_settings)")
-    parser.add_argument("--text", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
-    parser.add_argument("--value", nargs=2, action="append", default=[], metavar=("NAME", "JSON"))
-    return parser.parse_args(arguments)
+USAGE = "usage: scripts/job.py {preprocess,train} --log LOG --settings SETTINGS [--text NAME VALUE]... [--value NAME JSON]..."
+# Option -> the number of words that follow it. The command is rules/common.smk's
+# (job_command); a hand-written reader, because argparse's imports cost each job ~10 ms.
+OPTION_WORDS = {"--log": 1, "--settings": 1, "--text": 2, "--value": 2}
 
 
-def job_arguments(options: argparse.Namespace) -> tuple[dict, bool]:
+def parse_command_line(arguments: list[str]) -> SimpleNamespace:
+    """The job's kind, log, settings file and (name, value) pairs of --text and --value."""
+    if not arguments or arguments[0] not in JOBS:
+        raise SystemExit(f"{USAGE}\nscripts/job.py: the first word must be one of {', '.join(JOBS)}")
+    options = SimpleNamespace(kind=arguments[0], log=None, settings=None, text=[], value=[])
+    position = 1
+    while position < len(arguments):
+        option = arguments[position]
+        count = OPTION_WORDS.get(option)
+        words = arguments[position + 1 : position + 1 + (count or 0)]
+        if count is None or len(words) < count:
+            raise SystemExit(f"{USAGE}\nscripts/job.py: unexpected or incomplete {option!r}")
+        name = option.removeprefix("--")
+        if count == 1:
+            setattr(options, name, words[0])
+        else:
+            getattr(options, name).append(tuple(words))
+        position += 1 + count
+    if options.log is None or options.settings is None:
+        raise SystemExit(f"{USAGE}\nscripts/job.py: --log and --settings are required")
+    return options
+
+
+def job_arguments(options: SimpleNamespace) -> tuple[dict, bool]:
     """(keyword arguments of the job's function, warm workers wanted)."""
     with open(options.settings) as settings_file:
         job_kwargs = json.load(settings_file)[options.kind]
