@@ -188,3 +188,20 @@ def test_training_jobs_on_a_multi_gpu_node_each_get_their_own_device(monkeypatch
     claims[0][1].release()
     assert str(claim_device("auto", gpu_mem_gb=4)[0]) == "cuda:0"
     assert claim_device("cuda:1", gpu_mem_gb=4)[1] is NO_SLOT  # an explicit index is the user's choice
+
+
+@pytest.mark.parametrize(
+    ("cuda_started", "gpus", "reusable"),
+    [(False, 0, True), (False, 4, True), (True, 1, True), (True, 2, False), (True, 8, False)],
+)
+def test_a_warm_child_that_started_cuda_among_several_gpus_takes_no_other_job(
+    monkeypatch, cuda_started, gpus, reusable
+):
+    # Its CUDA context stays on the GPU its job claimed; the next job may claim another.
+    import torch
+
+    from rnnfleet.device import can_take_another_job
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda_started)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert can_take_another_job() is reusable

@@ -162,13 +162,21 @@ def test_gpu_mem_budget_bounds_concurrent_trainings(tmp_path, budget, expected):
 
 
 def test_cold_and_warm_training_give_identical_models(trained_copy):
-    # `trained` ran with warm workers (the default); train again, each job in its own process.
-    warm = torch.load(trained_copy / "models" / "SPY_1m.pt", weights_only=True)
+    # `trained` ran with warm workers (the default), whose children train one dataset after
+    # another; train again, each job in its own process.
+    def models() -> dict[str, dict]:
+        return {name: torch.load(trained_copy / "models" / f"{name}.pt", weights_only=True) for name in DATASETS}
+
+    warm_models = models()
     snakemake(trained_copy, "--forcerun", "train", "--config", 'train={"warm_workers": false}')
-    cold = torch.load(trained_copy / "models" / "SPY_1m.pt", weights_only=True)
-    # the comparison is between the two paths, not two runs of the same one
-    assert warm["metrics"]["worker"] == "warm" and cold["metrics"]["worker"] == "cold"
-    assert warm["metrics"]["warm_server_pid"] not in (None, warm["metrics"]["pid"])
-    for key, value in warm["state_dict"].items():
-        torch.testing.assert_close(cold["state_dict"][key], value, rtol=0, atol=0)
-    assert cold["metrics"]["startup_seconds"] > 0
+    cold_models = models()
+    warm_pids = [model["metrics"]["pid"] for model in warm_models.values()]
+    assert len(set(warm_pids)) < len(warm_pids)  # a warm child trained more than one dataset
+    for name, warm in warm_models.items():
+        cold = cold_models[name]
+        # the comparison is between the two paths, not two runs of the same one
+        assert warm["metrics"]["worker"] == "warm" and cold["metrics"]["worker"] == "cold"
+        assert warm["metrics"]["warm_server_pid"] not in (None, warm["metrics"]["pid"])
+        for key, value in warm["state_dict"].items():
+            torch.testing.assert_close(cold["state_dict"][key], value, rtol=0, atol=0)
+        assert cold["metrics"]["startup_seconds"] > 0

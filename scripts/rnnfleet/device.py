@@ -104,6 +104,16 @@ def configure_threads(threads: int) -> None:
         pass
 
 
+def can_take_another_job() -> bool:
+    """Whether this process may run another job once its job is done (a warm child,
+    rnnfleet.warm). Not where it started CUDA with several GPUs visible: its context stays on
+    the GPU its job claimed (rnnfleet.gpu_slots), holding memory no job declares, while the
+    next job may claim another GPU. On one GPU the context is kept and saves the next job
+    CUDA's start."""
+    torch = sys.modules.get("torch")
+    return torch is None or not torch.cuda.is_initialized() or torch.cuda.device_count() < 2
+
+
 def cap_gpu_memory(device, gpu_mem_gb: int) -> None:
     """Limit this process's CUDA allocator to its declared share of the card, so an
     oversized training fails with an out-of-memory error of its own instead of taking

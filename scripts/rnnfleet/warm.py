@@ -20,6 +20,7 @@ per-job failures behave as before.
   the child gives back the job's descriptors (its output goes nowhere); each job sets its
   own seeds, threads and GPU memory cap, and a user's plug-in file is imported again when
   it changes (rnnfleet.plugins). A child whose job failed exits; a fresh one takes the next.
+  So does one that started CUDA where several GPUs are visible (device.can_take_another_job).
 - If the client dies (job killed, Ctrl+C), the server sees the connection close and
   terminates the child.
 - The server is started when a run with trainings starts (prestart) or by the first job
@@ -53,7 +54,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from rnnfleet.device import WORKER_VARIABLE, tune_cpu_allocator
+from rnnfleet.device import WORKER_VARIABLE, can_take_another_job, tune_cpu_allocator
 from rnnfleet.file_locks import os_locks_available, try_lock, wait_for_lock
 from rnnfleet.warm_client import (
     PACKAGE_DIR,
@@ -360,7 +361,7 @@ def _child_main(channel: socket.socket, request: dict, fds: list[int]) -> None:
             exit_status = _run_one_job(request, fds)
             if exit_status != 0:
                 break
-            takes_more = jobs_done < JOBS_PER_CHILD
+            takes_more = jobs_done < JOBS_PER_CHILD and can_take_another_job()
             send_message(channel, {"exit_status": 0, "takes_more": takes_more})
             if not takes_more:
                 break
