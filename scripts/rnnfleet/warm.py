@@ -243,7 +243,9 @@ def _start_job(listener: socket.socket, selector: selectors.BaseSelector, childr
         connection.close()
         return
     takes = reuse_key(request)
-    child = next((c for c in children.values() if c.client is None and c.channel and c.takes == takes), None)
+    child = next(
+        (c for c in children.values() if c.client is None and c.channel is not None and c.takes == takes), None
+    )
     if child is not None:
         try:
             send_message(child.channel, request, fds)
