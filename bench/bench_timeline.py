@@ -5,8 +5,9 @@
 
 Runs `snakemake --cores <cores>` on generated bars with bench_speed.py's model and settings
 and samples the run's processes every 20 ms: Snakemake's own, each job's script (the thin
-client), the warm server and each job's warm child. Prints, per kind of process, their
-number, median wall time and median CPU time, and the run's phases: Snakemake's start-up,
+client), the warm server and its children (each runs one job after another, so there are
+fewer children than jobs). Prints, per kind of process, their number, median wall time
+and median CPU time, and the run's phases: Snakemake's start-up,
 the warm server's imports, the first and the last training, and what follows the last one.
 Process start times come from the kernel (Linux), so they do not depend on the sampling.
 """
