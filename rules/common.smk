@@ -256,7 +256,7 @@ def job_command(kind, texts, values):
     """The shell command of a preprocess or train job: scripts/job.py, a client that starts
     in hundredths of a second where a `script:` first imports Snakemake (rnnfleet.job_client).
     kind: preprocess or train; texts, values: {argument of the job's function: a Snakemake
-    placeholder}; values are Python literals ("{threads}")."""
+    placeholder}; values are JSON numbers ("{threads}")."""
     options = [f"--text {name} {field}" for name, field in texts.items()]
     options += [f"--value {name} {field}" for name, field in values.items()]
     return " ".join([JOB_CLIENT, kind, JOB_OPTIONS, *options])
@@ -320,7 +320,7 @@ wildcard_constraints:
 def prestart_warm_workers():
     """Have the warm-worker server import torch and pandas while Snakemake starts the first
     jobs (local runs with preprocessing or trainings to do; see rnnfleet.warm)."""
-    from rnnfleet.warm import prestart
+    from rnnfleet.warm_client import prestart
 
     if config["train"]["warm_workers"] and workflow.local_exec:
         if any(

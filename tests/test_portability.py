@@ -44,7 +44,8 @@ def test_without_fcntl_fork_and_unix_sockets_the_same_models_come_out(tmp_path):
 def test_each_missing_facility_alone_turns_warm_workers_off(monkeypatch):
     import socket
 
-    import rnnfleet.warm as warm
+    import rnnfleet.file_locks as file_locks
+    import rnnfleet.warm_client as warm
 
     assert warm.unsupported_reason() is None  # this test runs where all of them exist
     for module, name, reason in (
@@ -56,5 +57,5 @@ def test_each_missing_facility_alone_turns_warm_workers_off(monkeypatch):
             patch.delattr(module, name)
             patch.setattr(warm.sys, "platform", "linux")
             assert reason in warm.unsupported_reason()
-    monkeypatch.setattr(warm, "os_locks_available", lambda: False)
+    monkeypatch.setattr(file_locks, "os_locks_available", lambda: False)
     assert "no OS file locks" in warm.unsupported_reason()

@@ -114,9 +114,7 @@ def test_killing_the_job_terminates_its_warm_child(tmp_path):
 
 
 def test_prestarted_server_is_the_one_jobs_use(tmp_path):
-    command = (
-        f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from rnnfleet.warm import prestart; prestart()"
-    )
+    command = f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from rnnfleet.warm_client import prestart; prestart()"
     subprocess.run([sys.executable, "-c", command], cwd=tmp_path, check=True)
     reports = [tmp_path / f"r{i}.json" for i in range(2)]
     clients = [

@@ -5,8 +5,8 @@ the registry its caller passes, or `path/to/file.py:function` for a function in 
 own file, the path relative to the working folder. Both come back as a plain function, so
 there is one code path from here on. A user's file is imported once per process and
 version: a warm worker that runs job after job (rnnfleet.warm) imports it again when the
-file has changed since. A reference that cannot be resolved raises UserError naming the config key, the file and
-the function.
+file has changed since. A reference that cannot be resolved raises UserError naming the
+config key, the file and the function.
 """
 
 from __future__ import annotations

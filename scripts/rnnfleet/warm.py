@@ -23,8 +23,8 @@ per-job failures behave as before.
   So does one that started CUDA where several GPUs are visible (device.can_take_another_job).
 - If the client dies (job killed, Ctrl+C), the server sees the connection close and
   terminates the child.
-- The server is started when a run with trainings starts (prestart) or by the first job
-  that finds none, under a file lock the server holds until it listens, so only one
+- The server is started (rnnfleet.warm_client) when a run with trainings starts
+  (prestart) or by the first job that finds none, under a file lock the server holds until it listens, so only one
   starts; it and its idle children exit after IDLE_SECONDS without jobs. Its key includes
   the code's modification times, so a server never runs code older than the files on disk.
 - The server never touches CUDA or torch's thread pools, so forking it is safe.
@@ -47,7 +47,6 @@ import os
 import selectors
 import signal
 import socket
-import subprocess
 import sys
 import time
 import traceback
@@ -55,99 +54,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rnnfleet.device import WORKER_VARIABLE, can_take_another_job, tune_cpu_allocator
-from rnnfleet.file_locks import os_locks_available, try_lock, wait_for_lock
-from rnnfleet.warm_client import (
-    PACKAGE_DIR,
-    WarmUnavailable,
-    call,
-    connect,
-    connection_unsupported_reason,
-    peer_uid,
-    receive_message,
-    send_message,
-    server_address,
-)
+from rnnfleet.warm_client import IDLE_SECONDS, call, peer_uid, receive_message, send_message
 
-IDLE_SECONDS = 10.0
-CONNECT_TIMEOUT_SECONDS = 120.0
 # A child is replaced after this many jobs, so that nothing one job leaves behind in it
 # (memory held by the allocator, caches) can grow without bound over a long run.
 JOBS_PER_CHILD = 200
-
-
-def unsupported_reason() -> str | None:
-    """Why this platform cannot run warm workers, or None if it can."""
-    reason = connection_unsupported_reason()
-    if reason is None and not os_locks_available():
-        reason = "this platform has no OS file locks"
-    return reason
-
-
-# --- starting a server (prestart, or the first job that finds none) ---------------------
-
-
-def _lock_path(address: str | os.PathLike) -> str:
-    return f"{address}.lock"
-
-
-def _start_server(address: str | os.PathLike, lock) -> subprocess.Popen:
-    """Start a server that inherits the held start lock and releases it once it listens,
-    so jobs arriving meanwhile wait on the lock instead of starting servers of their own."""
-    with open(f"{address}.log", "a") as server_log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "rnnfleet.warm", str(address), str(lock.fileno())],
-            cwd=os.path.dirname(PACKAGE_DIR),
-            stdin=subprocess.DEVNULL,
-            stdout=server_log,
-            stderr=server_log,
-            pass_fds=[lock.fileno()],
-            start_new_session=True,  # outlives this job; not killed with its process group
-        )
-
-
-def prestart(workdir: str | os.PathLike = ".") -> None:
-    """Start the folder's server in the background, if none runs or is starting, and return
-    at once: by the time the first training arrives it has imported torch. The workflow
-    calls this when a run with trainings starts."""
-    if unsupported_reason():
-        return
-    try:
-        address = server_address(workdir)
-    except OSError:
-        return  # no private folder: each job says why in its log
-    lock = try_lock(_lock_path(address))
-    if lock is None:
-        return  # a server is starting
-    with lock:
-        try:
-            connect(address).close()
-            return  # one is running
-        except OSError:
-            _start_server(address, lock)
-
-
-def connect_or_start(address: str) -> socket.socket:
-    """A connection to the server at `address`, starting one if none answers."""
-    if not os_locks_available():
-        raise WarmUnavailable("this platform has no OS file locks")
-    with wait_for_lock(_lock_path(address)) as lock:  # waits while another job or prestart() starts one
-        try:
-            return connect(address)
-        except WarmUnavailable:
-            raise
-        except OSError:
-            server = _start_server(address, lock)
-    deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            return connect(address)
-        except WarmUnavailable:
-            raise
-        except OSError:
-            if server.poll() is not None:
-                raise OSError(f"warm server exited with status {server.returncode}; see {address}.log") from None
-            time.sleep(0.02)
-    raise OSError(f"warm server did not start within {CONNECT_TIMEOUT_SECONDS:.0f} s; see {address}.log")
 
 
 # --- the server -------------------------------------------------------------------------
@@ -359,7 +270,6 @@ def _child_main(channel: socket.socket, request: dict, fds: list[int]) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for jobs_done in range(1, JOBS_PER_CHILD + 1):
-            exit_status = 1
             exit_status = _run_one_job(request, fds)
             if exit_status != 0:
                 break
@@ -373,6 +283,7 @@ def _child_main(channel: socket.socket, request: dict, fds: list[int]) -> None:
                 break  # the server retired this child, or exited
     except BaseException:
         traceback.print_exc()
+        exit_status = 1  # not the status of a job that succeeded before
     finally:
         os._exit(exit_status)
 

@@ -1,5 +1,5 @@
-"""The job's side of warm workers (rnnfleet.warm): hand the job to the folder's server, or
-run it here.
+"""The job's side of warm workers (rnnfleet.warm): hand the job to the folder's server,
+starting one if none runs (also before a run: prestart), or run it here.
 
 What it promises:
 - On the way to a running server, a job's process imports nothing heavier than os, sys,
@@ -24,8 +24,15 @@ import socket
 import stat
 import struct
 import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import subprocess
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+IDLE_SECONDS = 10.0  # a server, and each of its children, exits after this long without jobs
+CONNECT_TIMEOUT_SECONDS = 120.0
 _HEADER = struct.Struct("!I")
 _LINUX_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MACOS_LOCAL_PEERCRED, _MACOS_XUCRED = 0x001, struct.Struct("IIh16I")  # struct xucred: version, uid, ...
@@ -198,11 +205,94 @@ def run_warm(target: str, kwargs: dict, log_file) -> int:
     except WarmUnavailable:
         raise
     except OSError:
-        from rnnfleet.warm import connect_or_start  # no server yet: start one (rare, heavier)
-
-        connection = connect_or_start(address)
+        connection = connect_or_start(address)  # no server yet: start one
     log_file.flush()
     request = {"target": target, "kwargs": kwargs, "cwd": os.getcwd(), "env": dict(os.environ), "sys_path": sys.path}
     send_message(connection, request, [sys.stdout.fileno(), sys.__stderr__.fileno(), log_file.fileno()])
     reply, _ = receive_message(connection)  # blocks for the whole job
     return int(reply["exit_status"])
+
+
+# --- starting a server (prestart, or the first job that finds none) ---------------------
+
+
+def unsupported_reason() -> str | None:
+    """Why this platform cannot run warm workers (start a server too), or None if it can."""
+    reason = connection_unsupported_reason()
+    if reason is None:
+        from rnnfleet.file_locks import os_locks_available
+
+        if not os_locks_available():
+            reason = "this platform has no OS file locks"
+    return reason
+
+
+def _lock_path(address: str | os.PathLike) -> str:
+    return f"{address}.lock"
+
+
+def _start_server(address: str | os.PathLike, lock) -> subprocess.Popen:
+    """Start a server that inherits the held start lock and releases it once it listens,
+    so jobs arriving meanwhile wait on the lock instead of starting servers of their own."""
+    import subprocess
+
+    with open(f"{address}.log", "a") as server_log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rnnfleet.warm", str(address), str(lock.fileno())],
+            cwd=os.path.dirname(PACKAGE_DIR),
+            stdin=subprocess.DEVNULL,
+            stdout=server_log,
+            stderr=server_log,
+            pass_fds=[lock.fileno()],
+            start_new_session=True,  # outlives this job; not killed with its process group
+        )
+
+
+def prestart(workdir: str | os.PathLike = ".") -> None:
+    """Start the folder's server in the background, if none runs or is starting, and return
+    at once: by the time the first training arrives it has imported torch. The workflow
+    calls this when a run with trainings starts."""
+    if unsupported_reason():
+        return
+    from rnnfleet.file_locks import try_lock
+
+    try:
+        address = server_address(workdir)
+    except OSError:
+        return  # no private folder: each job says why in its log
+    lock = try_lock(_lock_path(address))
+    if lock is None:
+        return  # a server is starting
+    with lock:
+        try:
+            connect(address).close()
+            return  # one is running
+        except OSError:
+            _start_server(address, lock)
+
+
+def connect_or_start(address: str) -> socket.socket:
+    """A connection to the server at `address`, starting one if none answers."""
+    reason = unsupported_reason()
+    if reason:
+        raise WarmUnavailable(reason)
+    from rnnfleet.file_locks import wait_for_lock
+
+    with wait_for_lock(_lock_path(address)) as lock:  # waits while another job or prestart() starts one
+        try:
+            return connect(address)
+        except WarmUnavailable:
+            raise
+        except OSError:
+            server = _start_server(address, lock)
+    deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            return connect(address)
+        except WarmUnavailable:
+            raise
+        except OSError:
+            if server.poll() is not None:
+                raise OSError(f"warm server exited with status {server.returncode}; see {address}.log") from None
+            time.sleep(0.02)
+    raise OSError(f"warm server did not start within {CONNECT_TIMEOUT_SECONDS:.0f} s; see {address}.log")
