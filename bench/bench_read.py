@@ -48,7 +48,8 @@ def measure_one(kind: str, path: str, out_dir: str) -> dict:
     import pandas as pd  # noqa: F401  (imported before the baseline memory is taken)
     import pyarrow.parquet  # noqa: F401
 
-    from rnnfleet.data import preprocess_one, read_bars
+    from rnnfleet.data import read_bars
+    from rnnfleet.runner.jobs import preprocess_one
 
     before = reset_peak()
     started = time.perf_counter()

@@ -67,7 +67,7 @@ def kind_of(process: psutil.Process, servers: set[int], seen: dict[int, Seen]) -
     parent = seen.get(process.ppid())
     if parent is not None and parent.kind.endswith(" client") and command and parent.command == command:
         return parent.kind.replace(" client", " worker")
-    if "rnnfleet.warm" in command:
+    if "rnnfleet.runner.warm" in command:
         return "warm child" if process.ppid() in servers else "warm server"
     for rule in RULES:  # scripts/job.py <rule> (preprocess, train), or a script: job's .<rule>.py
         if re.search(rf"\.{rule}\.py\b|scripts/job\.py {rule}\b", command):

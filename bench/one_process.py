@@ -13,12 +13,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 
-from rnnfleet.device import tune_cpu_allocator  # noqa: E402
+from rnnfleet.runner.device import tune_cpu_allocator  # noqa: E402
 
 tune_cpu_allocator()
 
-from rnnfleet.data import preprocess_one  # noqa: E402
-from rnnfleet.training import train_one  # noqa: E402
+from rnnfleet.runner.jobs import preprocess_one, train_one  # noqa: E402
 
 
 def main():

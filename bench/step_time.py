@@ -22,7 +22,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args()
     if args.tuned:
-        from rnnfleet.device import tune_cpu_allocator
+        from rnnfleet.runner.device import tune_cpu_allocator
 
         tune_cpu_allocator()
     import torch

@@ -13,14 +13,14 @@ SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
 # The workflow's own checks and hooks live beside the job code, in scripts/rnnfleet.
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
-from rnnfleet.after_failures import not_done_list_if_stale
-from rnnfleet.config_check import config_problems
+from rnnfleet.hooks.after_failures import not_done_list_if_stale
+from rnnfleet.hooks.config_check import config_problems
 from rnnfleet.formats import READABLE_SUFFIXES
-from rnnfleet.job_client import settings_path, write_settings
+from rnnfleet.runner.job_client import settings_path, write_settings
 from rnnfleet.plugins import reference_file
-from rnnfleet.previous_models import restore_previous_models
-from rnnfleet.recovery import claim_run_folder
-from rnnfleet.snakemake_speedups import apply as apply_snakemake_speedups
+from rnnfleet.hooks.previous_models import restore_previous_models
+from rnnfleet.hooks.recovery import claim_run_folder
+from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 
 # Per-job costs inside Snakemake that grow with the number of datasets (see the module).
 SNAKEMAKE_SPEEDUPS = apply_snakemake_speedups(warn=workflow.is_main_process)
@@ -139,7 +139,7 @@ SUMMARY = f"{PATHS['results']}/metrics.csv"
 SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
-NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.after_failures
+NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.hooks.after_failures
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 INSPECTION = f"{PATHS['results']}/inspect.csv"
 
@@ -222,7 +222,7 @@ def job_python():
 
 # What every preprocess and train job of the run gets (the rules' params, and the run-time
 # settings that are not params): in a settings file only this user can read, written in
-# onstart (rnnfleet.job_client); the job commands name it.
+# onstart (rnnfleet.runner.job_client); the job commands name it.
 JOB_SETTINGS = {
     "preprocess": {
         **{
@@ -254,7 +254,7 @@ JOB_OPTIONS = " ".join(
 
 def job_command(kind, texts, values):
     """The shell command of a preprocess or train job: scripts/job.py, a client that starts
-    in hundredths of a second where a `script:` first imports Snakemake (rnnfleet.job_client).
+    in hundredths of a second where a `script:` first imports Snakemake (rnnfleet.runner.job_client).
     kind: preprocess or train; texts, values: {argument of the job's function: a Snakemake
     placeholder}; values are JSON numbers ("{threads}")."""
     options = [f"--text {name} {field}" for name, field in texts.items()]
@@ -319,8 +319,9 @@ wildcard_constraints:
 
 def prestart_warm_workers():
     """Have the warm-worker server import torch and pandas while Snakemake starts the first
-    jobs (local runs with preprocessing or trainings to do; see rnnfleet.warm)."""
-    from rnnfleet.warm_client import prestart
+    jobs (local runs with preprocessing or trainings to do; see rnnfleet.runner.warm).
+    """
+    from rnnfleet.runner.warm_client import prestart
 
     if config["train"]["warm_workers"] and workflow.local_exec:
         if any(
@@ -332,5 +333,5 @@ def prestart_warm_workers():
 
 def stale_not_done_list(wildcards):
     """An input of summarize only when the table written after failures must be rewritten
-    although no dataset trains again (rnnfleet.after_failures)."""
+    although no dataset trains again (rnnfleet.hooks.after_failures)."""
     return not_done_list_if_stale(NOT_DONE, DATA_FILES, METRICS)

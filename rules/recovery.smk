@@ -1,15 +1,18 @@
-from rnnfleet.after_failures import (
+from rnnfleet.hooks.after_failures import (
     ResultPaths,
     drop_not_done_list_if_replaced,
     write_results_after_failures,
 )
-from rnnfleet.previous_models import back_up_models_to_replace, restore_previous_models
-from rnnfleet.recovery import stop_jobs_on_signals
+from rnnfleet.hooks.previous_models import (
+    back_up_models_to_replace,
+    restore_previous_models,
+)
+from rnnfleet.hooks.recovery import stop_jobs_on_signals
 
 
 def back_up_models_to_retrain():
     """Keep each model a train job of this run replaces until its new one is written
-    (rnnfleet.previous_models)."""
+    (rnnfleet.hooks.previous_models)."""
     back_up_models_to_replace(
         job.output.model
         for job in workflow.dag.needrun_jobs()

@@ -11,7 +11,7 @@ rule train:
         benchmark_path("train")
     priority: 10
     # Out of GPU memory: try again with more (see gpu_mem_for_attempt); a retry after any
-    # other error stops at once (rnnfleet.jobs.train_job).
+    # other error stops at once (rnnfleet.runner.jobs.train_job).
     retries: 2
     conda:
         "../envs/rnnfleet.yaml"

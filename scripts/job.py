@@ -1,10 +1,10 @@
-"""A preprocess or train job: `python scripts/job.py <kind> --log ... ` (rnnfleet.job_client)."""
+"""A preprocess or train job: `python scripts/job.py <kind> --log ... ` (rnnfleet.runner.job_client)."""
 
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 
-from rnnfleet.job_client import main  # noqa: E402
+from rnnfleet.runner.job_client import main  # noqa: E402
 
 main(sys.argv[1:])

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rnnfleet.sizing import GIB, arrays_for_steps, declared_gb, measure_footprint, no_cuda_reason, plan  # noqa: E402
+from rnnfleet.runner.sizing import GIB, arrays_for_steps, declared_gb, measure_footprint, no_cuda_reason, plan  # noqa: E402
 
 
 def parse_args():
@@ -49,7 +49,7 @@ def main():
 
     from rnnfleet.data import prepare_dataset
     from rnnfleet.features import DEFAULT_FEATURES
-    from rnnfleet.gpu_slots import visible_gpus
+    from rnnfleet.runner.gpu_slots import visible_gpus
     from rnnfleet.targets import DEFAULT_TARGET
 
     config = yaml.safe_load(Path(args.configfile).read_text())

@@ -102,8 +102,8 @@ def test_seq_len_longer_than_every_dataset_fails_each_preprocess_naming_the_key(
 def test_cuda_asked_for_where_there_is_none_is_a_user_error_naming_the_key(monkeypatch):
     import torch
 
-    from rnnfleet.device import choose_device
     from rnnfleet.errors import UserError
+    from rnnfleet.runner.device import choose_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match="config key 'train.device' is 'cuda:1' but CUDA is not available"):

@@ -232,7 +232,7 @@ def test_positions_skip_a_header_line_when_there_is_one(tmp_path):
 
 
 def test_a_bad_max_gap_is_a_config_error_naming_the_key():
-    from rnnfleet.config_check import config_problems
+    from rnnfleet.hooks.config_check import config_problems
 
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     problems = config_problems({"preprocess": {"max_gap": "5 minutes"}}, schema)

@@ -14,10 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rnnfleet.device import claim_device
 from rnnfleet.errors import UserError
-from rnnfleet.file_locks import wait_for_lock
-from rnnfleet.gpu_slots import NO_SLOT, GpuDevice, GpuSlot, claim_gpu, free_units
+from rnnfleet.runner.device import claim_device
+from rnnfleet.runner.file_locks import wait_for_lock
+from rnnfleet.runner.gpu_slots import NO_SLOT, GpuDevice, GpuSlot, claim_gpu, free_units
 
 # fork: the workers only take file locks, and start far faster than with spawn.
 FORK = multiprocessing.get_context("fork")
@@ -200,7 +200,7 @@ def test_a_warm_child_that_started_cuda_among_several_gpus_takes_no_other_job(
     # Its CUDA context stays on the GPU its job claimed; the next job may claim another.
     import torch
 
-    from rnnfleet.device import can_take_another_job
+    from rnnfleet.runner.device import can_take_another_job
 
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda_started)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)

@@ -1,4 +1,4 @@
-"""rnnfleet.job_client: the process of each preprocess and train job starts without Snakemake
+"""rnnfleet.runner.job_client: the process of each preprocess and train job starts without Snakemake
 or torch, reads only JSON, and keeps the run's settings to this user."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import sys
 import pytest
 from conftest import REPO
 
-from rnnfleet import job_client
+from rnnfleet.runner import job_client
 
 # What a job's process may import on its way to a running warm server: the client's own
 # modules and light standard ones. tempfile, pathlib, subprocess, ast, argparse (with
-# shutil) and filelock each cost 5 to 70 ms of every job's start (rnnfleet.warm_client).
+# shutil) and filelock each cost 5 to 70 ms of every job's start (rnnfleet.runner.warm_client).
 HEAVY_FOR_A_CLIENT = {
     "snakemake", "torch", "pandas", "numpy", "filelock", "pathlib", "tempfile", "subprocess",
-    "ast", "argparse", "shutil", "rnnfleet.warm", "rnnfleet.device", "rnnfleet.jobs",
+    "ast", "argparse", "shutil", "rnnfleet.runner.warm", "rnnfleet.runner.device", "rnnfleet.runner.jobs",
 }  # fmt: skip
 
 
@@ -34,7 +34,7 @@ def test_a_job_reaches_a_running_warm_server_without_heavy_imports(tmp_path, mon
         "import atexit, json, sys\n"
         f"sys.path.insert(0, {str(REPO / 'scripts')!r})\n"
         "atexit.register(lambda: json.dump(sorted(sys.modules), open('modules.json', 'w')))\n"
-        "from rnnfleet.job_client import main\n"
+        "from rnnfleet.runner.job_client import main\n"
         "main(sys.argv[1:])\n"
     )
     command = [sys.executable, str(probe), "preprocess", "--log", "job.log", "--settings", str(settings)]
@@ -46,7 +46,7 @@ def test_a_job_reaches_a_running_warm_server_without_heavy_imports(tmp_path, mon
     log = (tmp_path / "job.log").read_text()
     assert "warm worker unavailable" not in log and "internal error TypeError" in log
     modules = set(json.loads((tmp_path / "modules.json").read_text()))
-    assert "rnnfleet.warm_client" in modules
+    assert "rnnfleet.runner.warm_client" in modules
     assert modules & HEAVY_FOR_A_CLIENT == set()
 
 

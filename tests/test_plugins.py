@@ -48,7 +48,7 @@ def test_builtins_and_user_functions_resolve_to_plain_functions(in_tmp):
 
 
 def test_a_changed_file_is_imported_again_in_the_same_process(in_tmp):
-    # A warm worker runs job after job in one process (rnnfleet.warm): a file edited
+    # A warm worker runs job after job in one process (rnnfleet.runner.warm): a file edited
     # between two runs must not keep its old version there.
     path = write_plugin(in_tmp, "scale.py", "def scale(bars):\n    return bars['close'] * 2\n")
     bars = pd.DataFrame({"close": [1.0]})

@@ -36,7 +36,7 @@ def test_without_fcntl_fork_and_unix_sockets_the_same_models_come_out(tmp_path):
         metrics = json.loads((tmp_path / "portable" / "metrics" / f"{name}.json").read_text())
         assert metrics["val_loss"] == usual[name]["metrics"]["val_loss"]
     assert (tmp_path / "portable" / "results" / "metrics.csv").exists()
-    # Snakemake's own process had no OS file locks either: no run registry (rnnfleet.recovery)
+    # Snakemake's own process had no OS file locks either: no run registry (rnnfleet.hooks.recovery)
     assert not (tmp_path / "portable" / ".snakemake" / "rnnfleet-runs").exists()
     assert (tmp_path / "usual" / ".snakemake" / "rnnfleet-runs").is_dir()
 
@@ -44,8 +44,8 @@ def test_without_fcntl_fork_and_unix_sockets_the_same_models_come_out(tmp_path):
 def test_each_missing_facility_alone_turns_warm_workers_off(monkeypatch):
     import socket
 
-    import rnnfleet.file_locks as file_locks
-    import rnnfleet.warm_client as warm
+    import rnnfleet.runner.file_locks as file_locks
+    import rnnfleet.runner.warm_client as warm
 
     assert warm.unsupported_reason() is None  # this test runs where all of them exist
     for module, name, reason in (

@@ -15,9 +15,9 @@ from conftest import pending_jobs, snakemake, snakemake_command, trained_folder,
 from test_interruptions import kill_hard
 
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, TRAIN_CRASH
+from rnnfleet.hooks.previous_models import BACKUP_DIR
 from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_csv
-from rnnfleet.previous_models import BACKUP_DIR
 
 RETRAIN = {"train": {"epochs": 3}}  # a hyper-parameter change: every model is trained again
 

@@ -24,7 +24,7 @@ import torch
 from conftest import REPO, add_datasets, snakemake, write_config
 
 from rnnfleet.checkpoint import ModelFileError, load_checkpoint
-from rnnfleet.warm_client import WarmUnavailable, connect, socket_name
+from rnnfleet.runner.warm_client import WarmUnavailable, connect, socket_name
 
 INTRUDER = "rnnfleet-intruder"
 SECRET = "MY_SECRET_TOKEN"
@@ -247,7 +247,7 @@ def test_the_warm_server_runs_nothing_for_another_account(tmp_path, intruder, sh
     server_log = tmp_path / "server.log"
     with open(server_log, "w") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "rnnfleet.warm", str(address), str(start_lock.fileno())],
+            [sys.executable, "-m", "rnnfleet.runner.warm", str(address), str(start_lock.fileno())],
             cwd=REPO / "scripts",
             stdout=log,
             stderr=log,

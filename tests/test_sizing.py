@@ -10,7 +10,7 @@ import numpy as np
 from conftest import REPO
 
 from rnnfleet.data import PreparedArrays
-from rnnfleet.sizing import GIB, Footprint, arrays_for_steps, declared_gb, plan
+from rnnfleet.runner.sizing import GIB, Footprint, arrays_for_steps, declared_gb, plan
 
 
 def test_declared_memory_covers_the_peak_plus_margin_in_whole_gb():

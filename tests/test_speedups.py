@@ -1,4 +1,4 @@
-"""rnnfleet.snakemake_speedups: fits the installed Snakemake exactly, falls back to stock with one
+"""rnnfleet.hooks.snakemake_speedups: fits the installed Snakemake exactly, falls back to stock with one
 warning line otherwise, and changes nothing Snakemake plans (same jobs and reasons)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import snakemake
 from conftest import REPO, TINY_ROWS, add_datasets, write_config, write_synthetic_csv
 from conftest import snakemake as run_snakemake
 
-from rnnfleet import snakemake_speedups
+from rnnfleet.hooks import snakemake_speedups
 
 SPEEDUPS_LINE = re.compile(r"rnnfleet: Snakemake speed-ups on: (.*)")
 
@@ -172,7 +172,7 @@ def test_missing_script_is_still_reported(tmp_path, stock):
 COUNTED_PARAMS_SNAKEFILE = """
 import sys
 sys.path.insert(0, {scripts!r})
-from rnnfleet.snakemake_speedups import apply
+from rnnfleet.hooks.snakemake_speedups import apply
 apply()
 
 
@@ -241,7 +241,7 @@ def test_params_are_evaluated_for_a_conda_path_only_where_it_needs_them(tmp_path
 def test_garbage_collection_is_tuned_only_with_the_speedups(stock):
     probe = (
         "import gc, sys; sys.path.insert(0, sys.argv[1]);"
-        "from rnnfleet.snakemake_speedups import apply; apply();"
+        "from rnnfleet.hooks.snakemake_speedups import apply; apply();"
         "print(gc.get_threshold()[0], gc.get_freeze_count())"
     )
     result = subprocess.run(

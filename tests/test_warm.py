@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, wait_until_gone
 
-from rnnfleet.warm_client import WarmUnavailable, check_private_folder, private_folder
+from rnnfleet.runner.warm_client import WarmUnavailable, check_private_folder, private_folder
 
 TESTS = Path(__file__).resolve().parent
 
@@ -25,7 +25,7 @@ def start_client(workdir: Path, target: str, kwargs: dict, env: dict | None = No
         "import sys, json\n"
         f"sys.path[:0] = [{str(REPO / 'scripts')!r}, {str(TESTS)!r}]\n"
         "sys.stderr = open('job.log', 'w', buffering=1)\n"
-        "from rnnfleet.warm_client import run_job\n"
+        "from rnnfleet.runner.warm_client import run_job\n"
         f"run_job({target!r}, json.loads({json.dumps(kwargs)!r}), warm=True)\n"
     )
     return subprocess.Popen(
@@ -114,7 +114,7 @@ def test_killing_the_job_terminates_its_warm_child(tmp_path):
 
 
 def test_prestarted_server_is_the_one_jobs_use(tmp_path):
-    command = f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from rnnfleet.warm_client import prestart; prestart()"
+    command = f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from rnnfleet.runner.warm_client import prestart; prestart()"
     subprocess.run([sys.executable, "-c", command], cwd=tmp_path, check=True)
     reports = [tmp_path / f"r{i}.json" for i in range(2)]
     clients = [

@@ -130,7 +130,7 @@ def test_config_override_on_command_line_merges(trained_copy):
 def test_edited_training_code_does_not_retrain(trained_copy):
     # rerun-triggers in profiles/default leave out `code`: editing scripts/ must not re-train.
     scripts = Path(__file__).resolve().parents[1] / "scripts"
-    for code in (scripts / "job.py", scripts / "rnnfleet" / "jobs.py", scripts / "rnnfleet" / "training.py"):
+    for code in (scripts / "job.py", scripts / "rnnfleet" / "runner" / "jobs.py", scripts / "rnnfleet" / "training.py"):
         os.utime(code)  # newer mtime than every model
     result = snakemake(trained_copy, "-n")
     assert pending_jobs(result.stdout, "train") == {}

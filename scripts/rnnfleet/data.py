@@ -10,25 +10,16 @@ windows are cut from it later as views, so its size stays O(rows).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
 from rnnfleet.errors import DataError
-from rnnfleet.faults import pause_point
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
+from rnnfleet.formats import PRICE_KEYS, read_bars
+from rnnfleet.gaps import check_gap_windows, find_gaps
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
-
-PRICE_KEYS = ("open", "high", "low", "close")
-DEFAULT_COLUMNS = {
-    "timestamp": "timestamp",
-    "open": "open",
-    "high": "high",
-    "low": "low",
-    "close": "close",
-    "volume": "volume",
-}
 
 
 @dataclass(frozen=True)
@@ -62,14 +53,6 @@ class PreparedArrays:
     @property
     def rows(self) -> int:
         return int(self.features.shape[0])
-
-
-def read_bars(path: str | os.PathLike, columns: dict[str, str] | None = None, read_format: dict | None = None):
-    """The file's bars as rnnfleet.formats.read_bars reads them: timestamp (UTC), open, high,
-    low, close, volume, sorted, exact duplicate timestamps dropped. Raises DataError."""
-    from rnnfleet.formats import read_bars as read_any_format
-
-    return read_any_format(path, columns, read_format)
 
 
 def drop_non_finite(frame, name: str, max_fraction: float):
@@ -210,10 +193,6 @@ def prepare_dataset(
 ) -> tuple[PreparedArrays, list[str]]:
     """Bars file -> PreparedArrays, plus notes on what was cleaned and split (for the log);
     says how the file was read on stderr."""
-    import sys
-
-    from rnnfleet.gaps import find_gaps
-
     name = str(csv_path)
     frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
     print(f"{name}: read as {frame.attrs['read_as']}", file=sys.stderr)
@@ -228,8 +207,6 @@ def prepare_dataset(
     arrays = split_and_normalise(features, targets, seq_len, horizon, val_fraction, last_close, name, target)
     arrays = replace(arrays, feature_definition=tuple(feature_definition), feature_names=names, warmup=warmup)
     if len(gap_bars):
-        from rnnfleet.gaps import check_gap_windows
-
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
         arrays = replace(arrays, gap_bars=gap_bars)
     return arrays, notes
@@ -288,44 +265,3 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
         archive = isinstance(error, OSError) or zipfile.is_zipfile(path)
         reason = str(error).splitlines()[0] if archive else "not an .npz archive"
         raise DataError(f"{path}: not a valid rnnfleet array file ({reason}); delete it and re-run") from None
-
-
-def preprocess_one(
-    csv_path: str,
-    arrays_path: str,
-    seq_len: int,
-    horizon: int,
-    val_fraction: float,
-    columns: dict[str, str] | None = None,
-    max_bad_fraction: float = 0.01,
-    feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
-    target: str = DEFAULT_TARGET,
-    read_format: dict | None = None,
-    max_gap: str | None = None,
-) -> PreparedArrays:
-    """The preprocess job: bars file in, array file out; notes and a one-line summary to stderr."""
-    import sys
-
-    arrays, notes = prepare_dataset(
-        csv_path,
-        seq_len,
-        horizon,
-        val_fraction,
-        columns,
-        max_bad_fraction,
-        feature_definition=feature_definition,
-        target=target,
-        read_format=read_format,
-        max_gap=max_gap,
-    )
-    for note in notes:
-        print(f"{csv_path}: note: {note}", file=sys.stderr)
-    pause_point("preprocess")
-    Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
-    save_arrays(arrays, arrays_path)
-    print(
-        f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
-        f"target {target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
-        file=sys.stderr,
-    )
-    return arrays

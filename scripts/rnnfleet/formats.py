@@ -37,7 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.data import DEFAULT_COLUMNS, PRICE_KEYS, DataError
+from rnnfleet.errors import DataError
+
+PRICE_KEYS = ("open", "high", "low", "close")
+DEFAULT_COLUMNS = {
+    "timestamp": "timestamp",
+    "open": "open",
+    "high": "high",
+    "low": "low",
+    "close": "close",
+    "volume": "volume",
+}
 
 BAR_KEYS = (*PRICE_KEYS, "volume")
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip")

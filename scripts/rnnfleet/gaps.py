@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rnnfleet.errors import DataError
+
 GAPS_OFF = "off"
 
 
@@ -74,8 +76,6 @@ def describe_gaps(timestamps_ns: np.ndarray, gap_bars: np.ndarray, max_gap: str,
 def check_gap_windows(arrays, gap_bars: np.ndarray, timestamps_ns: np.ndarray, seq_len: int, max_gap: str, name: str):
     """The log note on the gaps of `arrays` (PreparedArrays); DataError naming the setting
     when no training or no validation window is left between them."""
-    from rnnfleet.data import DataError
-
     args = (arrays.rows, arrays.train_end, arrays.val_start)
     train, val = window_numbers(*args, gap_bars, seq_len, arrays.horizon, arrays.warmup)
     all_train, all_val = window_numbers(*args, np.zeros(0, dtype=np.int64), seq_len, arrays.horizon, arrays.warmup)

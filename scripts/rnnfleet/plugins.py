@@ -4,7 +4,7 @@ A reference is either the name of a built-in (`rnn`, `ohlc_returns`, ...), looke
 the registry its caller passes, or `path/to/file.py:function` for a function in the user's
 own file, the path relative to the working folder. Both come back as a plain function, so
 there is one code path from here on. A user's file is imported once per process and
-version: a warm worker that runs job after job (rnnfleet.warm) imports it again when the
+version: a warm worker that runs job after job (rnnfleet.runner.warm) imports it again when the
 file has changed since. A reference that cannot be resolved raises UserError naming the
 config key, the file and the function.
 """

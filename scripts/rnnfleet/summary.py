@@ -1,5 +1,5 @@
 """All per-dataset metrics -> one table; after a run with failures, which failed and why
-(rnnfleet.after_failures writes the table then)."""
+(rnnfleet.hooks.after_failures writes the table then)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ SUMMARY_COLUMNS = (
 # ok; "data error": the input file needs fixing (it fails the same way until it is);
 # "failed": a crash or out of memory, which may pass; "stopped": by a signal;
 # "previous model kept": a re-train failed (the error starts with which of the above),
-# the model from before is still in place (rnnfleet.previous_models); "not run": no job of it ran to an end (killed, or left out).
+# the model from before is still in place (rnnfleet.hooks.previous_models); "not run": no job of it ran to an end (killed, or left out).
 STATUSES = ("ok", "data error", "failed", "stopped", "previous model kept", "not run")
 SHOWN_FAILURES = 20
 

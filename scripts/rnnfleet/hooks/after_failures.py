@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
+from rnnfleet.hooks.previous_models import KEPT_STATUS
 from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_table_html
-from rnnfleet.previous_models import KEPT_STATUS
 from rnnfleet.summary import SUMMARY_COLUMNS, failure_report, outcome_row, table_text, write_table
 
 

@@ -9,12 +9,12 @@ import platform
 import sys
 from typing import TYPE_CHECKING
 
-from rnnfleet.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
+from rnnfleet.runner.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
 
 if TYPE_CHECKING:
     import torch
 
-WORKER_VARIABLE = "RNNFLEET_WORKER"  # "cold", or "warm <server pid>" (rnnfleet.warm)
+WORKER_VARIABLE = "RNNFLEET_WORKER"  # "cold", or "warm <server pid>" (rnnfleet.runner.warm)
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -62,7 +62,7 @@ def choose_device(preferred: str = "auto"):
 
 def claim_device(preferred: str, gpu_mem_gb: int) -> tuple[torch.device, GpuSlot]:
     """choose_device(), plus, where several GPUs are visible and no index was asked for, one
-    of them: the one with the most undeclared memory (rnnfleet.gpu_slots), made this process's
+    of them: the one with the most undeclared memory (rnnfleet.runner.gpu_slots), made this process's
     current device. Returns (device, slot); the caller releases the slot when done (process
     exit releases it too)."""
     import torch
@@ -106,8 +106,8 @@ def configure_threads(threads: int) -> None:
 
 def can_take_another_job() -> bool:
     """Whether this process may run another job once its job is done (a warm child,
-    rnnfleet.warm). Not where it started CUDA with several GPUs visible: its context stays on
-    the GPU its job claimed (rnnfleet.gpu_slots), holding memory no job declares, while the
+    rnnfleet.runner.warm). Not where it started CUDA with several GPUs visible: its context stays on
+    the GPU its job claimed (rnnfleet.runner.gpu_slots), holding memory no job declares, while the
     next job may claim another GPU. On one GPU the context is kept and saves the next job
     CUDA's start."""
     torch = sys.modules.get("torch")

@@ -65,7 +65,7 @@ def declared_gb(footprint: Footprint, margin: float) -> int:
 
 def plan(declared: int, card_capacities_gb: list[int]) -> Plan:
     """How many trainings declaring `declared` GB fit on cards of these whole-GB capacities
-    (the same capacities rnnfleet.gpu_slots books against), and the budget that allows exactly that."""
+    (the same capacities rnnfleet.runner.gpu_slots books against), and the budget that allows exactly that."""
     per_card = [capacity // declared for capacity in card_capacities_gb]
     return Plan(declared_gb=declared, per_card=per_card, resources_gb=declared * sum(per_card))
 
@@ -80,7 +80,7 @@ def _train_and_hold(device_index: int, arrays, model_hparams: dict, train_hparam
     """Child process: train, report the allocator peak, keep everything until the parent has measured."""
     import torch
 
-    from rnnfleet.device import configure_threads
+    from rnnfleet.runner.device import configure_threads
     from rnnfleet.training import train_model
 
     configure_threads(1)

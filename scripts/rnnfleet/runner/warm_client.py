@@ -1,4 +1,4 @@
-"""The job's side of warm workers (rnnfleet.warm): hand the job to the folder's server,
+"""The job's side of warm workers (rnnfleet.runner.warm): hand the job to the folder's server,
 starting one if none runs (also before a run: prestart), or run it here.
 
 What it promises:
@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import subprocess
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rnnfleet/
+SUB_PACKAGES = ("runner", "hooks")
 IDLE_SECONDS = 10.0  # a server, and each of its children, exits after this long without jobs
 CONNECT_TIMEOUT_SECONDS = 120.0
 _HEADER = struct.Struct("!I")
@@ -110,8 +111,12 @@ def private_folder() -> str:
 
 def socket_name(workdir: str | os.PathLike) -> str:
     """One server per working folder, Python, code version and user. Short: AF_UNIX limits the path to ~100 bytes."""
-    with os.scandir(PACKAGE_DIR) as entries:
-        code_stamp = sorted((entry.name, entry.stat().st_mtime_ns) for entry in entries if entry.name.endswith(".py"))
+    code_stamp = sorted(
+        (os.path.join(folder, entry.name), entry.stat().st_mtime_ns)
+        for folder in ("", *SUB_PACKAGES)
+        for entry in os.scandir(os.path.join(PACKAGE_DIR, folder))
+        if entry.name.endswith(".py")
+    )
     key = json.dumps([os.path.realpath(workdir), sys.executable, code_stamp, os.getuid()])
     return hashlib.sha1(key.encode()).hexdigest()[:16] + ".sock"
 
@@ -180,7 +185,7 @@ def run_job(target: str, kwargs: dict, warm: bool) -> None:
             if exit_status:
                 sys.exit(exit_status)
             return
-    from rnnfleet.device import prepare_cold_process
+    from rnnfleet.runner.device import prepare_cold_process
 
     prepare_cold_process()
     call(target, kwargs)
@@ -220,7 +225,7 @@ def unsupported_reason() -> str | None:
     """Why this platform cannot run warm workers (start a server too), or None if it can."""
     reason = connection_unsupported_reason()
     if reason is None:
-        from rnnfleet.file_locks import os_locks_available
+        from rnnfleet.runner.file_locks import os_locks_available
 
         if not os_locks_available():
             reason = "this platform has no OS file locks"
@@ -238,7 +243,7 @@ def _start_server(address: str | os.PathLike, lock) -> subprocess.Popen:
 
     with open(f"{address}.log", "a") as server_log:
         return subprocess.Popen(
-            [sys.executable, "-m", "rnnfleet.warm", str(address), str(lock.fileno())],
+            [sys.executable, "-m", "rnnfleet.runner.warm", str(address), str(lock.fileno())],
             cwd=os.path.dirname(PACKAGE_DIR),
             stdin=subprocess.DEVNULL,
             stdout=server_log,
@@ -254,7 +259,7 @@ def prestart(workdir: str | os.PathLike = ".") -> None:
     calls this when a run with trainings starts."""
     if unsupported_reason():
         return
-    from rnnfleet.file_locks import try_lock
+    from rnnfleet.runner.file_locks import try_lock
 
     try:
         address = server_address(workdir)
@@ -276,7 +281,7 @@ def connect_or_start(address: str) -> socket.socket:
     reason = unsupported_reason()
     if reason:
         raise WarmUnavailable(reason)
-    from rnnfleet.file_locks import wait_for_lock
+    from rnnfleet.runner.file_locks import wait_for_lock
 
     with wait_for_lock(_lock_path(address)) as lock:  # waits while another job or prestart() starts one
         try:

@@ -4,7 +4,7 @@ A run killed with SIGKILL (or by a power loss) leaves Snakemake's lock files, wh
 every later run refuse to start until `snakemake --unlock`, and may leave hidden
 `.partial` files from atomic writes. Each rnnfleet run holds an exclusive lock on a file of
 its own in RUNS_DIR for as long as its process lives (the OS drops it when the process dies,
-however it dies, see rnnfleet.file_locks); a run that can lock every other file there knows
+however it dies, see rnnfleet.runner.file_locks); a run that can lock every other file there knows
 no other run is alive in this folder, so what it finds of those two kinds was left by a
 dead run and goes. Where the platform has no such lock, nothing is removed: Snakemake's own
 `--unlock` is then the way out, as without rnnfleet.
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.file_locks import os_locks_available, try_lock, wait_for_lock
+from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
 
 SNAKEMAKE_DIR = Path(".snakemake")
 RUNS_DIR = SNAKEMAKE_DIR / "rnnfleet-runs"  # one locked file per live run

@@ -4,7 +4,7 @@ What it promises:
 - It starts in a few hundredths of a second. A `script:` job first imports Snakemake and
   unpickles the job (about 0.1 CPU-s of each job, the time a one-day dataset's training
   takes); these jobs are shell commands that import a few light standard modules and
-  rnnfleet's client code (rnnfleet.warm_client) before handing the job to a warm worker:
+  rnnfleet's client code (rnnfleet.runner.warm_client) before handing the job to a warm worker:
   about 0.04 CPU-s from the start of the interpreter (a test checks which modules).
 - What differs from job to job (dataset, paths, threads, resources) is on the command line
   (rules/common.smk, job_command): `--text NAME VALUE` for paths and words, `--value NAME
@@ -14,7 +14,7 @@ What it promises:
   which the run writes before its first job in a folder of the user's alone
   (.snakemake/rnnfleet-jobs, mode 0700; the file 0600): other local users see neither the
   settings nor their values in `ps`.
-- From there the job runs as it did from a `script:`: rnnfleet.warm_client.run_job with the
+- From there the job runs as it did from a `script:`: rnnfleet.runner.warm_client.run_job with the
   same arguments, its stderr in the job's log, a failure as one line (rnnfleet.errors.job_guard).
 """
 
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 # Job kind -> (the function that does the job, whether it gets the process's start time).
 JOBS = {
-    "preprocess": ("rnnfleet.jobs:preprocess_job", False),
-    "train": ("rnnfleet.jobs:train_job", True),
+    "preprocess": ("rnnfleet.runner.jobs:preprocess_job", False),
+    "train": ("rnnfleet.runner.jobs:train_job", True),
 }
 
 
@@ -114,7 +114,7 @@ def main(arguments: list[str]) -> None:
     sys.stderr = open(options.log, "w", buffering=1)
 
     from rnnfleet.errors import job_guard
-    from rnnfleet.warm_client import run_job
+    from rnnfleet.runner.warm_client import run_job
 
     target, records_start = JOBS[options.kind]
     with job_guard(dict(options.text).get("dataset", options.kind)):

@@ -3,7 +3,7 @@ imported torch and pandas, and reused from job to job.
 
 A fresh interpreter per job pays `import torch` (about 1.3 CPU-seconds, plus ~1.2 s for
 torch._dynamo that torch.optim pulls in) and pandas (~0.3 s): for small models that is
-more than the training. Instead, each job's process (a thin client, rnnfleet.warm_client)
+more than the training. Instead, each job's process (a thin client, rnnfleet.runner.warm_client)
 hands the work to a per-folder server that imported them once and runs the job in a child
 of its own. For Snakemake nothing changes: the job is still one process that runs while
 the job runs and exits with its status, so scheduling, resources, triggers, dry-runs and
@@ -23,7 +23,7 @@ per-job failures behave as before.
   So does one that started CUDA where several GPUs are visible (device.can_take_another_job).
 - If the client dies (job killed, Ctrl+C), the server sees the connection close and
   terminates the child.
-- The server is started (rnnfleet.warm_client) when a run with trainings starts
+- The server is started (rnnfleet.runner.warm_client) when a run with trainings starts
   (prestart) or by the first job that finds none, under a file lock the server holds until it listens, so only one
   starts; it and its idle children exit after IDLE_SECONDS without jobs. Its key includes
   the code's modification times, so a server never runs code older than the files on disk.
@@ -35,7 +35,7 @@ that belongs to this user alone ($XDG_RUNTIME_DIR, else a per-user folder in the
 directory whose type, owner and mode are checked before every use), and each end checks
 the other's user id (SO_PEERCRED / LOCAL_PEERCRED) before sending or running anything.
 Anything unexpected, or a platform without fork, Unix sockets with descriptor passing,
-peer credentials or OS file locks (Windows; see rnnfleet.file_locks): no warm worker, one
+peer credentials or OS file locks (Windows; see rnnfleet.runner.file_locks): no warm worker, one
 line in the job log, and the job runs in its own process. Each job's environment says how
 it runs (WORKER_VARIABLE), so its metrics can record it.
 """
@@ -53,8 +53,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from rnnfleet.device import WORKER_VARIABLE, can_take_another_job, tune_cpu_allocator
-from rnnfleet.warm_client import IDLE_SECONDS, call, peer_uid, receive_message, send_message
+from rnnfleet.runner.device import WORKER_VARIABLE, can_take_another_job, tune_cpu_allocator
+from rnnfleet.runner.warm_client import IDLE_SECONDS, call, peer_uid, receive_message, send_message
 
 # A child is replaced after this many jobs, so that nothing one job leaves behind in it
 # (memory held by the allocator, caches) can grow without bound over a long run.
@@ -87,7 +87,7 @@ def serve(address: Path, start_lock_fd: int) -> None:
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use: another ~1.2 s per job
 
     import rnnfleet.data  # noqa: F401
-    import rnnfleet.jobs  # noqa: F401
+    import rnnfleet.runner.jobs  # noqa: F401
     import rnnfleet.training  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -3,7 +3,7 @@
 Snakemake's `--resources gpu_mem=N` bounds what all running trainings declare together, but
 not on which card: every job that asks for plain `cuda` lands on device 0. Here each device
 with C whole GB of memory has C unit lock files under the ledger folder; a training that
-declares g GB holds g of them (rnnfleet.file_locks), on the one device that has the most units free
+declares g GB holds g of them (rnnfleet.runner.file_locks), on the one device that has the most units free
 when it starts. The OS drops a process's locks when it exits, however it exits, so a
 killed training frees its units without any cleanup. A second lock serialises the choosing,
 so two trainings never take the last units of a device together.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from rnnfleet.errors import UserError
-from rnnfleet.file_locks import try_lock, wait_for_lock
+from rnnfleet.runner.file_locks import try_lock, wait_for_lock
 
 DEFAULT_LEDGER_DIR = Path(".snakemake") / "gpu_slots"
 POLL_SECONDS = 0.5

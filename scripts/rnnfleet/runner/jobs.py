@@ -1,0 +1,211 @@
+"""The jobs as the scripts run them (in the job's own process or in a warm worker): each
+holds a job whole (read its inputs, run the core, write its outputs and metrics), failures
+explained by errors.job_guard, the train job's retries explained in the log.
+
+Imported by a job's process or a warm worker only, never by the job client: torch and
+pandas load here.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from rnnfleet.checkpoint import write_json
+from rnnfleet.data import PreparedArrays, prepare_dataset, save_arrays
+from rnnfleet.errors import (
+    ATTEMPT_PREFIX,
+    ERROR_PREFIX,
+    OUT_OF_MEMORY,
+    UserError,
+    job_guard,
+    last_marked_line,
+)
+from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
+from rnnfleet.features import DEFAULT_FEATURES
+from rnnfleet.hooks.previous_models import drop_backup
+from rnnfleet.targets import DEFAULT_TARGET
+
+# Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
+# for the next attempt, which copies it to the top of its own log.
+EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
+NOT_RETRIED = " (not retried: more memory would not help)"
+
+
+def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
+    """preprocess_one(**preprocess_kwargs), failing with one line that names the file."""
+    with job_guard(dataset):
+        preprocess_one(**preprocess_kwargs)
+
+
+def train_job(attempt: int, log_path: str, device: str, **train_kwargs) -> None:
+    """train_one(**train_kwargs) on `device` (train.device: a run-time setting, not a
+    hyper-parameter) for Snakemake's attempt number `attempt` (1 = first try).
+
+    A retry follows only an out-of-memory error (or a death without a message, such as a
+    kill): a retry of any other error would fail the same way, so it stops at once.
+    """
+    dataset, gpu_mem_gb = train_kwargs["dataset"], train_kwargs["gpu_mem_gb"]
+    train_kwargs["train_hparams"] = {**train_kwargs["train_hparams"], "device": device}
+    earlier_attempts_log = EARLIER_ATTEMPTS_DIR / f"{dataset}.log"
+    if attempt == 1:
+        earlier_attempts_log.unlink(missing_ok=True)  # left by an earlier run
+    try:
+        with job_guard(dataset, attempt=attempt, gpu_mem_gb=gpu_mem_gb):
+            if attempt > 1:
+                check_retry_helps(attempt, earlier_attempts_log, gpu_mem_gb)
+            raise_injected_out_of_memory(attempt)
+            raise_injected_train_crash(dataset)
+            train_one(**train_kwargs)
+            drop_backup(train_kwargs["model_path"])
+    except SystemExit:
+        sys.stderr.flush()
+        EARLIER_ATTEMPTS_DIR.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_path, earlier_attempts_log)
+        raise
+    earlier_attempts_log.unlink(missing_ok=True)
+
+
+def check_retry_helps(attempt: int, earlier_attempts_log: Path, gpu_mem_gb: int) -> None:
+    if earlier_attempts_log.exists():
+        print(earlier_attempts_log.read_text(), end="", file=sys.stderr)
+    previous = last_marked_line(earlier_attempts_log)
+    print(f"{ATTEMPT_PREFIX}{attempt}: Snakemake retries this training with gpu_mem {gpu_mem_gb} GB", file=sys.stderr)
+    if previous is None:
+        print("the previous attempt ended without an error message (killed?)", file=sys.stderr)
+    elif OUT_OF_MEMORY in previous:
+        print("the previous attempt ran out of GPU memory", file=sys.stderr)
+    elif previous.startswith(ERROR_PREFIX):
+        problem = previous[len(ERROR_PREFIX) :]
+        raise UserError(problem if problem.endswith(NOT_RETRIED) else problem + NOT_RETRIED)
+    else:
+        print(f"the previous attempt ended with: {previous}", file=sys.stderr)
+
+
+def preprocess_one(
+    csv_path: str,
+    arrays_path: str,
+    seq_len: int,
+    horizon: int,
+    val_fraction: float,
+    columns: dict[str, str] | None = None,
+    max_bad_fraction: float = 0.01,
+    feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
+    target: str = DEFAULT_TARGET,
+    read_format: dict | None = None,
+    max_gap: str | None = None,
+) -> PreparedArrays:
+    """The preprocess job: bars file in, array file out; notes and a one-line summary to stderr."""
+    arrays, notes = prepare_dataset(
+        csv_path,
+        seq_len,
+        horizon,
+        val_fraction,
+        columns,
+        max_bad_fraction,
+        feature_definition=feature_definition,
+        target=target,
+        read_format=read_format,
+        max_gap=max_gap,
+    )
+    for note in notes:
+        print(f"{csv_path}: note: {note}", file=sys.stderr)
+    pause_point("preprocess")
+    Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
+    save_arrays(arrays, arrays_path)
+    print(
+        f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
+        f"target {target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
+        file=sys.stderr,
+    )
+    return arrays
+
+
+def train_one(
+    dataset: str,
+    arrays_path: str,
+    model_path: str,
+    metrics_path: str,
+    model_hparams: dict,
+    train_hparams: dict,
+    threads: int,
+    gpu_mem_gb: int,
+    columns: dict | None = None,
+    process_started_at: float | None = None,
+) -> dict:
+    """The train job: arrays in; model file and metrics JSON out (each written atomically).
+    Returns the metrics."""
+    # Here, not at the top: a preprocess job run in its own process never loads torch.
+    import torch
+
+    from rnnfleet.checkpoint import save_checkpoint
+    from rnnfleet.data import load_arrays
+    from rnnfleet.precision import resolve_amp
+    from rnnfleet.runner.device import (
+        cap_gpu_memory,
+        claim_device,
+        configure_threads,
+        job_process,
+        placement_note,
+        release_gpu_memory,
+    )
+    from rnnfleet.training import build_checkpoint, describe_training, log, train_model, usable_windows
+
+    # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
+    startup_seconds = time.time() - process_started_at if process_started_at else None
+    configure_threads(threads)
+    device, gpu_slot = claim_device(train_hparams.get("device", "auto"), gpu_mem_gb)
+    cap_gpu_memory(device, gpu_mem_gb)
+    amp = resolve_amp(train_hparams.get("amp", "auto"), device)
+    log(
+        f"{dataset}: training on {device} with {threads} thread(s), amp {amp}, gpu_mem {gpu_mem_gb} GB declared "
+        f"({placement_note()})"
+    )
+
+    load_started = time.perf_counter()
+    arrays = load_arrays(arrays_path)
+    load_seconds = time.perf_counter() - load_started
+    try:
+        result = train_model(arrays, model_hparams, train_hparams, device)
+        train_windows, val_windows = map(len, usable_windows(arrays, int(train_hparams["seq_len"])))
+        metrics = {
+            "dataset": dataset,
+            "val_loss": result.val_loss,
+            "naive_val_loss": result.naive_val_loss,
+            "skill": result.skill,
+            **describe_training(arrays, model_hparams),
+            "best_epoch": result.best_epoch,
+            "epochs_run": result.epochs_run,
+            "train_seconds": result.train_seconds,
+            "device": str(device),
+            "amp": amp,
+            "torch_threads": torch.get_num_threads(),
+            **job_process(),  # worker (warm or cold), pid, warm_server_pid
+            "rows": arrays.rows,
+            "train_windows": train_windows,
+            "val_windows": val_windows,
+            "startup_seconds": startup_seconds,
+            "process_started_at": process_started_at,
+            "load_seconds": load_seconds,
+            "setup_seconds": result.setup_seconds,
+            "history": result.history,
+        }
+        if result.val_accuracy is not None:
+            metrics |= {"val_accuracy": result.val_accuracy, "naive_val_accuracy": result.naive_val_accuracy}
+        save_started = time.perf_counter()
+        save_checkpoint(
+            build_checkpoint(dataset, result, arrays, model_hparams, train_hparams, metrics, columns), model_path
+        )
+        metrics["save_seconds"] = time.perf_counter() - save_started
+        metrics["finished_at"] = time.time()
+        write_json(metrics, metrics_path)
+    finally:
+        release_gpu_memory(device)
+        gpu_slot.release()
+    log(
+        f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
+        f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
+    )
+    return metrics
