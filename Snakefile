@@ -9,7 +9,9 @@ configfile: "config.yaml"
 report: "report/workflow.rst"
 
 
-include: "rules/common.smk"
+include: "rules/config.smk"
+include: "rules/datasets.smk"
+include: "rules/jobs.smk"
 include: "rules/preprocess.smk"
 include: "rules/train.smk"
 include: "rules/summary.smk"
@@ -17,7 +19,7 @@ include: "rules/plots.smk"
 include: "rules/predict.smk"
 include: "rules/inspect.smk"
 include: "rules/mps.smk"
-include: "rules/recovery.smk"
+include: "rules/handlers.smk"
 
 
 rule all:

@@ -33,7 +33,13 @@ def main():
         name = os.path.splitext(os.path.basename(path))[0]
         started = time.time()
         arrays_path = os.path.join(args.out_dir, "prep", name + ".npz")
-        preprocess_one(path, arrays_path, train["seq_len"], train["horizon"], config["preprocess"]["val_fraction"])
+        preprocess_one(
+            path,
+            arrays_path,
+            seq_len=train["seq_len"],
+            horizon=train["horizon"],
+            val_fraction=config["preprocess"]["val_fraction"],
+        )
         train_one(
             dataset=name,
             arrays_path=arrays_path,

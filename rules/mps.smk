@@ -1,7 +1,7 @@
 # CUDA MPS (config `mps: true`, Linux with an NVIDIA driver): one MPS control daemon for
 # this run, so kernels of concurrent trainings on a GPU overlap instead of taking turns.
 # Started before the first job, stopped when the run ends (success or error): the calls are
-# in the run's onstart/onsuccess/onerror handlers in recovery.smk (Snakemake keeps one
+# in the run's onstart/onsuccess/onerror handlers in handlers.smk (Snakemake keeps one
 # handler of each kind). Its pipe and log folders are private to this working folder; the
 # jobs inherit them via the environment.
 import shutil

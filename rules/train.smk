@@ -20,9 +20,9 @@ rule train:
         gpu_mem=gpu_mem_for_attempt,
         attempt=attempt_number,
     params:
-        model=config["model"],
-        train=TRAIN_HPARAMS,
-        columns=config["columns"],
+        model=TRAIN_SETTINGS["model_hparams"],
+        train=TRAIN_SETTINGS["train_hparams"],
+        columns=TRAIN_SETTINGS["columns"],
     shell:
         job_command(
             "train",

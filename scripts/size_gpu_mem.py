@@ -15,8 +15,10 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
 from rnnfleet.runner.sizing import GIB, arrays_for_steps, declared_gb, measure_footprint, no_cuda_reason, plan  # noqa: E402
+from rnnfleet.settings import preprocess_settings  # noqa: E402
 
 
 def parse_args():
@@ -36,6 +38,22 @@ def largest_dataset(config: dict) -> Path:
     return max(candidates, key=lambda path: path.stat().st_size)
 
 
+def read_config(path: str | Path) -> dict:
+    """The config file with the schema's defaults filled in, as the workflow sees it."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load(Path(path).read_text())
+    validate(config, schema=str(REPO / "schemas" / "config.schema.yaml"), set_default=True)
+    return config
+
+
+def prepared_arrays(config: dict, csv_path: str | Path):
+    """The dataset exactly as its preprocess job prepares it (the same settings object)."""
+    from rnnfleet.data import prepare_dataset
+
+    return prepare_dataset(csv_path, **preprocess_settings(config))[0]
+
+
 def main():
     args = parse_args()
     reason = no_cuda_reason()
@@ -47,24 +65,12 @@ def main():
         sys.exit(2)
     import torch
 
-    from rnnfleet.data import prepare_dataset
-    from rnnfleet.features import DEFAULT_FEATURES
     from rnnfleet.runner.gpu_slots import visible_gpus
-    from rnnfleet.targets import DEFAULT_TARGET
 
-    config = yaml.safe_load(Path(args.configfile).read_text())
-    train, preprocess = config["train"], config.get("preprocess", {})
+    config = read_config(args.configfile)
+    train = config["train"]
     csv_path = Path(args.csv) if args.csv else largest_dataset(config)
-    arrays, _ = prepare_dataset(
-        csv_path,
-        seq_len=train["seq_len"],
-        horizon=train["horizon"],
-        val_fraction=preprocess.get("val_fraction", 0.2),
-        columns=config.get("columns"),
-        max_bad_fraction=preprocess.get("max_bad_fraction", 0.01),
-        feature_definition=config.get("features", DEFAULT_FEATURES),
-        target=config.get("target", DEFAULT_TARGET),
-    )
+    arrays = prepared_arrays(config, csv_path)
     short_arrays = arrays_for_steps(arrays, args.steps, train["seq_len"], train["batch_size"])
     footprint = measure_footprint(args.device, short_arrays, config["model"], train)
     declared = declared_gb(footprint, args.margin)

@@ -150,7 +150,7 @@ def test_each_target_trains_and_beats_its_own_naive_baseline(synthetic_csv, targ
     learnable, and the skill is measured against that target's baseline."""
     target = TARGETS[target_name]
     arrays, _ = prepare_dataset(
-        synthetic_csv, TRAIN["seq_len"], 3, 0.2, feature_definition=["ohlc_returns", "log_volume"], target=target_name
+        synthetic_csv, TRAIN["seq_len"], 3, 0.2, features=["ohlc_returns", "log_volume"], target=target_name
     )
     assert arrays.target == target_name
     torch.set_num_threads(1)

@@ -186,7 +186,7 @@ def prepare_dataset(
     val_fraction: float,
     columns: dict[str, str] | None = None,
     max_bad_fraction: float = 0.01,
-    feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
+    features: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
     target: str = DEFAULT_TARGET,
     read_format: dict | None = None,
     max_gap: str | None = None,
@@ -201,11 +201,11 @@ def prepare_dataset(
     gap_bars = find_gaps(timestamps_ns, max_gap)
     if len(frame) < 2 + horizon:
         raise DataError(f"{name}: too few rows for one training window plus validation: only {len(frame)} usable rows")
-    features, targets, matrix, last_close = compute_features(frame, horizon, feature_definition, target, name)
+    feature_matrix, targets, matrix, last_close = compute_features(frame, horizon, features, target, name)
     names, warmup = matrix.names, matrix.warmup
     del frame, matrix  # from here on only the numbers are held (a large file is in memory once)
-    arrays = split_and_normalise(features, targets, seq_len, horizon, val_fraction, last_close, name, target)
-    arrays = replace(arrays, feature_definition=tuple(feature_definition), feature_names=names, warmup=warmup)
+    arrays = split_and_normalise(feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target)
+    arrays = replace(arrays, feature_definition=tuple(features), feature_names=names, warmup=warmup)
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
         arrays = replace(arrays, gap_bars=gap_bars)

@@ -15,6 +15,7 @@ from torch import nn
 
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
+from rnnfleet.errors import UserError, one_line
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import window_numbers
 from rnnfleet.model import DEFAULT_BUILDER, build_model
@@ -83,10 +84,25 @@ def evaluate(
     return loss_sum.item() / len(numbers), hits.item() / len(numbers)
 
 
+@contextlib.contextmanager
 def _autocast(device: torch.device, amp_dtype):
+    """Autocast to amp_dtype (None: float32). A kernel that refuses that precision on this
+    device (oneDNN's LSTM in bfloat16 on a CPU without native bfloat16) is a UserError
+    naming train.amp, not an internal error."""
     if amp_dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=amp_dtype)
+        yield
+        return
+    try:
+        with torch.autocast(device_type=device.type, dtype=amp_dtype):
+            yield
+    except RuntimeError as error:
+        if "could not create a primitive" not in str(error):
+            raise
+        precision = {torch.bfloat16: "bf16", torch.float16: "fp16"}[amp_dtype]
+        raise UserError(
+            f"config key 'train.amp' = {precision!r}: {device} cannot run this model in {precision} "
+            f"({one_line(error)}); allowed here: auto (uses {precision} only where the hardware computes it) or off"
+        ) from None
 
 
 def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float, batch_size: int) -> str:

@@ -1,5 +1,5 @@
 """Per-job costs inside Snakemake 9.27.1 that grow with the number of datasets, removed from
-the workflow (applied by rules/common.smk before the DAG is built).
+the workflow (applied by rules/handlers.smk before the DAG is built).
 
 What it promises:
 - On Snakemake 9.27.1 exactly, and only while the replaced functions' source is the source

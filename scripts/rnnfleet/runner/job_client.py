@@ -7,7 +7,7 @@ What it promises:
   rnnfleet's client code (rnnfleet.runner.warm_client) before handing the job to a warm worker:
   about 0.04 CPU-s from the start of the interpreter (a test checks which modules).
 - What differs from job to job (dataset, paths, threads, resources) is on the command line
-  (rules/common.smk, job_command): `--text NAME VALUE` for paths and words, `--value NAME
+  (rules/jobs.smk, job_command): `--text NAME VALUE` for paths and words, `--value NAME
   JSON` for numbers, read with json.loads (never eval or pickle). What is the same
   for every job of a run (the rules' params: hyper-parameters, columns, file layout; the
   device; warm workers or not) is in a JSON settings file named by its content's hash,
@@ -67,7 +67,7 @@ def write_settings(settings: dict) -> Path:
 
 
 USAGE = "usage: scripts/job.py {preprocess,train} --log LOG --settings SETTINGS [--text NAME VALUE]... [--value NAME JSON]..."
-# Option -> the number of words that follow it. The command is rules/common.smk's
+# Option -> the number of words that follow it. The command is rules/jobs.smk's
 # (job_command); a hand-written reader, because argparse's imports cost each job ~10 ms.
 OPTION_WORDS = {"--log": 1, "--settings": 1, "--text": 2, "--value": 2}
 

@@ -24,9 +24,7 @@ from rnnfleet.errors import (
     last_marked_line,
 )
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
-from rnnfleet.features import DEFAULT_FEATURES
 from rnnfleet.hooks.previous_models import drop_backup
-from rnnfleet.targets import DEFAULT_TARGET
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -84,32 +82,11 @@ def check_retry_helps(attempt: int, earlier_attempts_log: Path, gpu_mem_gb: int)
         print(f"the previous attempt ended with: {previous}", file=sys.stderr)
 
 
-def preprocess_one(
-    csv_path: str,
-    arrays_path: str,
-    seq_len: int,
-    horizon: int,
-    val_fraction: float,
-    columns: dict[str, str] | None = None,
-    max_bad_fraction: float = 0.01,
-    feature_definition: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
-    target: str = DEFAULT_TARGET,
-    read_format: dict | None = None,
-    max_gap: str | None = None,
-) -> PreparedArrays:
-    """The preprocess job: bars file in, array file out; notes and a one-line summary to stderr."""
-    arrays, notes = prepare_dataset(
-        csv_path,
-        seq_len,
-        horizon,
-        val_fraction,
-        columns,
-        max_bad_fraction,
-        feature_definition=feature_definition,
-        target=target,
-        read_format=read_format,
-        max_gap=max_gap,
-    )
+def preprocess_one(csv_path: str, arrays_path: str, **settings) -> PreparedArrays:
+    """The preprocess job: bars file in, array file out; notes and a one-line summary to
+    stderr. settings: the keyword arguments of prepare_dataset, as
+    rnnfleet.settings.preprocess_settings builds them from the config."""
+    arrays, notes = prepare_dataset(csv_path, **settings)
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     pause_point("preprocess")
@@ -117,7 +94,7 @@ def preprocess_one(
     save_arrays(arrays, arrays_path)
     print(
         f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
-        f"target {target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
+        f"target {arrays.target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
         file=sys.stderr,
     )
     return arrays

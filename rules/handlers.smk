@@ -1,3 +1,8 @@
+# What the run does around its jobs, in one place: the version-guarded Snakemake speed-ups,
+# the clean-up after a killed run (at parse time, before Snakemake checks its lock), and the
+# onstart / onsuccess / onerror handlers (Snakemake keeps one handler of each kind).
+from snakemake.logging import logger
+
 from rnnfleet.hooks.after_failures import (
     ResultPaths,
     drop_not_done_list_if_replaced,
@@ -7,7 +12,23 @@ from rnnfleet.hooks.previous_models import (
     back_up_models_to_replace,
     restore_previous_models,
 )
-from rnnfleet.hooks.recovery import stop_jobs_on_signals
+from rnnfleet.hooks.recovery import claim_run_folder, stop_jobs_on_signals
+from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
+from rnnfleet.plots import drop_stale_snakemake_backup
+
+# Per-job costs inside Snakemake that grow with the number of datasets (see the module).
+SNAKEMAKE_SPEEDUPS = apply_snakemake_speedups(warn=workflow.is_main_process)
+logger.debug(
+    f"rnnfleet: Snakemake speed-ups on: {', '.join(SNAKEMAKE_SPEEDUPS) or 'none'}"
+)
+
+if workflow.is_main_process:
+    # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
+    if claim_run_folder(OUTPUT_FOLDERS):
+        # Alone in the folder: a backup still here belongs to a re-train that was killed,
+        # or to a plots job that was killed (rnnfleet.plots.drop_stale_snakemake_backup).
+        restore_previous_models(PATHS["models"])
+        drop_stale_snakemake_backup(LOSS_CURVES)
 
 
 def back_up_models_to_retrain():

@@ -1,0 +1,44 @@
+"""The settings of each job kind, built once from the configuration: one spelling per setting.
+
+The workflow's rules take them as `params:` (so editing one re-runs exactly the jobs it
+affects), the jobs receive them as their keyword arguments, and `inspect` and
+`scripts/size_gpu_mem.py` use the same objects, so every consumer reads, cleans and
+splits a dataset exactly as the preprocess job does.
+"""
+
+from __future__ import annotations
+
+# Train settings that change only how fast or where a model trains, not what it learns:
+# they are not params of the train rule, so changing one re-trains nothing.
+RUNTIME_ONLY_TRAIN_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
+
+
+def preprocess_settings(config: dict) -> dict:
+    """What reading, cleaning, featurising and splitting a dataset depend on, as the keyword
+    arguments of rnnfleet.data.prepare_dataset (and of the preprocess job)."""
+    return {
+        "columns": config["columns"],
+        "read_format": config["format"],
+        "max_bad_fraction": config["preprocess"]["max_bad_fraction"],
+        "max_gap": config["preprocess"]["max_gap"],
+        "seq_len": config["train"]["seq_len"],
+        "horizon": config["train"]["horizon"],
+        "val_fraction": config["preprocess"]["val_fraction"],
+        "features": config["features"],
+        "target": config["target"],
+    }
+
+
+def train_hyper_parameters(config: dict) -> dict:
+    """The `train:` settings that change what a model learns (all but RUNTIME_ONLY_TRAIN_KEYS)."""
+    return {key: value for key, value in config["train"].items() if key not in RUNTIME_ONLY_TRAIN_KEYS}
+
+
+def train_settings(config: dict) -> dict:
+    """What a training depends on, as the keyword arguments of the train job: the model's
+    hyper-parameters, the training's, and the column names recorded in the model file."""
+    return {
+        "model_hparams": config["model"],
+        "train_hparams": train_hyper_parameters(config),
+        "columns": config["columns"],
+    }
