@@ -52,6 +52,18 @@ def test_changed_function_source_keeps_stock_behaviour(monkeypatch, capsys):
     assert "ScriptProcessor.process_job has changed" in capsys.readouterr().err
 
 
+def test_a_private_name_snakemake_no_longer_sets_keeps_stock_behaviour(monkeypatch, capsys):
+    """The replacements read private attributes of Snakemake's classes: those are part of the stock check."""
+    import snakemake.jobs
+
+    private = {**snakemake_speedups.PRIVATE_ATTRIBUTES, "snakemake.jobs:Job": ("_params", "_gone_in_a_new_version")}
+    monkeypatch.setattr(snakemake_speedups, "PRIVATE_ATTRIBUTES", private)
+    stock_shellcmd = snakemake.jobs.Job.shellcmd
+    assert snakemake_speedups.apply() == []
+    assert "snakemake.jobs:Job no longer sets _gone_in_a_new_version" in capsys.readouterr().err
+    assert snakemake.jobs.Job.shellcmd is stock_shellcmd
+
+
 class CountingPath(str):
     """An input file as the scheduler sees it, counting the stat calls made on it."""
 

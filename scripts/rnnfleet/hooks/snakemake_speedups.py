@@ -64,6 +64,15 @@ STOCK_SOURCE_SHA256 = {
     "snakemake.jobs:Job.shellcmd": "73ec1b845055ac7d4543163126d00a44741a93444c82d70a8a7ffe8bad196618",
 }
 
+# Private names of Snakemake that the replacements read or write: each class's stock source
+# must still assign them (`self.<name> =`), and each module must still define them.
+PRIVATE_ATTRIBUTES = {
+    "snakemake.scheduling.job_scheduler:JobScheduler": ("_open_jobs", "_input_sizes"),
+    "snakemake.jobs:Job": ("_params", "_resources", "_conda_env_spec"),
+    "snakemake.rules:Rule": ("_expanded_conda_env",),
+}
+PRIVATE_MODULE_NAMES = {"snakemake.rules": ("_NOT_CACHED",)}
+
 
 def _resolve(qualified_name: str):
     """'module:Class.attribute' -> (owner object, attribute name, current value)."""
@@ -99,6 +108,21 @@ def stock_differences() -> list[str]:
             continue
         if found != expected:
             problems.append(f"{qualified_name} has changed")
+    return problems + private_name_differences()
+
+
+def private_name_differences() -> list[str]:
+    """The private names of PRIVATE_ATTRIBUTES and PRIVATE_MODULE_NAMES that Snakemake no longer has."""
+    import importlib
+
+    problems = []
+    for qualified_name, names in PRIVATE_ATTRIBUTES.items():
+        module_name, class_name = qualified_name.split(":")
+        source = inspect.getsource(getattr(importlib.import_module(module_name), class_name))
+        problems += [f"{qualified_name} no longer sets {name}" for name in names if f"self.{name} =" not in source]
+    for module_name, names in PRIVATE_MODULE_NAMES.items():
+        module = importlib.import_module(module_name)
+        problems += [f"{module_name} no longer defines {name}" for name in names if not hasattr(module, name)]
     return problems
 
 
