@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
-# Modules that test what only some platforms have (README "Platforms"): not collected elsewhere.
+# Modules that test what only some platforms have (docs/platforms.md): not collected elsewhere.
 POSIX_ONLY = [
     "test_warm.py",
     "test_gpu_slots.py",

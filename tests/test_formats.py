@@ -1,6 +1,6 @@
 """The same bars written in every layout users have: preprocessing gives identical arrays.
 
-Each file is built here from one set of bars (README "Your data" lists the layouts); the
+Each file is built here from one set of bars (docs/data.md lists the layouts); the
 workflow test runs the real snakemake over all of them plus the documented odd cases
 (a 31-bar day, a weekend gap, gaps everywhere, epoch units that switch inside a file).
 """

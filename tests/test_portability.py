@@ -1,4 +1,4 @@
-"""Platforms without fcntl, fork or Unix sockets (Windows; see README "Platforms"): the
+"""Platforms without fcntl, fork or Unix sockets (Windows; see docs/platforms.md): the
 workflow runs, every job in its own process, and trains the same models."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ with exactly the columns timestamp (datetime64[ns, UTC]), open, high, low, close
 `attrs["read_as"]` says in one line how the file was read and `attrs["notes"]` what was
 cleaned. Any problem is a DataError naming the file.
 
-What it reads, with no user code (README, "Your data"):
+What it reads, with no user code (docs/data.md):
 - CSV with a header, any of `,` `;` tab `|` as delimiter, plain or .gz/.bz2/.xz/.zip;
   columns found by the names in `columns:` or their usual spellings (MetaTrader's
   `<DATE>`/`<TIME>`/`<TICKVOL>`, Dukascopy's `Gmt time`, Binance's `open_time`, ...);

@@ -107,7 +107,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     user's file: relative to the working folder), in eval mode on `device`.
 
     Returns (model, checkpoint); checkpoint holds `model_config`, `normalisation`,
-    `features`, `metrics` and `versions` (see README "Outputs").
+    `features`, `metrics` and `versions` (see docs/outputs.md).
     """
     from rnnfleet.checkpoint import load_checkpoint
 

@@ -19,8 +19,8 @@ LOSS_CURVE_DPI = 100
 MAX_NAMED_BARS = 60
 # The summary table's page lists this many datasets that are not done above the table.
 MAX_LISTED_FAILURES = 50
-# A curve takes ~0.06-0.1 s to draw: fewer than this many per process do not pay for a
-# second process (on Windows and macOS each one imports matplotlib again).
+# Drawing one curve is cheap next to starting a process (on Windows and macOS each one
+# imports matplotlib again): fewer than this many per process do not pay for a second one.
 MIN_CURVES_PER_PROCESS = 20
 # Where Snakemake keeps the copy of an update() output while its job runs (9.x).
 SNAKEMAKE_BACKUPS = Path(".snakemake") / "backups"
@@ -78,7 +78,7 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     # Fixed margins, legend on the right: an automatic layout would draw every figure twice.
     figure.subplots_adjust(left=0.09, right=0.70, top=0.85, bottom=0.14)
     # One figure and one set of lines for all curves, their data replaced per dataset:
-    # clearing the axes would rebuild lines, axis and ticks each time (a quarter of the cost).
+    # clearing the axes would rebuild lines, axis and ticks for every curve.
     (training,) = axes.plot([], [], "o-", label="training")
     (validation,) = axes.plot([], [], "o-", label="validation")
     (naive,) = axes.plot([], [], "--", color="0.5")  # a line, not axhline: it widens the y range

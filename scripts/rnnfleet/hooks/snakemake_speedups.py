@@ -7,9 +7,8 @@ What it promises:
   1. `JobScheduler._schedule_reevalutation`: during a real run, every scheduling round
      starts a one-second timer (for --max-jobs-per-timespan, default 100/1s) that triggers
      one more round, which starts another timer: each finished job adds a chain that never
-     ends while jobs wait, so rounds per second grow with the jobs done (2,402 rounds for a
-     run of 63 jobs). The replacement keeps at most one timer pending, which is all the rate
-     limit needs.
+     ends while jobs wait, so rounds per second grow with the jobs done. The replacement
+     keeps at most one timer pending, which is all the rate limit needs.
   2. `JobScheduler.update_input_sizes`: each round re-stats the inputs of *every* ready
      job. A ready job's inputs are finished files that do not change before it runs: the
      replacement stats only paths whose size it does not know yet.
@@ -29,8 +28,8 @@ What it promises:
 - It also raises the thresholds of Python's cyclic garbage collector in the Snakemake
   process and freezes the objects that exist after the Snakefile is parsed (modules, rules,
   config): stock collection re-scans the growing heap of jobs again and again while the DAG
-  is built (a fifth of a 10,000-dataset dry-run). Memory is unchanged (the DAG holds few
-  reference cycles) and garbage is still collected, less often.
+  is built, a cost that grows with the number of jobs. Memory is unchanged (the DAG holds
+  few reference cycles) and garbage is still collected, less often.
 - What Snakemake schedules, runs, lists and logs is unchanged (tests/test_speedups.py
   compares the dry-run's jobs and reasons with and without these replacements).
 - On any other Snakemake version, or when a replaced function's source differs, nothing is

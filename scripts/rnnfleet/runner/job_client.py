@@ -2,10 +2,10 @@
 
 What it promises:
 - It starts in a few hundredths of a second. A `script:` job first imports Snakemake and
-  unpickles the job (about 0.1 CPU-s of each job, the time a one-day dataset's training
-  takes); these jobs are shell commands that import a few light standard modules and
-  rnnfleet's client code (rnnfleet.runner.warm_client) before handing the job to a warm worker:
-  about 0.04 CPU-s from the start of the interpreter (a test checks which modules).
+  unpickles the job, which costs about as much as a one-day dataset's training; these jobs
+  are shell commands that import only a few light standard modules and rnnfleet's client
+  code (rnnfleet.runner.warm_client) before handing the job to a warm worker (a test checks which
+  modules; bench/README.md has the figures).
 - What differs from job to job (dataset, paths, threads, resources) is on the command line
   (rules/jobs.smk, job_command): `--text NAME VALUE` for paths and words, `--value NAME
   JSON` for numbers, read with json.loads (never eval or pickle). What is the same
@@ -68,7 +68,8 @@ def write_settings(settings: dict) -> Path:
 
 USAGE = "usage: scripts/job.py {preprocess,train} --log LOG --settings SETTINGS [--text NAME VALUE]... [--value NAME JSON]..."
 # Option -> the number of words that follow it. The command is rules/jobs.smk's
-# (job_command); a hand-written reader, because argparse's imports cost each job ~10 ms.
+# (job_command); a hand-written reader, because importing argparse (and the shutil it pulls
+# in) would add to every job's start.
 OPTION_WORDS = {"--log": 1, "--settings": 1, "--text": 2, "--value": 2}
 
 

@@ -1,13 +1,12 @@
 """Warm workers: run preprocess and train jobs in processes forked from one that already
 imported torch and pandas, and reused from job to job.
 
-A fresh interpreter per job pays `import torch` (about 1.3 CPU-seconds, plus ~1.2 s for
-torch._dynamo that torch.optim pulls in) and pandas (~0.3 s): for small models that is
-more than the training. Instead, each job's process (a thin client, rnnfleet.runner.warm_client)
-hands the work to a per-folder server that imported them once and runs the job in a child
-of its own. For Snakemake nothing changes: the job is still one process that runs while
-the job runs and exits with its status, so scheduling, resources, triggers, dry-runs and
-per-job failures behave as before.
+A fresh interpreter per job pays `import torch` (and torch._dynamo, which torch.optim
+pulls in) and pandas: for small models that costs more than the training. Instead, each
+job's process (a thin client, rnnfleet.runner.warm_client) hands the work to a per-folder server
+that imported them once and runs the job in a child of its own. For Snakemake nothing
+changes: the job is still one process that runs while the job runs and exits with its
+status, so scheduling, resources, triggers, dry-runs and per-job failures behave as before.
 
 - The client passes its stdout, stderr and log file descriptors (SCM_RIGHTS), working
   folder, environment and sys.path; the child adopts them, so its output goes exactly where the
@@ -15,12 +14,12 @@ per-job failures behave as before.
 - A child whose job succeeded takes the next job with the same target, working folder,
   environment and sys.path (up to JOBS_PER_CHILD), so the fork, the copy-on-write page
   faults and the first-call costs inside pandas and oneDNN are paid once per child instead
-  of once per job: for one-day datasets, a preprocess job's work in the child went from
-  about 0.09 to 0.013 CPU-s and a training's from about 0.62 to 0.52 CPU-s. Between jobs
-  the child gives back the job's descriptors (its output goes nowhere); each job sets its
-  own seeds, threads and GPU memory cap, and a user's plug-in file is imported again when
-  it changes (rnnfleet.plugins). A child whose job failed exits; a fresh one takes the next.
-  So does one that started CUDA where several GPUs are visible (device.can_take_another_job).
+  of once per job, which for one-day datasets is a large part of a job's work
+  (bench/README.md). Between jobs the child gives back the job's descriptors (its output
+  goes nowhere); each job sets its own seeds, threads and GPU memory cap, and a user's
+  plug-in file is imported again when it changes (rnnfleet.plugins). A child whose job
+  failed exits; a fresh one takes the next. So does one that started CUDA where several
+  GPUs are visible (device.can_take_another_job).
 - If the client dies (job killed, Ctrl+C), the server sees the connection close and
   terminates the child.
 - The server is started (rnnfleet.runner.warm_client) when a run with trainings starts
@@ -82,9 +81,9 @@ def reuse_key(request: dict) -> str:
 
 def serve(address: Path, start_lock_fd: int) -> None:
     tune_cpu_allocator()  # inherited by every child
-    import pandas  # noqa: F401  preprocessing jobs: ~0.3 s each
+    import pandas  # noqa: F401  every preprocessing job would import it
     import torch  # noqa: F401  the point of this server: imported once
-    import torch._dynamo  # noqa: F401  torch.optim imports it on first use: another ~1.2 s per job
+    import torch._dynamo  # noqa: F401  torch.optim imports it on first use, in every job
 
     import rnnfleet.data  # noqa: F401
     import rnnfleet.runner.jobs  # noqa: F401

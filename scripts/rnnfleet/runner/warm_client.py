@@ -3,10 +3,10 @@ starting one if none runs (also before a run: prestart), or run it here.
 
 What it promises:
 - On the way to a running server, a job's process imports nothing heavier than os, sys,
-  socket, struct, json, signal and hashlib: the whole process takes about 0.044 CPU-s,
-  interpreter included, where importing the server's module (subprocess, tempfile, file
-  locks) and argparse took 0.127 CPU-s of every job, a quarter of a one-day dataset's
-  training. Starting a server, or running cold, imports what those need only then.
+  socket, struct, json, signal and hashlib (a test lists them): every job pays for what this
+  process imports, and the server's module (subprocess, tempfile, file locks) would cost a
+  sizeable part of a one-day dataset's training (bench/README.md). Starting a server, or
+  running cold, imports what those need only then.
 - The security checks are the server's: a socket in a folder of this user's alone (type,
   owner and mode checked before every use), and the server's user id checked
   (SO_PEERCRED / LOCAL_PEERCRED) before the job's environment and file descriptors are sent.
