@@ -20,6 +20,7 @@ from rnnfleet.job_client import settings_path, write_settings
 from rnnfleet.plugins import reference_file
 from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
+from rnnfleet.snakemake_guards import apply as apply_snakemake_guards
 from rnnfleet.snakemake_speedups import apply as apply_snakemake_speedups
 
 # Per-job costs inside Snakemake that grow with the number of datasets (see the module).
@@ -81,9 +82,28 @@ def is_dataset_file(file_name, pattern):
     )
 
 
+def entry_problem(entry):
+    """Why an entry of data_dir named like a bar file is not one (None: it is a file). From
+    the listing's file type; only a symbolic link costs a stat (of its target)."""
+    if entry.is_file():
+        return None
+    if entry.is_symlink():
+        target = os.readlink(entry.path)
+        if entry.is_dir():
+            return f"is a symbolic link to {target!r}, which is a folder"
+        if os.path.exists(entry.path):
+            return f"is a symbolic link to {target!r}, which is not a regular file"
+        return f"is a symbolic link to {target!r}, which does not exist"
+    if entry.is_dir():
+        return "is a folder, not a file (a dataset is one file)"
+    return "is not a regular file (a pipe, socket or device)"
+
+
 def discover_datasets(data_dir, pattern):
     """{dataset name: file path} for every bar file in data_dir whose name matches pattern,
-    from one listing of the folder (no per-file stat at parse time)."""
+    from one listing of the folder (no per-file stat at parse time). An entry named like
+    one that is not a file (a folder, a dangling symbolic link) is left out, with one
+    warning line."""
     if not os.path.isdir(data_dir):
         raise WorkflowError(
             f"config key 'data_dir' = {data_dir!r} is not a folder; allowed: an existing folder holding "
@@ -94,6 +114,12 @@ def discover_datasets(data_dir, pattern):
         for entry in entries:
             if not is_dataset_file(entry.name, pattern):
                 other_names.append(entry.name)
+            elif problem := entry_problem(entry):
+                if workflow.is_main_process:
+                    print(
+                        f"rnnfleet: WARNING: {entry.path}: {problem}; skipped, not a dataset of this run",
+                        file=sys.stderr,
+                    )
             elif dataset_name(entry.name) in found:
                 same_name.append(
                     f"{found[dataset_name(entry.name)]!r} and {entry.path!r}"
@@ -127,6 +153,8 @@ def discover_datasets(data_dir, pattern):
 
 DATA_FILES = discover_datasets(config["data_dir"], config["pattern"])
 DATASETS = list(DATA_FILES)
+# A dataset file deleted or made unreadable during the run fails its own job, not the run.
+apply_snakemake_guards(DATA_FILES.values(), warn=workflow.is_main_process)
 
 PATHS = config["paths"]
 OUTPUT_FOLDERS = [

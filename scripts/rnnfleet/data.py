@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.errors import DataError
+from rnnfleet.errors import DataError, UserError
 from rnnfleet.faults import pause_point
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
@@ -290,6 +290,16 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
         raise DataError(f"{path}: not a valid rnnfleet array file ({reason}); delete it and re-run") from None
 
 
+def file_version(path: str | os.PathLike) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime): another value means another file or new content; None
+    when the path is gone."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
 def preprocess_one(
     csv_path: str,
     arrays_path: str,
@@ -303,9 +313,13 @@ def preprocess_one(
     read_format: dict | None = None,
     max_gap: str | None = None,
 ) -> PreparedArrays:
-    """The preprocess job: bars file in, array file out; notes and a one-line summary to stderr."""
+    """The preprocess job: bars file in, array file out; notes and a one-line summary to stderr.
+    A file that is replaced, rewritten or deleted while the job runs fails the job (UserError)
+    and leaves no array file: arrays newer than the file would keep the next run from reading
+    the new content."""
     import sys
 
+    read_version = file_version(csv_path)
     arrays, notes = prepare_dataset(
         csv_path,
         seq_len,
@@ -323,6 +337,12 @@ def preprocess_one(
     pause_point("preprocess")
     Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
     save_arrays(arrays, arrays_path)
+    if file_version(csv_path) != read_version:
+        Path(arrays_path).unlink()
+        raise UserError(
+            f"{csv_path}: changed while it was read (replaced, rewritten or deleted during the run); "
+            "nothing was written, the next run reads it again"
+        )
     print(
         f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
         f"target {target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
