@@ -32,6 +32,7 @@ UNREADABLE = "UNREADABLE_1m"  # mode 000
 SKIPPED = {
     "FOLDER_1m.csv": "is a folder, not a file (a dataset is one file)",
     "DANGLING_1m.csv": "is a symbolic link to '../gone/DANGLING_1m.csv', which does not exist",
+    "PIPE_1m.csv": "is not a regular file (a pipe, socket or device)",  # reading it would wait forever
 }
 WORKFLOW_PARTS = ["Snakefile", "config.yaml", "rules", "scripts", "schemas", "envs", "report", "profiles"]
 
@@ -82,6 +83,7 @@ def bad_entries_run(intruder):
         (workdir / "data" / "FOLDER_1m.csv").mkdir()
         write_synthetic_csv(workdir / "data" / "FOLDER_1m.csv" / "inside_1m.csv", 100, 1)
         (workdir / "data" / "DANGLING_1m.csv").symlink_to("../gone/DANGLING_1m.csv")
+        os.mkfifo(workdir / "data" / "PIPE_1m.csv")
         write_config(workdir, data_dir="data")
         (folder / "home").mkdir()
         owned_by(intruder, folder)
