@@ -2,6 +2,7 @@
 # the input functions of the rules.
 import os
 import re
+import sys
 from fnmatch import fnmatch
 
 from rnnfleet.formats import READABLE_SUFFIXES
@@ -29,9 +30,28 @@ def is_dataset_file(file_name, pattern):
     )
 
 
+def entry_problem(entry):
+    """Why an entry of data_dir named like a bar file is not one (None: it is a file). From
+    the listing's file type; only a symbolic link costs a stat (of its target)."""
+    if entry.is_file():
+        return None
+    if entry.is_symlink():
+        target = os.readlink(entry.path)
+        if entry.is_dir():
+            return f"is a symbolic link to {target!r}, which is a folder"
+        if os.path.exists(entry.path):
+            return f"is a symbolic link to {target!r}, which is not a regular file"
+        return f"is a symbolic link to {target!r}, which does not exist"
+    if entry.is_dir():
+        return "is a folder, not a file (a dataset is one file)"
+    return "is not a regular file (a pipe, socket or device)"
+
+
 def discover_datasets(data_dir, pattern):
     """{dataset name: file path} for every bar file in data_dir whose name matches pattern,
-    from one listing of the folder (no per-file stat at parse time)."""
+    from one listing of the folder (no per-file stat at parse time). An entry named like
+    one that is not a file (a folder, a dangling symbolic link) is left out, with one
+    warning line."""
     if not os.path.isdir(data_dir):
         raise WorkflowError(
             f"config key 'data_dir' = {data_dir!r} is not a folder; allowed: an existing folder holding "
@@ -42,6 +62,12 @@ def discover_datasets(data_dir, pattern):
         for entry in entries:
             if not is_dataset_file(entry.name, pattern):
                 other_names.append(entry.name)
+            elif problem := entry_problem(entry):
+                if workflow.is_main_process:
+                    print(
+                        f"rnnfleet: WARNING: {entry.path}: {problem}; skipped, not a dataset of this run",
+                        file=sys.stderr,
+                    )
             elif dataset_name(entry.name) in found:
                 same_name.append(
                     f"{found[dataset_name(entry.name)]!r} and {entry.path!r}"

@@ -1,4 +1,5 @@
-# What the run does around its jobs, in one place: the version-guarded Snakemake speed-ups,
+# What the run does around its jobs, in one place: the version-guarded Snakemake speed-ups
+# and guards,
 # the clean-up after a killed run (at parse time, before Snakemake checks its lock), and the
 # onstart / onsuccess / onerror handlers (Snakemake keeps one handler of each kind).
 from snakemake.logging import logger
@@ -13,6 +14,7 @@ from rnnfleet.hooks.previous_models import (
     restore_previous_models,
 )
 from rnnfleet.hooks.recovery import claim_run_folder, stop_jobs_on_signals
+from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.plots import drop_stale_snakemake_backup
 
@@ -21,6 +23,8 @@ SNAKEMAKE_SPEEDUPS = apply_snakemake_speedups(warn=workflow.is_main_process)
 logger.debug(
     f"rnnfleet: Snakemake speed-ups on: {', '.join(SNAKEMAKE_SPEEDUPS) or 'none'}"
 )
+# A dataset file deleted or made unreadable during the run fails its own job, not the run.
+apply_snakemake_guards(DATA_FILES.values(), warn=workflow.is_main_process)
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.

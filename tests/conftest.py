@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
+
+if TYPE_CHECKING:
+    import pwd  # Unix only: imported where an account is made
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -24,7 +30,11 @@ POSIX_ONLY = [
     "test_interruptions.py",
     "test_previous_models.py",
 ]  # fork, signals, process groups
-LINUX_ONLY = ["test_security.py", "test_slurm.py"]  # local accounts, SO_PEERCRED, SLURM from Debian packages
+LINUX_ONLY = [
+    "test_security.py",
+    "test_bad_entries.py",
+    "test_slurm.py",
+]  # local accounts, SO_PEERCRED, SLURM from Debian packages
 collect_ignore = (LINUX_ONLY if not sys.platform.startswith("linux") else []) + (
     POSIX_ONLY if os.name != "posix" else []
 )
@@ -124,3 +134,58 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "data" / "README.txt").write_text("not a dataset\n")
     write_config(tmp_path, data_dir="data")
     return tmp_path
+
+
+# A second local account, for what only shows when the files' owner is not the one who runs
+# (root ignores file modes): tests/test_security.py, tests/test_bad_entries.py.
+INTRUDER = "rnnfleet-intruder"
+
+
+@pytest.fixture(scope="module")
+def intruder() -> pwd.struct_passwd:
+    """A second local account (created once)."""
+    missing = [
+        why
+        for why, lacking in (
+            ("Linux", not sys.platform.startswith("linux")),
+            ("root", os.geteuid() != 0),
+            ("useradd", shutil.which("useradd") is None),
+        )
+        if lacking
+    ]
+    if missing:
+        message = f"creating a second local account needs {', '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run this test)")
+        pytest.skip(message)
+    import pwd
+
+    try:
+        return pwd.getpwnam(INTRUDER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=True
+        )
+        return pwd.getpwnam(INTRUDER)
+
+
+def python_for(account: pwd.struct_passwd) -> str:
+    """A Python interpreter the other account may run (the tests' own may sit in root's home)."""
+    for candidate in (os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            subprocess.run(
+                [candidate, "-I", "-c", "pass"], user=account.pw_uid, group=account.pw_gid, cwd="/", check=True
+            )
+            return candidate
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    pytest.fail(f"no Python interpreter that {account.pw_name} may run")
+
+
+@pytest.fixture
+def shared_tmp() -> Path:
+    """A folder like /tmp (world-writable, sticky) that the other account can reach."""
+    folder = Path(tempfile.mkdtemp(prefix="rnnfleet-shared-tmp-", dir="/tmp"))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

@@ -93,12 +93,18 @@ def source_sha256(function) -> str:
 
 def stock_differences() -> list[str]:
     """Why the replacements do not fit the installed Snakemake (empty: they fit)."""
+    return source_differences(STOCK_SOURCE_SHA256) or private_name_differences()
+
+
+def source_differences(stock_source_sha256: dict[str, str]) -> list[str]:
+    """Why functions replaced in Snakemake (name -> SHA-256 of their stock source) do not fit
+    the installed Snakemake: another version, a function gone or changed (empty: they fit)."""
     import snakemake
 
     if snakemake.__version__ != WRITTEN_FOR_VERSION:
         return [f"Snakemake {snakemake.__version__} is installed, they were written for {WRITTEN_FOR_VERSION}"]
     problems = []
-    for qualified_name, expected in STOCK_SOURCE_SHA256.items():
+    for qualified_name, expected in stock_source_sha256.items():
         try:
             _, _, function = _resolve(qualified_name)
             found = source_sha256(_stock(function))
@@ -107,7 +113,7 @@ def stock_differences() -> list[str]:
             continue
         if found != expected:
             problems.append(f"{qualified_name} has changed")
-    return problems + private_name_differences()
+    return problems
 
 
 def private_name_differences() -> list[str]:

@@ -8,6 +8,7 @@ pandas load here.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import time
@@ -82,16 +83,35 @@ def check_retry_helps(attempt: int, earlier_attempts_log: Path, gpu_mem_gb: int)
         print(f"the previous attempt ended with: {previous}", file=sys.stderr)
 
 
+def file_version(path: str | os.PathLike) -> tuple[int, int, int, int] | None:
+    """(device, inode, size, mtime): another value means another file or new content; None
+    when the path is gone."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
 def preprocess_one(csv_path: str, arrays_path: str, **settings) -> PreparedArrays:
     """The preprocess job: bars file in, array file out; notes and a one-line summary to
     stderr. settings: the keyword arguments of prepare_dataset, as
-    rnnfleet.settings.preprocess_settings builds them from the config."""
+    rnnfleet.settings.preprocess_settings builds them from the config. A file that is
+    replaced, rewritten or deleted while the job runs fails the job (UserError) and leaves no
+    array file: arrays newer than the file would keep the next run from reading the new content."""
+    read_version = file_version(csv_path)
     arrays, notes = prepare_dataset(csv_path, **settings)
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     pause_point("preprocess")
     Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
     save_arrays(arrays, arrays_path)
+    if file_version(csv_path) != read_version:
+        Path(arrays_path).unlink()
+        raise UserError(
+            f"{csv_path}: changed while it was read (replaced, rewritten or deleted during the run); "
+            "nothing was written, the next run reads it again"
+        )
     print(
         f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
         f"target {arrays.target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
