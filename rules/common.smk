@@ -17,7 +17,7 @@ from rnnfleet.after_failures import not_done_list_if_stale
 from rnnfleet.config_check import config_problems
 from rnnfleet.formats import READABLE_SUFFIXES
 from rnnfleet.job_client import settings_path, write_settings
-from rnnfleet.plugins import reference_file
+from rnnfleet.plugins import reference_files
 from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
 from rnnfleet.snakemake_speedups import apply as apply_snakemake_speedups
@@ -173,15 +173,10 @@ RUNTIME_ONLY_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
 TRAIN_HPARAMS = {k: v for k, v in config["train"].items() if k not in RUNTIME_ONLY_KEYS}
 
 
-def plugin_files(references):
-    """The user's own files among plug-in references (built-in names have none), in order."""
-    return list(dict.fromkeys(filter(None, map(reference_file, references))))
-
-
 # A user's model or feature file is an input of the jobs that use it: editing it re-runs
 # exactly those (rnnfleet's own code is not an input). Plain lists: no per-dataset work.
-MODEL_CODE = plugin_files([config["model"]["builder"]])
-FEATURE_CODE = plugin_files(config["features"])
+MODEL_CODE = reference_files([config["model"]["builder"]])
+FEATURE_CODE = reference_files(config["features"])
 
 
 def check_plugin_files():
