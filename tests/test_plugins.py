@@ -4,6 +4,7 @@ and every target training against its own naive baseline."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
 from rnnfleet.features import BUILTIN_FEATURES, compute_feature_matrix
 from rnnfleet.model import BUILDERS, SequenceRegressor, build_model
-from rnnfleet.plugins import imported_sha256, model_file_sources, resolve, sha256_of
+from rnnfleet.plugins import PluginRefused, imported_sha256, model_file_sources, resolve, sha256_of
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.targets import TARGETS
 from rnnfleet.training import train_model
@@ -79,6 +80,21 @@ def test_a_model_files_plugin_runs_the_bytes_that_were_vetted_not_the_file_as_it
     assert scale(pd.DataFrame({"close": [1.0]}))[0] == 2.0 and not marker.exists()
     with pytest.raises(UserError, match="not among the model file's vetted plug-in files"):
         resolve("mine/other.py:scale", BUILTIN_FEATURES, "features", sources)  # not read from the disk either
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need extra rights on Windows")
+def test_a_symlink_in_the_folder_to_a_file_outside_it_counts_as_outside(in_tmp, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "evil.py"
+    outside.write_text("def build(input_size):\n    pass\n")
+    (in_tmp / "mine").mkdir()
+    (in_tmp / "mine" / "link.py").symlink_to(outside)
+    recorded = {"mine/link.py": sha256_of(outside.read_bytes())}
+    with pytest.raises(PluginRefused) as refused:
+        model_file_sources(["mine/link.py:build"], recorded, "A.pt", trusted=())
+    assert f"outside the project folder {in_tmp.resolve()} (it is {outside.resolve()})" in str(refused.value)
+    assert model_file_sources(["mine/link.py:build"], recorded, "A.pt", trusted=["mine/link.py"]) == {
+        "mine/link.py": outside.read_bytes()
+    }
 
 
 @pytest.mark.parametrize(

@@ -147,7 +147,8 @@ def model_file_sources(
             sources[path] = _read(path, f"named by the model file {model_path}")
             continue
         if not absolute.is_relative_to(project):
-            raise _refusal(model_path, path, f"it lies outside the project folder {project}")
+            where = "" if str(absolute) == path else f" (it is {absolute})"  # e.g. through a symlink
+            raise _refusal(model_path, path, f"it lies outside the project folder {project}{where}")
         if path not in recorded_sha256:
             raise _refusal(model_path, path, "the model file records no content hash for it")
         data = _read(path, f"named by the model file {model_path}")
