@@ -9,7 +9,7 @@ from snakemake.utils import validate
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
 from rnnfleet.hooks.config_check import config_problems
-from rnnfleet.plugins import reference_file
+from rnnfleet.plugins import reference_files
 from rnnfleet.settings import preprocess_settings, train_settings
 
 SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
@@ -53,15 +53,10 @@ PREPROCESS_SETTINGS = preprocess_settings(config)
 TRAIN_SETTINGS = train_settings(config)
 
 
-def plugin_files(references):
-    """The user's own files among plug-in references (built-in names have none), in order."""
-    return list(dict.fromkeys(filter(None, map(reference_file, references))))
-
-
 # A user's model or feature file is an input of the jobs that use it: editing it re-runs
 # exactly those (rnnfleet's own code is not an input). Plain lists: no per-dataset work.
-MODEL_CODE = plugin_files([config["model"]["builder"]])
-FEATURE_CODE = plugin_files(config["features"])
+MODEL_CODE = reference_files([config["model"]["builder"]])
+FEATURE_CODE = reference_files(config["features"])
 
 
 def check_plugin_files():

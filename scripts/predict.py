@@ -13,4 +13,5 @@ with job_guard(snakemake.wildcards.dataset):
         last=snakemake.params.last,
         max_bad_fraction=snakemake.params.max_bad_fraction,
         read_format=snakemake.params.read_format,
+        trusted_plugins=snakemake.params.trusted_plugins,
     )

@@ -4,6 +4,7 @@ and every target training against its own naive baseline."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
 from rnnfleet.features import BUILTIN_FEATURES, compute_feature_matrix
 from rnnfleet.model import BUILDERS, SequenceRegressor, build_model
-from rnnfleet.plugins import resolve
+from rnnfleet.plugins import PluginRefused, imported_sha256, model_file_sources, resolve, sha256_of
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.targets import TARGETS
 from rnnfleet.training import train_model
@@ -55,6 +56,45 @@ def test_a_changed_file_is_imported_again_in_the_same_process(in_tmp):
     assert resolve(f"{path}:scale", BUILTIN_FEATURES, "features")(bars)[0] == 2.0
     (in_tmp / path).write_text("def scale(bars):\n    return bars['close'] * 30\n")  # another size too
     assert resolve(f"{path}:scale", BUILTIN_FEATURES, "features")(bars)[0] == 30.0
+
+
+def test_the_hash_recorded_for_a_model_file_is_of_the_bytes_last_imported(in_tmp):
+    path = write_plugin(in_tmp, "scale.py", "def scale(bars):\n    return bars['close'] * 2\n")
+    resolve(f"{path}:scale", BUILTIN_FEATURES, "features")
+    assert imported_sha256(["ohlc_returns", f"{path}:scale"]) == {path: sha256_of((in_tmp / path).read_bytes())}
+    (in_tmp / path).write_text("def scale(bars):\n    return bars['close'] * 3\n")
+    assert imported_sha256([f"{path}:scale"]) == {path: sha256_of(b"def scale(bars):\n    return bars['close'] * 2\n")}
+    resolve(f"{path}:scale", BUILTIN_FEATURES, "features")  # a warm worker's next job
+    assert imported_sha256([f"{path}:scale"]) == {path: sha256_of((in_tmp / path).read_bytes())}
+
+
+def test_a_model_files_plugin_runs_the_bytes_that_were_vetted_not_the_file_as_it_is_later(in_tmp):
+    # The time between the check and the import: the file replaced after its hash matched
+    # must not be what runs.
+    trained = b"def scale(bars):\n    return bars['close'] * 2\n"
+    path = write_plugin(in_tmp, "vetted.py", trained.decode())
+    sources = model_file_sources([f"{path}:scale"], {path: sha256_of(trained)}, "A.pt", trusted=())
+    marker = in_tmp / "replacement-ran"
+    (in_tmp / path).write_text(f"open({str(marker)!r}, 'w').close()\ndef scale(bars):\n    return bars['close'] * 99\n")
+    scale = resolve(f"{path}:scale", BUILTIN_FEATURES, "features", sources)
+    assert scale(pd.DataFrame({"close": [1.0]}))[0] == 2.0 and not marker.exists()
+    with pytest.raises(UserError, match="not among the model file's vetted plug-in files"):
+        resolve("mine/other.py:scale", BUILTIN_FEATURES, "features", sources)  # not read from the disk either
+
+
+@pytest.mark.skipif(os.name == "nt", reason="symbolic links need extra rights on Windows")
+def test_a_symlink_in_the_folder_to_a_file_outside_it_counts_as_outside(in_tmp, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "evil.py"
+    outside.write_text("def build(input_size):\n    pass\n")
+    (in_tmp / "mine").mkdir()
+    (in_tmp / "mine" / "link.py").symlink_to(outside)
+    recorded = {"mine/link.py": sha256_of(outside.read_bytes())}
+    with pytest.raises(PluginRefused) as refused:
+        model_file_sources(["mine/link.py:build"], recorded, "A.pt", trusted=())
+    assert f"outside the project folder {in_tmp.resolve()} (it is {outside.resolve()})" in str(refused.value)
+    assert model_file_sources(["mine/link.py:build"], recorded, "A.pt", trusted=["mine/link.py"]) == {
+        "mine/link.py": outside.read_bytes()
+    }
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,11 @@ re-train only when they change, reload with weights_only=True and forecast."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -41,6 +44,19 @@ def edit(path: Path) -> None:
     path.write_text(path.read_text() + "\n# edited\n")
     later = time.time() + 5
     os.utime(path, (later, later))
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def forecast_in(folder: Path, model_path: str, *extra: str, out: str = "forecast.csv") -> subprocess.CompletedProcess:
+    """python -m rnnfleet.predict run in `folder` (the user's project folder) on its first dataset."""
+    command = [sys.executable, "-m", "rnnfleet.predict", "--model", model_path, "--csv", f"data/{DATASETS[0]}.csv"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+    return subprocess.run(
+        [*command, "--out", out, "--last", "2", *extra], cwd=folder, capture_output=True, text=True, env=env
+    )
 
 
 def read_summary(folder: Path) -> dict[str, dict[str, str]]:
@@ -79,6 +95,7 @@ def test_your_model_trains_saves_and_reloads_with_weights_only(model_run, monkey
             "hidden_size": 32,
             "input_size": 5,
         }
+        assert raw["plugin_sha256"] == {"examples/tcn_gru.py": sha256_file(model_run / "examples" / "tcn_gru.py")}
         model, _ = load_model(model_path)
         assert type(model).__name__ == "ConvGRU"  # rebuilt by the example's builder, not the built-in RNN
         assert any(key.startswith("conv.") for key in raw["state_dict"])
@@ -147,6 +164,8 @@ def test_your_features_are_recorded_in_the_model_file_and_used_for_forecasts(fea
         model_path = features_run / "models" / f"{dataset}.pt"
         raw = torch.load(model_path, weights_only=True)
         assert raw["features"]["definition"] == definition
+        feature_file = features_run / "examples" / "momentum_features.py"
+        assert raw["plugin_sha256"] == {"examples/momentum_features.py": sha256_file(feature_file)}
         assert raw["features"]["names"][-3:] == [f"{definition[-1]}[{column}]" for column in range(3)]
         assert raw["features"]["warmup"] == 15  # the 15-bar return needs 15 earlier bars
         assert raw["model_config"]["input_size"] == 4 + 1 + 2 + 3
@@ -165,6 +184,116 @@ def test_editing_your_feature_file_reprocesses_and_retrains(features_run, tmp_pa
     dry = snakemake(copy, "-n", *FEATURE_ARGS).stdout
     assert set(pending_jobs(dry, "preprocess")) == set(DATASETS)
     assert set(pending_jobs(dry, "train")) == set(DATASETS)
+
+
+# --- a model file runs only the code you trust -----------------------------------------
+
+MODEL_FILE = f"models/{DATASETS[0]}.pt"
+
+
+@pytest.mark.parametrize("run", ["model_run", "features_run"])
+def test_a_model_trained_in_the_folder_forecasts_with_its_own_plugin_without_flags(request, run, tmp_path):
+    forecast = forecast_in(request.getfixturevalue(run), MODEL_FILE, out=str(tmp_path / "forecast.csv"))
+    assert forecast.returncode == 0, forecast.stderr
+    assert "refused" not in forecast.stderr and len(pd.read_csv(tmp_path / "forecast.csv")) == 2
+
+
+def plant_outside(folder: Path, kind: str, marker: Path) -> Path:
+    """A plug-in file outside the project folder `folder` that creates `marker` when imported
+    and otherwise does what the real one does (so that, trusted, it forecasts)."""
+    planted = folder.parent / "elsewhere" / "evil.py"
+    planted.parent.mkdir(exist_ok=True)
+    real = "import numpy as np\ndef log_volume(bars):\n    return np.log1p(bars['volume'].to_numpy(dtype=float))\n"
+    if kind == "builder":
+        real = (folder / "examples" / "tcn_gru.py").read_text()
+    planted.write_text(f"open({str(marker)!r}, 'w').close()\n{real}")
+    return planted
+
+
+def craft(model_path: Path, **changes) -> None:
+    """Rewrite a model file as someone else could: each entry changed by a function of its
+    value, or removed (None)."""
+    checkpoint = torch.load(model_path, weights_only=True)
+    for key, change in changes.items():
+        if change is None:
+            del checkpoint[key]
+        else:
+            checkpoint[key] = change(checkpoint[key])
+    model_path.unlink()
+    torch.save(checkpoint, model_path)
+
+
+def name_outside_plugin(folder: Path, kind: str, planted: Path) -> None:
+    """The folder's first model file, crafted to name `planted` as its builder or a feature,
+    with that file's true hash recorded beside it (the most a crafted file can do)."""
+    if kind == "builder":
+        changes = {"model_config": lambda config: {**config, "builder": f"{planted}:build"}}
+    else:
+        changes = {"features": lambda features: {**features, "definition": ["ohlc_returns", f"{planted}:log_volume"]}}
+    changes["plugin_sha256"] = lambda recorded: {**recorded, str(planted): sha256_file(planted)}
+    craft(folder / MODEL_FILE, **changes)
+
+
+def assert_refused(stderr: str, plugin: Path | str, reason: str) -> None:
+    line = stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, stderr
+    assert f"{MODEL_FILE}: refused to import plug-in file {plugin}: {reason}" in line
+    assert f"nothing was imported. If you trust that file, name it: python -m rnnfleet.predict --trust {plugin}" in line
+
+
+@pytest.mark.parametrize("kind", ["builder", "feature"])
+def test_a_model_file_naming_a_plugin_outside_the_folder_imports_nothing_until_trusted(model_run_copy, kind):
+    marker = model_run_copy.parent / f"{kind}-code-ran"
+    planted = plant_outside(model_run_copy, kind, marker)
+    name_outside_plugin(model_run_copy, kind, planted)
+
+    refused = forecast_in(model_run_copy, MODEL_FILE)
+    assert refused.returncode == 1
+    assert_refused(refused.stderr, planted, f"it lies outside the project folder {model_run_copy.resolve()}")
+    assert not marker.exists() and not (model_run_copy / "forecast.csv").exists()
+
+    # Named by the user, the same file runs (so the refusal above is what kept it from running).
+    trusted = forecast_in(model_run_copy, MODEL_FILE, "--trust", str(planted))
+    assert trusted.returncode == 0, trusted.stderr
+    assert marker.exists() and len(pd.read_csv(model_run_copy / "forecast.csv")) == 2
+
+
+@pytest.mark.parametrize("kind", ["builder", "feature"])
+def test_the_workflows_predict_rule_imports_nothing_a_model_file_names_outside_the_folder(model_run_copy, kind):
+    marker = model_run_copy.parent / f"{kind}-code-ran"
+    planted = plant_outside(model_run_copy, kind, marker)
+    name_outside_plugin(model_run_copy, kind, planted)
+    log_path = model_run_copy / "logs" / "predict" / f"{DATASETS[0]}.log"
+    log_path.unlink()
+    result = snakemake(model_run_copy, f"predictions/{DATASETS[0]}.csv", *MODEL_ARGS, check=False)
+    assert result.returncode != 0 and not marker.exists()
+    assert_refused(last_marked_line(log_path).removeprefix("ERROR: "), planted, "it lies outside the project folder")
+    assert str(planted) in str(torch.load(model_run_copy / MODEL_FILE, weights_only=True))  # not re-trained
+
+
+def test_a_plugin_in_the_folder_changed_since_training_is_refused_until_trusted(model_run_copy):
+    marker = model_run_copy / "changed-code-ran"
+    builder = model_run_copy / "examples" / "tcn_gru.py"
+    builder.write_text(f"open({str(marker)!r}, 'w').close()\n{builder.read_text()}")
+    refused = forecast_in(model_run_copy, MODEL_FILE)
+    assert refused.returncode == 1
+    assert_refused(refused.stderr, "examples/tcn_gru.py", "its content is not what the model was trained with")
+    assert not marker.exists()
+    trusted = forecast_in(model_run_copy, MODEL_FILE, "--trust", "examples/tcn_gru.py")
+    assert trusted.returncode == 0, trusted.stderr
+    assert marker.exists()
+
+
+def test_a_model_file_without_recorded_hashes_forecasts_where_the_config_names_its_plugin(model_run_copy):
+    craft(model_run_copy / MODEL_FILE, plugin_sha256=None)  # as rnnfleet wrote them before it recorded hashes
+    refused = forecast_in(model_run_copy, MODEL_FILE)
+    assert refused.returncode == 1
+    assert_refused(refused.stderr, "examples/tcn_gru.py", "the model file records no content hash for it")
+    predictions = model_run_copy / "predictions" / f"{DATASETS[0]}.csv"
+    before = predictions.stat().st_mtime_ns
+    snakemake(model_run_copy, predictions.relative_to(model_run_copy).as_posix(), *MODEL_ARGS)
+    assert predictions.stat().st_mtime_ns > before and len(pd.read_csv(predictions)) == FORECAST_BARS
+    assert "plugin_sha256" not in torch.load(model_run_copy / MODEL_FILE, weights_only=True)  # not re-trained
 
 
 # --- your target ----------------------------------------------------------------------

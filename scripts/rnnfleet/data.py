@@ -9,6 +9,7 @@ windows are cut from it later as views, so its size stays O(rows).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,7 @@ from rnnfleet.errors import DataError
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
 from rnnfleet.formats import PRICE_KEYS, read_bars
 from rnnfleet.gaps import check_gap_windows, find_gaps
+from rnnfleet.plugins import imported_sha256
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
 
 
@@ -45,6 +47,8 @@ class PreparedArrays:
     target: str = DEFAULT_TARGET
     target_mean: float = 0.0
     feature_definition: tuple[str, ...] = DEFAULT_FEATURES  # the config's `features:` references
+    # {user feature file as written: sha256 of the bytes that computed the features}, for the model file.
+    feature_sha256: dict[str, str] = field(default_factory=dict)
     feature_names: tuple[str, ...] = ()  # one per column
     warmup: int = 1  # leading bars without features
     # Bar b of the file is followed by a gap (longer than preprocess.max_gap): see rnnfleet.gaps.
@@ -85,11 +89,12 @@ def check_prices(prices: np.ndarray, volume: np.ndarray, name: str = "dataset") 
         raise DataError(f"{name}: negative volume in data row {row + 1}")
 
 
-def bar_features(bars, feature_definition=DEFAULT_FEATURES, name: str = "dataset"):
+def bar_features(bars, feature_definition=DEFAULT_FEATURES, name: str = "dataset", sources=None):
     """The features of every bar of read_clean_bars' frame (rnnfleet.features.FeatureMatrix),
-    prices checked first. The one feature path, used by preprocessing and prediction."""
+    prices checked first. The one feature path, used by preprocessing and prediction (with
+    sources: a model file's vetted plug-ins, see rnnfleet.plugins.resolve)."""
     check_prices(*prices_and_volume(bars), name)
-    return compute_feature_matrix(bars, feature_definition, name)
+    return compute_feature_matrix(bars, feature_definition, name, sources)
 
 
 def compute_features(
@@ -205,7 +210,13 @@ def prepare_dataset(
     names, warmup = matrix.names, matrix.warmup
     del frame, matrix  # from here on only the numbers are held (a large file is in memory once)
     arrays = split_and_normalise(feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target)
-    arrays = replace(arrays, feature_definition=tuple(features), feature_names=names, warmup=warmup)
+    arrays = replace(
+        arrays,
+        feature_definition=tuple(features),
+        feature_sha256=imported_sha256(features),
+        feature_names=names,
+        warmup=warmup,
+    )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
         arrays = replace(arrays, gap_bars=gap_bars)
@@ -231,6 +242,7 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             target=np.str_(arrays.target),
             target_mean=np.float64(arrays.target_mean),
             feature_definition=np.array(arrays.feature_definition, dtype=np.str_),
+            feature_sha256=np.str_(json.dumps(arrays.feature_sha256)),
             feature_names=np.array(arrays.feature_names, dtype=np.str_),
             warmup=np.int64(arrays.warmup),
             gap_bars=arrays.gap_bars,
@@ -254,6 +266,8 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 target=str(stored["target"]),
                 target_mean=float(stored["target_mean"]),
                 feature_definition=tuple(str(item) for item in stored["feature_definition"]),
+                # Files written before the hashes were recorded have none.
+                feature_sha256=json.loads(str(stored["feature_sha256"])) if "feature_sha256" in stored.files else {},
                 feature_names=tuple(str(item) for item in stored["feature_names"]),
                 warmup=int(stored["warmup"]),
                 # Files written before gaps were stored have none.

@@ -13,7 +13,7 @@ list, so forecasts compute the same inputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,10 +113,11 @@ def column_names(reference: str, width: int) -> tuple[str, ...]:
     return (reference,) if width == 1 else tuple(f"{reference}[{column}]" for column in range(width))
 
 
-def feature_values(reference: str, bars, name: str) -> np.ndarray:
+def feature_values(reference: str, bars, name: str, sources: Mapping[str, bytes] | None = None) -> np.ndarray:
     """The feature `reference` of every bar, as (rows, k) float64; UserError naming the
-    function and the dataset when it fails or returns something else."""
-    function = resolve(reference, BUILTIN_FEATURES, "features")
+    function and the dataset when it fails or returns something else. sources: as for
+    rnnfleet.plugins.resolve (a model file's vetted plug-ins)."""
+    function = resolve(reference, BUILTIN_FEATURES, "features", sources)
     where = describe(reference)
     try:
         result = function(bars)
@@ -136,10 +137,13 @@ def feature_values(reference: str, bars, name: str) -> np.ndarray:
     return values[:, None] if values.ndim == 1 else values
 
 
-def compute_feature_matrix(bars, references: list[str] | tuple[str, ...], name: str = "dataset") -> FeatureMatrix:
+def compute_feature_matrix(
+    bars, references: list[str] | tuple[str, ...], name: str = "dataset", sources: Mapping[str, bytes] | None = None
+) -> FeatureMatrix:
     """Every feature of `references`, side by side, and the warm-up: the leading rows where
-    one of them is not yet finite. A non-finite value after the warm-up is a UserError."""
-    columns = [feature_values(reference, bars, name) for reference in references]
+    one of them is not yet finite. A non-finite value after the warm-up is a UserError.
+    sources: as for feature_values."""
+    columns = [feature_values(reference, bars, name, sources) for reference in references]
     values = np.concatenate(columns, axis=1)
     finite = np.isfinite(values).all(axis=1)
     warmup = int(np.argmax(finite)) if finite.any() else len(values)

@@ -8,12 +8,13 @@ torch.nn.Module mapping windows (batch, seq_len, input_size) to outputs (batch,)
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
 
 from rnnfleet.errors import UserError, one_line
-from rnnfleet.plugins import describe, resolve
+from rnnfleet.plugins import describe, model_file_sources, resolve
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -56,14 +57,17 @@ DEFAULT_BUILDER = "rnn"
 NOT_HYPER_PARAMETERS = ("builder", "input_size")
 
 
-def build_model(model_config: dict, input_size: int, seq_len: int | None = None) -> nn.Module:
+def build_model(
+    model_config: dict, input_size: int, seq_len: int | None = None, sources: Mapping[str, bytes] | None = None
+) -> nn.Module:
     """The model `model_config` describes (its `builder`, default rnn, and the builder's
     hyper-parameters), for inputs of `input_size` features. With seq_len, one tiny batch
     checks the output shape. UserError naming the file and function when the builder fails,
-    returns something that is not an nn.Module, or gives the wrong shape."""
+    returns something that is not an nn.Module, or gives the wrong shape. sources: as for
+    rnnfleet.plugins.resolve (a model file's vetted plug-ins)."""
     reference = str(model_config.get("builder", DEFAULT_BUILDER))
     hyper_parameters = {key: value for key, value in model_config.items() if key not in NOT_HYPER_PARAMETERS}
-    builder = resolve(reference, BUILDERS, "model.builder")
+    builder = resolve(reference, BUILDERS, "model.builder", sources)
     where = describe(reference)
     try:
         model = builder(input_size=int(input_size), **hyper_parameters)
@@ -102,9 +106,34 @@ def check_output_shape(model: nn.Module, where: str, input_size: int, seq_len: i
         )
 
 
-def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
-    """Rebuild a trained model from `models/<dataset>.pt` with the builder it records (a
-    user's file: relative to the working folder), in eval mode on `device`.
+def vetted_plugins(checkpoint: dict, path: str | os.PathLike, trusted: Iterable[str] = ()) -> dict[str, bytes]:
+    """The bytes of every user file the model file at `path` names (builder and features),
+    each one the user trusts: named in `trusted`, or inside the working folder with the
+    content recorded at training (rnnfleet.plugins.model_file_sources); else PluginRefused,
+    and nothing is imported."""
+    references = [
+        str(checkpoint["model_config"].get("builder", DEFAULT_BUILDER)),
+        *checkpoint["features"]["definition"],
+    ]
+    recorded = checkpoint.get("plugin_sha256")  # absent in files written before it was recorded
+    return model_file_sources(references, recorded if isinstance(recorded, dict) else {}, path, trusted)
+
+
+def rebuild_model(checkpoint: dict, sources: Mapping[str, bytes], device: str | torch.device = "cpu") -> nn.Module:
+    """The trained model of a model file, its builder run from `sources` (vetted_plugins),
+    in eval mode on `device`."""
+    model_config = checkpoint["model_config"]
+    model = build_model(model_config, int(model_config["input_size"]), sources=sources)
+    model.load_state_dict(checkpoint["state_dict"])
+    return model.to(device).eval()
+
+
+def load_model(
+    path: str | os.PathLike, device: str | torch.device = "cpu", trusted: Iterable[str] = ()
+) -> tuple[nn.Module, dict]:
+    """Rebuild a trained model from `models/<dataset>.pt` with the builder it records, in
+    eval mode on `device`; a user's file it names is imported only when trusted (see
+    vetted_plugins).
 
     Returns (model, checkpoint); checkpoint holds `model_config`, `normalisation`,
     `features`, `metrics` and `versions` (see docs/outputs.md).
@@ -112,7 +141,4 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     from rnnfleet.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(path)
-    model_config = checkpoint["model_config"]
-    model = build_model(model_config, int(model_config["input_size"]))
-    model.load_state_dict(checkpoint["state_dict"])
-    return model.to(device).eval(), checkpoint
+    return rebuild_model(checkpoint, vetted_plugins(checkpoint, path, trusted), device), checkpoint

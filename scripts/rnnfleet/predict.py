@@ -3,13 +3,17 @@
 Command line (with `scripts` on the Python path):
 
     PYTHONPATH=scripts python -m rnnfleet.predict --model models/EURUSD_1m.pt \\
-        --csv recent.csv --out forecasts.csv [--last 100]
+        --csv recent.csv --out forecasts.csv [--last 100] [--trust my/model.py ...]
 
 The bars file may be in any layout rnnfleet.formats reads (sniffed, or `--preset`); files
 with a header are read with the column names the model file recorded.
 Each output row is the forecast made at one bar of the model's target (rnnfleet.targets)
 from that bar to `horizon` bars later, in the target's own units (for the close log return
 also the close it implies). The last row forecasts beyond the data.
+
+A model file runs no code but what the user trusts: a plug-in file it names (its builder or
+a feature) is imported only when given with --trust, or when it lies inside the working
+folder with the content it was trained with (rnnfleet.plugins.model_file_sources).
 """
 
 from __future__ import annotations
@@ -18,15 +22,17 @@ import argparse
 import io
 import os
 import sys
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
 
-from rnnfleet.checkpoint import atomic_write
+from rnnfleet.checkpoint import atomic_write, load_checkpoint
 from rnnfleet.data import DataError, bar_features, normalise, read_clean_bars
 from rnnfleet.errors import UserError
 from rnnfleet.formats import FORMAT_PRESETS
-from rnnfleet.model import load_model
+from rnnfleet.model import rebuild_model, vetted_plugins
+from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
 from rnnfleet.training import EVAL_BATCH, outputs_of, window_view
 
@@ -50,9 +56,17 @@ def predict_scaled(model: torch.nn.Module, features: np.ndarray, seq_len: int) -
     return torch.cat(outputs).cpu().numpy()
 
 
-def forecast_frame(model: torch.nn.Module, checkpoint: dict, bars, last: int | None = None, name: str = "bars"):
+def forecast_frame(
+    model: torch.nn.Module,
+    checkpoint: dict,
+    bars,
+    last: int | None = None,
+    name: str = "bars",
+    plugin_sources: Mapping[str, bytes] = NO_SOURCES,
+):
     """A DataFrame of forecast_columns(target), one row per bar that ends a full window
-    (only the last `last` of them when given), from bars as read_clean_bars returns them."""
+    (only the last `last` of them when given), from bars as read_clean_bars returns them.
+    A user's feature file runs only from plugin_sources (rnnfleet.model.vetted_plugins)."""
     import pandas as pd
 
     recorded = checkpoint["features"]
@@ -67,7 +81,7 @@ def forecast_frame(model: torch.nn.Module, checkpoint: dict, bars, last: int | N
         )
     if last is not None:
         bars = bars.iloc[-(last + needed_rows - 1) :]
-    matrix = bar_features(bars, recorded["definition"], name)
+    matrix = bar_features(bars, recorded["definition"], name, plugin_sources)
     features = normalise(
         matrix.values[matrix.warmup :],
         np.asarray(normalisation["feature_mean"], dtype=np.float32),
@@ -100,20 +114,25 @@ def forecast_csv(
     max_bad_fraction: float = 0.0,
     device: str = "cpu",
     read_format: dict | None = None,
+    trusted_plugins: Iterable[str] = (),
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
 
-    The bars are read as preprocessing reads them (read_format: the `format:` config; None
+    A plug-in file the model file names is imported only when it is one of trusted_plugins
+    or lies inside the working folder with the content recorded at training; else
+    PluginRefused (one line) and nothing is imported (rnnfleet.model.vetted_plugins). The bars are read as preprocessing reads them (read_format: the `format:` config; None
     sniffs the layout), with the column names the model file recorded. Rows with NaN or inf
     are dropped up to max_bad_fraction of the file (as preprocessing does), else refused.
     """
-    model, checkpoint = load_model(model_path, device=device)
+    checkpoint = load_checkpoint(model_path)
+    plugin_sources = vetted_plugins(checkpoint, model_path, trusted_plugins)
+    model = rebuild_model(checkpoint, plugin_sources, device)
     columns = checkpoint["features"].get("columns") or None
     bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
     print(f"{csv_path}: read as {bars.attrs['read_as']}", file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)
-    forecasts = forecast_frame(model, checkpoint, bars, last, name=str(csv_path))
+    forecasts = forecast_frame(model, checkpoint, bars, last, str(csv_path), plugin_sources)
     text = io.StringIO()
     forecasts.to_csv(text, index=False)  # floats written with repr: they read back exactly
     with atomic_write(forecasts_path) as handle:
@@ -150,10 +169,25 @@ def main(argv: list[str] | None = None) -> int:
         "--max-bad-fraction", type=float, default=0.0, help="drop rows with NaN/inf up to this fraction (default 0)"
     )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    parser.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a plug-in file (builder or features) the model file names that you trust to run; repeatable. "
+        "Without it only files inside this folder, unchanged since training, are imported",
+    )
     args = parser.parse_args(argv)
     try:
         forecast_csv(
-            args.model, args.csv, args.out, args.last, args.max_bad_fraction, args.device, {"preset": args.preset}
+            args.model,
+            args.csv,
+            args.out,
+            args.last,
+            args.max_bad_fraction,
+            args.device,
+            {"preset": args.preset},
+            args.trust,
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)

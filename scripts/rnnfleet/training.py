@@ -19,6 +19,7 @@ from rnnfleet.errors import UserError, one_line
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import window_numbers
 from rnnfleet.model import DEFAULT_BUILDER, build_model
+from rnnfleet.plugins import imported_sha256
 from rnnfleet.precision import resolve_amp
 from rnnfleet.targets import TARGETS, Target
 
@@ -224,7 +225,10 @@ def build_checkpoint(
     columns: dict | None = None,
 ) -> dict:
     """Everything needed to rebuild the model and use it on new bars (columns: the CSV's
-    column names, as the config maps them); loads with weights_only=True."""
+    column names, as the config maps them); loads with weights_only=True. plugin_sha256:
+    the content hash of each user file the model and its features ran (rnnfleet.plugins:
+    forecasts import such a file from the working folder only with that content)."""
+    builder = str(model_hparams.get("builder", DEFAULT_BUILDER))
     return {
         "format": "rnnfleet",
         "format_version": FORMAT_VERSION,
@@ -251,6 +255,7 @@ def build_checkpoint(
             "seq_len": int(train_hparams["seq_len"]),
             "columns": dict(columns or {}),
         },
+        "plugin_sha256": {**arrays.feature_sha256, **imported_sha256([builder])},
         "metrics": metrics,
         "versions": library_versions(),
     }
