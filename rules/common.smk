@@ -19,7 +19,7 @@ from rnnfleet.formats import READABLE_SUFFIXES
 from rnnfleet.job_client import settings_path, write_settings
 from rnnfleet.plugins import reference_file
 from rnnfleet.previous_models import restore_previous_models
-from rnnfleet.recovery import claim_run_folder
+from rnnfleet.recovery import JobsOfKilledRunAlive, claim_run_folder
 from rnnfleet.snakemake_speedups import apply as apply_snakemake_speedups
 
 # Per-job costs inside Snakemake that grow with the number of datasets (see the module).
@@ -147,7 +147,11 @@ from rnnfleet.plots import drop_stale_snakemake_backup
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
-    if claim_run_folder(OUTPUT_FOLDERS):
+    try:
+        ALONE_IN_FOLDER = claim_run_folder(OUTPUT_FOLDERS)
+    except JobsOfKilledRunAlive as error:
+        raise WorkflowError(str(error)) from None
+    if ALONE_IN_FOLDER:
         # Alone in the folder: a backup still here belongs to a re-train that was killed,
         # or to a plots job that was killed (rnnfleet.plots.drop_stale_snakemake_backup).
         restore_previous_models(PATHS["models"])

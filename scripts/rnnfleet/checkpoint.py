@@ -19,6 +19,7 @@ from typing import IO
 
 from rnnfleet.errors import WRITE_CAUSES, UserError, write_error
 from rnnfleet.faults import pause_point, raise_injected_full_disk
+from rnnfleet.orphans import publishing
 
 FORMAT_VERSION = 2  # 2: builder, feature definition and target recorded
 
@@ -58,7 +59,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """Yield a binary handle to a hidden temporary file beside `path`; on success flush,
     fsync and rename it over `path`, so readers see the old file or the whole new one,
     never a part. On failure the temporary file is removed; a failure to write (see the
-    module doc) raises WriteError."""
+    module doc) raises WriteError. In a job whose run is gone nothing is renamed: it raises
+    orphans.RunGone."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
             if hasattr(os, "fchmod"):  # not on Windows, where the file gets the folder's ACL anyway
                 os.fchmod(handle.fileno(), FILE_MODE)
             os.fsync(handle.fileno())
-        os.replace(handle.name, target)
+        with publishing(target):  # nothing from a job whose run is gone (rnnfleet.orphans)
+            os.replace(handle.name, target)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(handle.name)

@@ -97,14 +97,18 @@ def _is_out_of_memory(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> Iterator[None]:
+def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None, watch_run: bool = True) -> Iterator[None]:
     """Run a job's work; on failure write one marked line (see module doc) and exit non-zero.
+    With watch_run, the work stops if the Snakemake run that started it goes, and is not
+    started if it is gone (rnnfleet.orphans); the job's client, which only waits for the
+    warm worker doing the work, passes False.
 
     subject names what the job works on (the dataset) in lines whose error does not name a file.
     """
     previous_handlers = {number: signal.signal(number, _stop) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield
+        with _run_watch(subject) if watch_run else contextlib.nullcontext():
+            yield
     except DataError as error:
         report(ERROR_PREFIX + one_line(error) + DATA_ERROR_NOTE)
         raise SystemExit(1) from None
@@ -140,6 +144,12 @@ def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> 
     finally:
         for number, handler in previous_handlers.items():
             signal.signal(number, handler)
+
+
+def _run_watch(subject: str) -> contextlib.AbstractContextManager:
+    from rnnfleet.orphans import stop_if_run_goes  # file locks and threads: not in a job's client
+
+    return stop_if_run_goes(subject)
 
 
 def last_marked_line(log_path: str | Path) -> str | None:

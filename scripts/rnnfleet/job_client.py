@@ -117,7 +117,8 @@ def main(arguments: list[str]) -> None:
     from rnnfleet.warm_client import run_job
 
     target, records_start = JOBS[options.kind]
-    with job_guard(dict(options.text).get("dataset", options.kind)):
+    # Not watched here: the work runs in call() under a job_guard of its own (a warm child's or this process's).
+    with job_guard(dict(options.text).get("dataset", options.kind), watch_run=False):
         job_kwargs, warm = job_arguments(options)
         if records_start:
             job_kwargs["process_started_at"] = process_started_at()
