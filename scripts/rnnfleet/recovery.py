@@ -118,7 +118,7 @@ def _wait_for_jobs_of_dead_runs(job_files: list[str], own_names: set[str]) -> No
             pids = _job_pids(job_files)
             raise JobsOfKilledRunAlive(
                 f"{len(job_files)} job(s) of an earlier run in this folder that was killed still run (pid {pids}) "
-                f"and did not stop within {ORPHAN_WAIT_SECONDS:.0f} s; nothing was run: stop them "
+                f"and did not stop within {ORPHAN_WAIT_SECONDS:g} s; nothing was run: stop them "
                 f"(kill {pids.replace(',', '')}) and run again"
             )
         time.sleep(0.1)
