@@ -232,20 +232,21 @@ def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own
     assert_everything_trained_and_loads(workdir)
 
 
-def hold_job_file(workdir: Path, seconds: float, partial: Path) -> subprocess.Popen:
-    """A job of a run that was killed, taking `seconds` to stop: it holds its job file (as every
-    working job does) and a half-written file, which it removes on its way out after saying
-    whether the file was still there."""
+def hold_job_file(workdir: Path, partial: Path) -> subprocess.Popen:
+    """A job of a run that was killed, slow to stop: it holds its job file (as every working
+    job does) and a half-written file until a line reaches its stdin, then says whether the
+    file was still there and removes it, as a job on its way out does."""
     partial.write_bytes(b"half a model")
     holder = start_python(
-        "import os, time\n"
+        "import os, sys\n"
         "from rnnfleet.orphans import job_lock_held\n"
         "with job_lock_held():\n"
         "    print('holding', flush=True)\n"
-        f"    time.sleep({seconds})\n"
+        "    sys.stdin.readline()\n"
         f"    print('kept' if os.path.exists({str(partial)!r}) else 'removed', flush=True)\n"
         f"    os.unlink({str(partial)!r})\n",
         workdir,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
     assert holder.stdout.readline() == "holding\n"
@@ -255,21 +256,35 @@ def hold_job_file(workdir: Path, seconds: float, partial: Path) -> subprocess.Po
 def test_a_new_run_waits_for_a_job_of_a_killed_run_and_leaves_its_files_alone_meanwhile(one_model, tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(one_model, workdir, symlinks=True)
-    holder = hold_job_file(workdir, 3, workdir / "models" / ".A_1m.pt.x1.partial")
-
-    result = snakemake(workdir)
-
-    assert f"rnnfleet: waiting for 1 job(s) of a run that was killed to stop (pid {holder.pid})" in result.stderr
-    assert holder.wait(timeout=5) == 0  # it had ended before the run went on
-    assert holder.stdout.read() == "kept\n"
-    assert "Nothing to be done" in result.stdout + result.stderr
+    holder = hold_job_file(workdir, workdir / "models" / ".A_1m.pt.x1.partial")
+    output_path = tmp_path / "snakemake-output.txt"
+    with open(output_path, "w") as output:
+        run = subprocess.Popen(snakemake_command(workdir), cwd=workdir, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        waiting = f"rnnfleet: waiting for 1 job(s) of a run that was killed to stop (pid {holder.pid})"
+        deadline = time.monotonic() + 120
+        while waiting not in output_path.read_text():
+            assert run.poll() is None, output_path.read_text()
+            assert time.monotonic() < deadline, "the run never waited"
+            time.sleep(0.05)
+        time.sleep(1)  # the run keeps waiting while the job lives
+        assert run.poll() is None
+        holder.stdin.write("stop\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=30) == 0
+        assert holder.stdout.read() == "kept\n"
+        assert run.wait(timeout=300) == 0, output_path.read_text()
+    finally:
+        holder.kill()
+        run.kill()
+    assert "Nothing to be done" in output_path.read_text()
 
 
 def test_a_job_of_a_killed_run_that_does_not_stop_makes_the_new_run_refuse(one_model, tmp_path):
     workdir = tmp_path / "run"
     shutil.copytree(one_model, workdir, symlinks=True)
     partial = workdir / "models" / ".A_1m.pt.x1.partial"
-    holder = hold_job_file(workdir, 600, partial)
+    holder = hold_job_file(workdir, partial)
     try:
         new_run = start_python(
             "from rnnfleet import recovery\n"

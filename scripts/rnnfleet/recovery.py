@@ -76,11 +76,9 @@ def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
             _held_run_locks.append(wait_for_lock(path))
         os.environ[RUN_VARIABLE] = f"{platform.node()}/{run_id}"
         own_names = {run_lock_path(run_id).name, run_alive_path(run_id).name, CLAIM_LOCK.name}
-        runs_alive, jobs_alive = _others_alive(own_names)
-        if runs_alive:
+        if _others_alive(own_names)[0]:
             return False
-        if jobs_alive:
-            _wait_for_jobs_of_dead_runs(jobs_alive, own_names)
+        _wait_for_jobs_of_dead_runs(own_names)
         _remove_what_dead_runs_left(output_folders)
         return True
     finally:
@@ -106,7 +104,13 @@ def _others_alive(own_names: set[str]) -> tuple[bool, list[str]]:
     return runs_alive, job_files
 
 
-def _wait_for_jobs_of_dead_runs(job_files: list[str], own_names: set[str]) -> None:
+def _wait_for_jobs_of_dead_runs(own_names: set[str]) -> None:
+    """Wait until no job holds its file. The files are listed again here, after the runs
+    were seen dead: a job that saw its run alive (orphans.publishing) took its file before,
+    so it is listed, and the wait covers whatever it still renames into place."""
+    job_files = _others_alive(own_names)[1]
+    if not job_files:
+        return
     print(
         f"rnnfleet: waiting for {len(job_files)} job(s) of a run that was killed to stop (pid {_job_pids(job_files)})",
         file=sys.stderr,
