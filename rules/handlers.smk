@@ -13,7 +13,11 @@ from rnnfleet.hooks.previous_models import (
     back_up_models_to_replace,
     restore_previous_models,
 )
-from rnnfleet.hooks.recovery import claim_run_folder, stop_jobs_on_signals
+from rnnfleet.hooks.recovery import (
+    JobsOfKilledRunAlive,
+    claim_run_folder,
+    stop_jobs_on_signals,
+)
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.plots import drop_stale_snakemake_backup
@@ -28,7 +32,11 @@ apply_snakemake_guards(DATA_FILES.values(), warn=workflow.is_main_process)
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
-    if claim_run_folder(OUTPUT_FOLDERS):
+    try:
+        ALONE_IN_FOLDER = claim_run_folder(OUTPUT_FOLDERS)
+    except JobsOfKilledRunAlive as error:
+        raise WorkflowError(str(error)) from None
+    if ALONE_IN_FOLDER:
         # Alone in the folder: a backup still here belongs to a re-train that was killed,
         # or to a plots job that was killed (rnnfleet.plots.drop_stale_snakemake_backup).
         restore_previous_models(PATHS["models"])

@@ -2,10 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from rnnfleet.errors import job_guard
 from rnnfleet.inspection import inspect_datasets
+from rnnfleet.runner.orphans import run_job_guard
 
-with job_guard("inspect"):
+with run_job_guard("inspect"):
     inspect_datasets(
         files=dict(zip(snakemake.params.datasets, snakemake.input.bars, strict=True)),
         settings=dict(snakemake.params.settings),

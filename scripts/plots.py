@@ -2,10 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from rnnfleet.errors import job_guard
 from rnnfleet.plots import draw_report_figures
+from rnnfleet.runner.orphans import run_job_guard
 
-with job_guard("report figures"):
+with run_job_guard("report figures"):
     drawn = draw_report_figures(
         table_path=snakemake.input.table,
         metrics_paths=snakemake.input.metrics,

@@ -2,10 +2,10 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from rnnfleet.errors import job_guard
 from rnnfleet.predict import forecast_csv
+from rnnfleet.runner.orphans import run_job_guard
 
-with job_guard(snakemake.wildcards.dataset):
+with run_job_guard(snakemake.wildcards.dataset):
     forecast_csv(
         model_path=snakemake.input.model,
         csv_path=snakemake.input.csv,

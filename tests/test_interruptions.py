@@ -7,18 +7,33 @@ exactly where it should, then the normal command is run again.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-from conftest import add_datasets, snakemake, snakemake_command, trained_folder, wait_until_gone
+from conftest import (
+    REPO,
+    add_datasets,
+    process_alive,
+    snakemake,
+    snakemake_command,
+    trained_folder,
+    wait_until_gone,
+    write_config,
+)
 
+from rnnfleet.checkpoint import load_checkpoint, write_json
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME
+from rnnfleet.hooks.recovery import RUN_VARIABLE, RUNS_DIR
 from rnnfleet.model import load_model
+from rnnfleet.runner.orphans import RunGone, run_job_guard
 
 OUTPUT_FOLDERS = ("prep", "models", "metrics", "results", "predictions")
 
@@ -37,13 +52,13 @@ def with_new_dataset(one_model, tmp_path) -> Path:
     return workdir
 
 
-def start_paused_run(workdir: Path, point: str) -> tuple[subprocess.Popen, int]:
-    """Start snakemake in its own session (like a shell job) with the first job that reaches
-    `point` paused there; return the run and the paused job's pid."""
+def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.Popen, int]:
+    """Start snakemake (with args) in its own session (like a shell job) with the first job that
+    reaches `point` paused there; return the run and the paused job's pid."""
     marker = workdir.parent / f"paused-at-{point}"
     output = open(workdir.parent / "snakemake-output.txt", "w")
     run = subprocess.Popen(
-        snakemake_command(workdir),
+        snakemake_command(workdir, *args),
         cwd=workdir,
         stdout=output,
         stderr=subprocess.STDOUT,
@@ -152,3 +167,169 @@ def test_second_run_in_the_same_folder_is_refused_and_the_first_finishes(with_ne
     resume(workdir, "epoch")
     assert run.wait(timeout=300) == 0, (workdir.parent / "snakemake-output.txt").read_text()
     assert_everything_trained_and_loads(workdir)
+
+
+# --- a run killed alone: its jobs (rnnfleet.runner.orphans) ------------------------------------
+
+SCRIPTS = str(REPO / "scripts")
+
+
+def start_python(code: str, cwd: Path, **popen) -> subprocess.Popen:
+    """A Python process with rnnfleet importable, running `code` in cwd."""
+    return subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {SCRIPTS!r})\n{code}"], cwd=cwd, text=True, **popen
+    )
+
+
+def processes_of_run(run: subprocess.Popen, job_pid: int) -> set[int]:
+    """The run's processes (its shells, job clients, cold jobs) and the paused job's. Not the
+    folder's warm server and its idle children: they serve whichever run comes, and idle
+    ones hold no job."""
+    processes = psutil.Process(run.pid).children(recursive=True)
+    return {p.pid for p in processes if "rnnfleet.warm" not in " ".join(p.cmdline())} | {job_pid}
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "own-processes"])
+def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own_settings(tmp_path, warm):
+    workdir = tmp_path / "run"
+    add_datasets(workdir, ["A_1m", "B_1m"])
+    write_config(workdir, data_dir="data", train={"epochs": 8, "patience": 8, "warm_workers": warm})
+    run, job_pid = start_paused_run(workdir, "epoch", "--cores", "1")  # one training at a time: the paused one
+    job = psutil.Process(job_pid)
+    if warm:  # which path ran: a warm child (forked by the server), or the job's own process
+        assert "rnnfleet.warm" in " ".join(job.parent().cmdline())
+    else:
+        assert "scripts/job.py" in " ".join(job.cmdline())
+    first_run = processes_of_run(run, job_pid)
+    # Warm: the job's client (Snakemake's shell may exec it) and the child; cold: the job's process.
+    assert len(first_run) >= 2 if warm else job.ppid() == run.pid or job.parent().ppid() == run.pid
+
+    os.kill(run.pid, signal.SIGKILL)  # Snakemake's process alone: its jobs are told nothing
+    run.wait(timeout=30)
+    write_config(workdir, data_dir="data", train={"epochs": 1, "patience": 1, "warm_workers": warm})
+    try:
+        snakemake(workdir)  # the plain command, at once
+        alive_after_rerun = sorted(pid for pid in first_run if process_alive(pid))
+    finally:
+        resume(workdir, "epoch")  # a job of the first run still alive would go on and write now
+        for pid in first_run:
+            try:
+                wait_until_gone(pid, seconds=60)
+            finally:
+                if process_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+    assert alive_after_rerun == [], "processes of the killed run outlived the re-run"
+    for dataset in ("A_1m", "B_1m"):
+        checkpoint = load_checkpoint(workdir / "models" / f"{dataset}.pt")
+        metrics = json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
+        assert checkpoint["train_config"]["epochs"] == 1 and checkpoint["metrics"]["epochs_run"] == 1
+        assert metrics["epochs_run"] == 1 and metrics["pid"] not in first_run
+        assert metrics["worker"] == ("warm" if warm else "cold")
+    with open(workdir / "results" / "metrics.csv") as table:
+        assert {row["dataset"]: row["epochs_run"] for row in csv.DictReader(table)} == {"A_1m": "1", "B_1m": "1"}
+    assert_everything_trained_and_loads(workdir)
+
+
+def hold_job_file(workdir: Path, partial: Path) -> subprocess.Popen:
+    """A job of a run that was killed, slow to stop: it holds its job file (as every working
+    job does) and a half-written file until a line reaches its stdin, then says whether the
+    file was still there and removes it, as a job on its way out does."""
+    partial.write_bytes(b"half a model")
+    holder = start_python(
+        "import os, sys\n"
+        "from rnnfleet.runner.orphans import job_lock_held\n"
+        "with job_lock_held():\n"
+        "    print('holding', flush=True)\n"
+        "    sys.stdin.readline()\n"
+        f"    print('kept' if os.path.exists({str(partial)!r}) else 'removed', flush=True)\n"
+        f"    os.unlink({str(partial)!r})\n",
+        workdir,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert holder.stdout.readline() == "holding\n"
+    return holder
+
+
+def test_a_new_run_waits_for_a_job_of_a_killed_run_and_leaves_its_files_alone_meanwhile(one_model, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(one_model, workdir, symlinks=True)
+    holder = hold_job_file(workdir, workdir / "models" / ".A_1m.pt.x1.partial")
+    output_path = tmp_path / "snakemake-output.txt"
+    with open(output_path, "w") as output:
+        run = subprocess.Popen(snakemake_command(workdir), cwd=workdir, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        waiting = f"rnnfleet: waiting for 1 job(s) of a run that was killed to stop (pid {holder.pid})"
+        deadline = time.monotonic() + 120
+        while waiting not in output_path.read_text():
+            assert run.poll() is None, output_path.read_text()
+            assert time.monotonic() < deadline, "the run never waited"
+            time.sleep(0.05)
+        time.sleep(1)  # the run keeps waiting while the job lives
+        assert run.poll() is None
+        holder.stdin.write("stop\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=30) == 0
+        assert holder.stdout.read() == "kept\n"
+        assert run.wait(timeout=300) == 0, output_path.read_text()
+    finally:
+        holder.kill()
+        run.kill()
+    assert "Nothing to be done" in output_path.read_text()
+
+
+def test_a_job_of_a_killed_run_that_does_not_stop_makes_the_new_run_refuse(one_model, tmp_path):
+    workdir = tmp_path / "run"
+    shutil.copytree(one_model, workdir, symlinks=True)
+    partial = workdir / "models" / ".A_1m.pt.x1.partial"
+    holder = hold_job_file(workdir, partial)
+    try:
+        new_run = start_python(
+            "from rnnfleet import recovery\n"
+            "recovery.ORPHAN_WAIT_SECONDS = 0.5\n"
+            "recovery.claim_run_folder(['models'])\n",
+            workdir,
+            stderr=subprocess.PIPE,
+        )
+        stderr = new_run.communicate(timeout=60)[1]
+        assert new_run.returncode != 0
+        assert (
+            f"JobsOfKilledRunAlive: 1 job(s) of an earlier run in this folder that was killed still run "
+            f"(pid {holder.pid}) and did not stop within 0.5 s; nothing was run: stop them (kill {holder.pid}) "
+            "and run again"
+        ) in stderr
+        assert partial.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_job_of_a_run_that_died_publishes_nothing_and_does_not_start(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run = start_python(
+        "import os, time\n"
+        "from rnnfleet.hooks.recovery import RUN_VARIABLE, claim_run_folder\n"
+        "claim_run_folder([])\n"
+        "print(os.environ[RUN_VARIABLE], flush=True)\n"
+        "time.sleep(600)\n",
+        tmp_path,
+        stdout=subprocess.PIPE,
+    )
+    monkeypatch.setenv(RUN_VARIABLE, run.stdout.readline().strip())  # this process: a job of that run
+    metrics = tmp_path / "metrics" / "A_1m.json"
+    write_json({"epochs_run": 8}, metrics)  # published while the run lives
+    run.kill()
+    run.wait()
+
+    with pytest.raises(RunGone, match="A_1m.json: not written: the Snakemake run that started this job is gone"):
+        write_json({"epochs_run": 1}, metrics)
+    assert json.loads(metrics.read_text()) == {"epochs_run": 8}
+    assert [path.name for path in metrics.parent.iterdir()] == ["A_1m.json"]  # no half-written file
+    started = tmp_path / "started"
+    with pytest.raises(SystemExit):
+        with run_job_guard("A_1m"):
+            started.touch()
+    assert not started.exists()
+    assert "ERROR: A_1m: not started: the Snakemake run that started this job is gone" in capsys.readouterr().err
+    assert not [path for path in RUNS_DIR.iterdir() if path.name.startswith("job-")]  # the job files went with them

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -28,6 +28,12 @@ def _current_umask() -> int:
     os.umask(mask)
     return mask
 
+
+def _publish_as_finished(path: Path) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
+
+
+_publish_guard: Callable[[Path], contextlib.AbstractContextManager] = _publish_as_finished
 
 # Temporary files are created 0600; the finished file gets the permissions of a normal open().
 FILE_MODE = 0o666 & ~_current_umask()
@@ -58,7 +64,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """Yield a binary handle to a hidden temporary file beside `path`; on success flush,
     fsync and rename it over `path`, so readers see the old file or the whole new one,
     never a part. On failure the temporary file is removed; a failure to write (see the
-    module doc) raises WriteError."""
+    module doc) raises WriteError. The rename happens inside the publish guard (see
+    guard_publishing): in a job whose run is gone it renames nothing and raises."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +82,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
             if hasattr(os, "fchmod"):  # not on Windows, where the file gets the folder's ACL anyway
                 os.fchmod(handle.fileno(), FILE_MODE)
             os.fsync(handle.fileno())
-        os.replace(handle.name, target)
+        with _publish_guard(target):
+            os.replace(handle.name, target)
     except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(handle.name)
@@ -85,6 +93,14 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
             raise write_error(target, recorder.write_failure) from None
         raise
     _sync_folder(target.parent)
+
+
+def guard_publishing(guard: Callable[[Path], contextlib.AbstractContextManager]) -> None:
+    """Have every atomic_write of this process rename its file inside guard(path). The job
+    runner sets one (rnnfleet.runner.orphans.publishing: nothing from a job whose run is
+    gone); elsewhere files are renamed as they are finished."""
+    global _publish_guard
+    _publish_guard = guard
 
 
 def _sync_folder(folder: Path) -> None:

@@ -8,61 +8,136 @@ however it dies, see rnnfleet.runner.file_locks); a run that can lock every othe
 no other run is alive in this folder, so what it finds of those two kinds was left by a
 dead run and goes. Where the platform has no such lock, nothing is removed: Snakemake's own
 `--unlock` is then the way out, as without rnnfleet.
+
+A run killed alone (`kill -9` of Snakemake's process, not of its jobs) leaves its jobs
+running. Each of them holds a lock file of its own in RUNS_DIR while it works (job-*.lock,
+rnnfleet.runner.orphans) and stops once its run's file is no longer locked. A starting run that
+finds no other run alive but such jobs still working waits for them to end (up to
+ORPHAN_WAIT_SECONDS) before it removes anything, and refuses to run if they do not.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+import secrets
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
+from rnnfleet.errors import UserError
 from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
 
 SNAKEMAKE_DIR = Path(".snakemake")
-RUNS_DIR = SNAKEMAKE_DIR / "rnnfleet-runs"  # one locked file per live run
+RUNS_DIR = SNAKEMAKE_DIR / "rnnfleet-runs"  # two locked files per live run, one per working job
 CLAIM_LOCK = RUNS_DIR / "claim.lock"  # held while a starting run looks at the others
 SNAKEMAKE_LOCKS = SNAKEMAKE_DIR / "locks"
 PARTIAL_SUFFIX = ".partial"  # see checkpoint.atomic_write
+RUN_VARIABLE = "RNNFLEET_RUN"  # in each job's environment: "<host>/<run id>" of the run that started it
+ALIVE_SUFFIX = ".alive"  # a run's second file: the one its jobs test (rnnfleet.runner.orphans)
+JOB_PREFIX = "job-"  # a working job's file (rnnfleet.runner.orphans)
+ORPHAN_WAIT_SECONDS = 60.0  # jobs of a killed run stop within about orphans.STOP_GRACE_SECONDS
 
 _held_run_locks: list[IO[str]] = []  # open for the life of the process: closing would drop the lock
 
 
+class JobsOfKilledRunAlive(UserError):
+    """Jobs of a run that was killed still work in this folder and did not stop in time."""
+
+
+def run_lock_path(run_id: str) -> Path:
+    """The file a run holds and other runs test."""
+    return RUNS_DIR / f"run-{run_id}.lock"
+
+
+def run_alive_path(run_id: str) -> Path:
+    """The file a run holds and its jobs test: a second one, so that a job's test (which
+    locks it for an instant when the run is gone) never makes a starting run see a dead run alive."""
+    return RUNS_DIR / f"run-{run_id}{ALIVE_SUFFIX}"
+
+
 def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
-    """Join the runs in the current folder. If no other run is alive here, first remove
+    """Join the runs in the current folder and name this run to its jobs (RUN_VARIABLE). If
+    no other run is alive here, first wait for the jobs of dead runs to end, then remove
     Snakemake's stale locks and stale `.partial` files in output_folders (one listing each).
-    Returns whether this run was alone (False also where the platform cannot tell)."""
+    Returns whether this run was alone (False also where the platform cannot tell). Raises
+    JobsOfKilledRunAlive when such jobs still work after ORPHAN_WAIT_SECONDS."""
     if not os_locks_available():
         return False
     RUNS_DIR.mkdir(parents=True, exist_ok=True)
     claim_lock = wait_for_lock(CLAIM_LOCK)  # another starting run may be cleaning up
     try:
-        _held_run_locks.append(wait_for_lock(RUNS_DIR / f"{os.getpid()}.lock"))
-        if not _other_runs_alive():
-            _remove_what_dead_runs_left(output_folders)
-            return True
-        return False
+        run_id = f"{os.getpid()}-{secrets.token_hex(4)}"  # unique: a pid can come back
+        for path in (run_lock_path(run_id), run_alive_path(run_id)):
+            _held_run_locks.append(wait_for_lock(path))
+        os.environ[RUN_VARIABLE] = f"{platform.node()}/{run_id}"
+        own_names = {run_lock_path(run_id).name, run_alive_path(run_id).name, CLAIM_LOCK.name}
+        if _others_alive(own_names)[0]:
+            return False
+        _wait_for_jobs_of_dead_runs(own_names)
+        _remove_what_dead_runs_left(output_folders)
+        return True
     finally:
         claim_lock.close()
 
 
-def _other_runs_alive() -> bool:
-    """Whether any other run holds its file; files of dead runs are removed on the way."""
-    alive = False
-    own_name = f"{os.getpid()}.lock"
+def _others_alive(own_names: set[str]) -> tuple[bool, list[str]]:
+    """(whether another run holds its file, the files held by working jobs); files no one
+    holds are removed on the way."""
+    runs_alive, job_files = False, []
     for entry in os.scandir(RUNS_DIR):
-        if entry.name in (own_name, CLAIM_LOCK.name):
+        if entry.name in own_names:
             continue
         lock_file = try_lock(entry.path)
         if lock_file is None:
-            alive = True
+            if entry.name.startswith(JOB_PREFIX):
+                job_files.append(entry.path)
+            elif not entry.name.endswith(ALIVE_SUFFIX):  # held an instant by a job's test: not a sign
+                runs_alive = True
         else:
             lock_file.close()
             Path(entry.path).unlink(missing_ok=True)
-    return alive
+    return runs_alive, job_files
+
+
+def _wait_for_jobs_of_dead_runs(own_names: set[str]) -> None:
+    """Wait until no job holds its file. The files are listed again here, after the runs
+    were seen dead: a job that saw its run alive (orphans.publishing) took its file before,
+    so it is listed, and the wait covers whatever it still renames into place."""
+    job_files = _others_alive(own_names)[1]
+    if not job_files:
+        return
+    print(
+        f"rnnfleet: waiting for {len(job_files)} job(s) of a run that was killed to stop (pid {_job_pids(job_files)})",
+        file=sys.stderr,
+        flush=True,
+    )
+    deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
+    while job_files:
+        if time.monotonic() > deadline:
+            pids = _job_pids(job_files)
+            raise JobsOfKilledRunAlive(
+                f"{len(job_files)} job(s) of an earlier run in this folder that was killed still run (pid {pids}) "
+                f"and did not stop within {ORPHAN_WAIT_SECONDS:g} s; nothing was run: stop them "
+                f"(kill {pids.replace(',', '')}) and run again"
+            )
+        time.sleep(0.1)
+        job_files = _others_alive(own_names)[1]
+
+
+def _job_pids(job_files: list[str]) -> str:
+    """The pids the jobs wrote into their files (rnnfleet.runner.orphans), for messages."""
+    pids = []
+    for path in job_files:
+        try:
+            pids.append(Path(path).read_text().strip() or "?")
+        except OSError:
+            pids.append("?")
+    return ", ".join(pids)
 
 
 def _remove_what_dead_runs_left(output_folders: Iterable[str | os.PathLike]) -> None:

@@ -43,3 +43,17 @@ def wait_for_lock(path: str | os.PathLike) -> IO:
     while (lock_file := try_lock(path)) is None:
         time.sleep(POLL_SECONDS)
     return lock_file
+
+
+def held_elsewhere(path: str | os.PathLike) -> bool:
+    """Whether another open file holds the lock on the file at `path`; False when there is
+    no such file (none is created). Raises OSError when the platform has no such lock."""
+    try:
+        probe = open(path, "rb")  # noqa: SIM115 - closed below, after the unlock
+    except FileNotFoundError:
+        return False
+    with probe:
+        if not filelock.lock_descriptor(probe.fileno(), blocking=False):
+            return True
+        filelock.unlock_descriptor(probe.fileno())
+        return False

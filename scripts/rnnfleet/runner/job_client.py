@@ -118,6 +118,8 @@ def main(arguments: list[str]) -> None:
     from rnnfleet.runner.warm_client import run_job
 
     target, records_start = JOBS[options.kind]
+    # Not the run's watch here (orphans.run_job_guard): the work runs under one of its own,
+    # in a warm child or in this process.
     with job_guard(dict(options.text).get("dataset", options.kind)):
         job_kwargs, warm = job_arguments(options)
         if records_start:

@@ -1,6 +1,6 @@
 """The jobs as the scripts run them (in the job's own process or in a warm worker): each
 holds a job whole (read its inputs, run the core, write its outputs and metrics), failures
-explained by errors.job_guard, the train job's retries explained in the log.
+explained by orphans.run_job_guard (errors.job_guard for a job of a live run), the train job's retries explained in the log.
 
 Imported by a job's process or a warm worker only, never by the job client: torch and
 pandas load here.
@@ -21,11 +21,11 @@ from rnnfleet.errors import (
     ERROR_PREFIX,
     OUT_OF_MEMORY,
     UserError,
-    job_guard,
     last_marked_line,
 )
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
 from rnnfleet.hooks.previous_models import drop_backup
+from rnnfleet.runner.orphans import run_job_guard
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -35,7 +35,7 @@ NOT_RETRIED = " (not retried: more memory would not help)"
 
 def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
     """preprocess_one(**preprocess_kwargs), failing with one line that names the file."""
-    with job_guard(dataset):
+    with run_job_guard(dataset):
         preprocess_one(**preprocess_kwargs)
 
 
@@ -52,7 +52,7 @@ def train_job(attempt: int, log_path: str, device: str, **train_kwargs) -> None:
     if attempt == 1:
         earlier_attempts_log.unlink(missing_ok=True)  # left by an earlier run
     try:
-        with job_guard(dataset, attempt=attempt, gpu_mem_gb=gpu_mem_gb):
+        with run_job_guard(dataset, attempt=attempt, gpu_mem_gb=gpu_mem_gb):
             if attempt > 1:
                 check_retry_helps(attempt, earlier_attempts_log, gpu_mem_gb)
             raise_injected_out_of_memory(attempt)

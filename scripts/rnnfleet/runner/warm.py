@@ -21,7 +21,9 @@ status, so scheduling, resources, triggers, dry-runs and per-job failures behave
   failed exits; a fresh one takes the next. So does one that started CUDA where several
   GPUs are visible (device.can_take_another_job).
 - If the client dies (job killed, Ctrl+C), the server sees the connection close and
-  terminates the child.
+  terminates the child. If the run dies alone (Snakemake's process killed: the client
+  lives on, waiting), the child's job sees it and stops (rnnfleet.runner.orphans); a child never
+  takes a job of another run (the runs' environments differ: RNNFLEET_RUN).
 - The server is started (rnnfleet.runner.warm_client) when a run with trainings starts
   (prestart) or by the first job that finds none, under a file lock the server holds until it listens, so only one
   starts; it and its idle children exit after IDLE_SECONDS without jobs. Its key includes
@@ -87,6 +89,7 @@ def serve(address: Path, start_lock_fd: int) -> None:
 
     import rnnfleet.data  # noqa: F401
     import rnnfleet.runner.jobs  # noqa: F401
+    import rnnfleet.runner.orphans  # noqa: F401  each job's run watch (orphans.run_job_guard)
     import rnnfleet.training  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
