@@ -1,0 +1,87 @@
+"""The package's three parts stay apart: the core imports nothing of the runner or the hooks,
+and no module imports itself back through others (read from the source, every import counted,
+also those inside functions)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+PACKAGE = REPO / "scripts" / "rnnfleet"
+OUTER_PARTS = ("rnnfleet.runner", "rnnfleet.hooks")
+# What a reader of the core must not meet: processes, sockets, locks, Snakemake.
+NOT_IN_THE_CORE = ("socket", "selectors", "fcntl", "filelock", "snakemake", "subprocess")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module `path` imports, anywhere in the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)  # `from rnnfleet import x`
+    return names
+
+
+def package_imports() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {
+        name: {imported for imported in imported_names(path) if imported in modules} for name, path in modules.items()
+    }
+
+
+def core_modules() -> list[Path]:
+    return sorted(PACKAGE.glob("*.py"))
+
+
+def test_the_core_imports_nothing_of_the_runner_or_the_hooks():
+    for path in core_modules():
+        outer = sorted(name for name in imported_names(path) if name.startswith(OUTER_PARTS))
+        assert outer == [], f"{path.name} imports {outer}"
+
+
+def test_the_core_reads_without_sockets_locks_or_snakemake():
+    for path in core_modules():
+        found = sorted(
+            name for name in imported_names(path) if name.split(".")[0] in NOT_IN_THE_CORE or name == "multiprocessing"
+        )
+        assert found == [], f"{path.name} imports {found}"
+
+
+def test_no_module_imports_itself_back():
+    graph = package_imports()
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for imported in graph.get(start, ()):
+            if imported == goal or (imported not in seen and (seen.add(imported) or reaches(imported, goal, seen))):
+                return True
+        return False
+
+    circles = sorted(name for name in graph if reaches(name, name, set()))
+    assert circles == [], f"import circles through {circles}"
+
+
+def test_the_layout_check_sees_a_circle_and_an_outer_import(tmp_path, monkeypatch):
+    """The checks above can fail: a planted circle and a planted core -> runner import are found."""
+    package = tmp_path / "rnnfleet"
+    (package / "runner").mkdir(parents=True)
+    (package / "a.py").write_text("from rnnfleet.b import x\n")
+    (package / "b.py").write_text("def f():\n    from rnnfleet.a import y\n")
+    (package / "c.py").write_text("import rnnfleet.runner.jobs\n")
+    (package / "runner" / "jobs.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", package)
+    with pytest.raises(AssertionError, match=r"import circles through \['rnnfleet.a', 'rnnfleet.b'\]"):
+        test_no_module_imports_itself_back()
+    with pytest.raises(AssertionError, match=r"c.py imports \['rnnfleet.runner.jobs'\]"):
+        test_the_core_imports_nothing_of_the_runner_or_the_hooks()
