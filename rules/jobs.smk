@@ -41,7 +41,7 @@ JOB_SETTINGS = {
     },
 }
 JOB_CLIENT = (
-    f"{job_python()} {quoted(Path(workflow.basedir, 'scripts', 'job.py').as_posix())}"
+    f"{job_python()} {quoted((RNNFLEET_DIR / 'scripts' / 'job.py').as_posix())}"
 )
 # Options of every job's command: its log, the run's settings file, its dataset.
 JOB_OPTIONS = " ".join(
