@@ -13,6 +13,7 @@ from rnnfleet.hooks.previous_models import (
     restore_previous_models,
 )
 from rnnfleet.hooks.recovery import claim_run_folder, stop_jobs_on_signals
+from rnnfleet.hooks.retry_policy import apply as apply_retry_policy
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.plots import drop_stale_snakemake_backup
 
@@ -21,6 +22,9 @@ SNAKEMAKE_SPEEDUPS = apply_snakemake_speedups(warn=workflow.is_main_process)
 logger.debug(
     f"rnnfleet: Snakemake speed-ups on: {', '.join(SNAKEMAKE_SPEEDUPS) or 'none'}"
 )
+
+# A training is launched again only when a retry can help (out of GPU memory, killed).
+apply_retry_policy(("train",), warn=workflow.is_main_process)
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.

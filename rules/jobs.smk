@@ -63,6 +63,10 @@ def job_command(kind, texts, values):
     return " ".join([JOB_CLIENT, kind, JOB_OPTIONS, *options])
 
 
+# How often a training that ran out of GPU memory is tried again (the train rule's retries).
+TRAIN_RETRIES = 2
+
+
 def gpu_mem_for_attempt(wildcards, attempt):
     """A retry after an out-of-memory error declares (and caps itself at) twice as much
     GPU memory; Snakemake never grants more than --resources gpu_mem."""
