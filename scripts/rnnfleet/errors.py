@@ -128,11 +128,14 @@ def job_guard(
         raise SystemExit(128 + number) from None
     except Exception as error:
         if _is_out_of_memory(error):
-            report(f"{ERROR_PREFIX}{subject}: {OUT_OF_MEMORY} within its train.gpu_mem of {gpu_mem_gb} GB" + (
-                f" (attempt {attempt}); raise train.gpu_mem or lower train.batch_size"
-                if attempts is None
-                else out_of_memory_next_step(attempt, attempts)
-            ))
+            report(
+                f"{ERROR_PREFIX}{subject}: {OUT_OF_MEMORY} within its train.gpu_mem of {gpu_mem_gb} GB"
+                + (
+                    f" (attempt {attempt}); raise train.gpu_mem or lower train.batch_size"
+                    if attempts is None
+                    else out_of_memory_next_step(attempt, attempts)
+                )
+            )
         elif isinstance(error, OSError) and error.errno in WRITE_CAUSES and error.filename is not None:
             # Not from atomic_write (that raises WriteError): it may be a read, so no verb.
             report(f"{ERROR_PREFIX}{error.filename}: {WRITE_CAUSES[error.errno]}{not_retried}")

@@ -17,7 +17,6 @@ import sys
 
 from rnnfleet.errors import NOT_RETRIED, last_marked_line
 
-
 # Set (to anything): stock Snakemake retries, for the test of what a job does without this hook.
 RETRY_POLICY_OFF = "RNNFLEET_STOCK_RETRIES"
 
