@@ -144,7 +144,9 @@ def parser() -> argparse.ArgumentParser:
         "cd FOLDER && snakemake --cores all. Nothing already there is replaced.",
     )
     init_parser.add_argument("folder", help="the folder to create (or an empty one)")
-    init_parser.add_argument("--data", help="folder of your bar files (stored as an absolute path; default FOLDER/data)")
+    init_parser.add_argument(
+        "--data", help="folder of your bar files (stored as an absolute path; default FOLDER/data)"
+    )
     init_parser.set_defaults(run=run_init)
 
     commands.add_parser(
