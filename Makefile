@@ -12,13 +12,15 @@ CORES ?= all
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch alone from its index (--no-deps: its dependencies come from PyPI in the next step,
 	# without asking the torch index for each of them)
 	$(BIN)/python -m pip install --quiet --no-deps "$(TORCH)" --extra-index-url $(TORCH_INDEX)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	# The `rnnfleet` command (init, predict, inspect), editable: it uses this clone's workflow.
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $@
 
 # On a cluster: the SLURM executor, into the venv (requirements-slurm.txt says why it is apart).

@@ -1,9 +1,13 @@
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The settings: a project folder's config/config.yaml (rnnfleet init, docs/project-folder.md),
+# else config.yaml in the folder snakemake runs in (this clone's is the demo's).
+configfile: "config/config.yaml" if os.path.exists("config/config.yaml") else "config.yaml"
 
 
 report: "report/workflow.rst"

@@ -1,42 +1,59 @@
-# The configuration: read (Snakefile's configfile), command-line values coerced, checked,
-# defaults filled in from the schema; then the settings object of each job kind.
+# The configuration: read (Snakefile's configfile), command-line values typed as YAML types
+# them, the model section per builder, checked, defaults filled in from the schema; then the
+# settings object of each job kind.
 import sys
+from pathlib import Path
 
 import yaml
 from snakemake.utils import validate
 
+# rnnfleet's own folder (this file's parent's): not workflow.basedir, which is the folder
+# of the main Snakefile, a project folder's own (docs/project-folder.md).
+RNNFLEET_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False)).parent
 # rnnfleet's Python package, for this file and the others in rules/.
-sys.path.insert(0, f"{workflow.basedir}/scripts")
+sys.path.insert(0, str(RNNFLEET_DIR / "scripts"))
 
-from rnnfleet.hooks.config_check import config_problems
+from rnnfleet.hooks.config_check import (
+    config_problems,
+    model_section,
+    set_given_values,
+    to_plain_dict,
+    typed_as_yaml,
+)
 from rnnfleet.plugins import reference_files
 from rnnfleet.settings import preprocess_settings, train_settings
 
-SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
+SCHEMA_PATH = str(RNNFLEET_DIR / "schemas" / "config.schema.yaml")
 
 
-def coerce_command_line_numbers(values, schema):
-    """Nested values given with --config 'train={"epochs": 3}' reach the config as strings
-    (Snakemake parses them with YAML's BaseLoader); turn those the schema types as numbers
-    or booleans back into them, so validation sees what the user meant."""
-    for key, subschema in schema.get("properties", {}).items():
-        value = values.get(key) if isinstance(values, dict) else None
-        if isinstance(value, dict):
-            coerce_command_line_numbers(value, subschema)
-        elif isinstance(value, str) and subschema.get("type") in (
-            "integer",
-            "number",
-            "boolean",
-        ):
-            try:
-                values[key] = yaml.safe_load(value)
-            except yaml.YAMLError:
-                pass  # left as a string: validation names the key
+def config_layers(command_line_values):
+    """The configuration as its layers, earliest first, as Snakemake merges them: the
+    workflow's config file (unless --replace-workflow-config), the --configfile files, the
+    --config values."""
+    from snakemake.common.configfile import load_configfile
+
+    settings = workflow.config_settings
+    command_line_files = [Path(path).absolute() for path in settings.configfiles]
+    workflow_files = [
+        path
+        for path in workflow.configfiles
+        if Path(path).absolute() not in command_line_files
+    ]
+    files = command_line_files
+    if not settings.replace_workflow_config:
+        files = workflow_files + files
+    return [load_configfile(path) for path in files] + [command_line_values]
 
 
 with open(SCHEMA_PATH) as schema_file:
     CONFIG_SCHEMA = yaml.safe_load(schema_file)
-coerce_command_line_numbers(config, CONFIG_SCHEMA)
+# --config values typed as YAML types them (Snakemake hands nested ones over as text).
+COMMAND_LINE_VALUES = typed_as_yaml(
+    to_plain_dict(workflow.config_settings.config), CONFIG_SCHEMA
+)
+set_given_values(config, COMMAND_LINE_VALUES)
+# One builder's keys never reach another builder (rnnfleet.hooks.config_check.model_section).
+config["model"] = model_section(config_layers(COMMAND_LINE_VALUES), CONFIG_SCHEMA)
 CONFIG_PROBLEMS = config_problems(config, CONFIG_SCHEMA)
 if CONFIG_PROBLEMS:
     raise WorkflowError(

@@ -1,7 +1,7 @@
-# What the run does around its jobs, in one place: the version-guarded Snakemake speed-ups
-# and guards,
-# the clean-up after a killed run (at parse time, before Snakemake checks its lock), and the
-# onstart / onsuccess / onerror handlers (Snakemake keeps one handler of each kind).
+# What the run does around its jobs, in one place: the version-guarded changes to Snakemake
+# (speed-ups, guards for unusable dataset files, the retry policy), the clean-up after a
+# killed run (at parse time, before Snakemake checks its lock), and the onstart / onsuccess /
+# onerror handlers (Snakemake keeps one handler of each kind).
 from snakemake.logging import logger
 
 from rnnfleet.hooks.after_failures import (
@@ -19,6 +19,7 @@ from rnnfleet.hooks.recovery import (
     stop_jobs_on_signals,
 )
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
+from rnnfleet.hooks.retry_policy import apply as apply_retry_policy
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.plots import drop_stale_snakemake_backup
 
@@ -29,6 +30,9 @@ logger.debug(
 )
 # A dataset file deleted or made unreadable during the run fails its own job, not the run.
 apply_snakemake_guards(DATA_FILES.values(), warn=workflow.is_main_process)
+
+# A training is launched again only when a retry can help (out of GPU memory, killed).
+apply_retry_policy(("train",), warn=workflow.is_main_process)
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.

@@ -41,7 +41,7 @@ JOB_SETTINGS = {
     },
 }
 JOB_CLIENT = (
-    f"{job_python()} {quoted(Path(workflow.basedir, 'scripts', 'job.py').as_posix())}"
+    f"{job_python()} {quoted((RNNFLEET_DIR / 'scripts' / 'job.py').as_posix())}"
 )
 # Options of every job's command: its log, the run's settings file, its dataset.
 JOB_OPTIONS = " ".join(
@@ -61,6 +61,10 @@ def job_command(kind, texts, values):
     options = [f"--text {name} {field}" for name, field in texts.items()]
     options += [f"--value {name} {field}" for name, field in values.items()]
     return " ".join([JOB_CLIENT, kind, JOB_OPTIONS, *options])
+
+
+# How often a training that ran out of GPU memory is tried again (the train rule's retries).
+TRAIN_RETRIES = 2
 
 
 def gpu_mem_for_attempt(wildcards, attempt):

@@ -10,9 +10,9 @@ rule train:
     benchmark:
         benchmark_path("train")
     priority: 10
-    # Out of GPU memory: try again with more (see gpu_mem_for_attempt); a retry after any
-    # other error stops at once (rnnfleet.runner.jobs.train_job).
-    retries: 2
+    # Out of GPU memory: try again with more (see gpu_mem_for_attempt); after any other
+    # error the job is not launched again (rnnfleet.hooks.retry_policy).
+    retries: TRAIN_RETRIES
     conda:
         "../envs/rnnfleet.yaml"
     threads: config["train"]["threads"]
@@ -36,5 +36,6 @@ rule train:
                 "threads": "{threads}",
                 "gpu_mem_gb": "{resources.gpu_mem}",
                 "attempt": "{resources.attempt}",
+                "attempts": str(TRAIN_RETRIES + 1),
             },
         )

@@ -8,6 +8,7 @@ import csv
 from conftest import add_datasets, snakemake, write_config
 
 from rnnfleet.faults import OOM_ATTEMPTS
+from rnnfleet.hooks.retry_policy import RETRY_POLICY_OFF
 from rnnfleet.model import load_model
 
 
@@ -26,10 +27,12 @@ def test_out_of_memory_is_retried_with_more_gpu_mem_and_the_log_says_so(tmp_path
     result = snakemake(tmp_path, "--resources", "gpu_mem=3", env={OOM_ATTEMPTS: "1"})
 
     log = train_log(tmp_path)
-    first_error = "ERROR: A_1m: ran out of GPU memory within its train.gpu_mem of 2 GB (attempt 1)"
+    first_error = (
+        "ERROR: A_1m: ran out of GPU memory within its train.gpu_mem of 2 GB (attempt 1 of 3); retry 1 of 2 follows"
+    )
     assert first_error in log and first_error in result.stderr
     # Twice the declaration, but never more than the whole budget (--resources gpu_mem=3).
-    assert "ATTEMPT 2: Snakemake retries this training with gpu_mem 3 GB" in log
+    assert "ATTEMPT 2 of 3: retry 1 of 2 of this training, with gpu_mem 3 GB" in log
     assert "the previous attempt ran out of GPU memory" in log
     assert log.rstrip().splitlines()[-1].startswith("A_1m: best epoch")
     load_model(tmp_path / "models" / "A_1m.pt")
@@ -47,8 +50,11 @@ def test_out_of_memory_on_every_attempt_fails_with_advice(tmp_path):
     assert result.returncode != 0
     errors = [line for line in train_log(tmp_path).splitlines() if line.startswith("ERROR")]
     assert [error.split("train.gpu_mem of ")[1].split(" (")[0] for error in errors] == ["1 GB", "2 GB", "4 GB"]
+    # A retry is announced only where one follows.
+    assert ["retry" in error.split("; ")[1] for error in errors] == [True, True, False]
     row = summary_row(tmp_path)
-    assert row["status"] == "failed" and "(attempt 3)" in row["error"] and "raise train.gpu_mem" in row["error"]
+    assert row["status"] == "failed" and "(attempt 3 of 3, the last)" in row["error"]
+    assert "raise train.gpu_mem" in row["error"]
     assert not (tmp_path / "models" / "A_1m.pt").exists()
 
 
@@ -62,6 +68,23 @@ def test_an_error_more_memory_cannot_fix_is_not_retried(tmp_path):
 
     log = train_log(tmp_path)
     assert result.returncode != 0
-    assert log.count(": training on ") == 1, log  # the second attempt stopped before training
+    # Launched once: Snakemake was told not to launch it again (rnnfleet.hooks.retry_policy).
+    assert result.stderr.count("Trying to restart job") == 0, result.stderr[-3000:]
+    assert "ATTEMPT" not in log and log.count(": training on ") == 1, log
     assert "not a valid rnnfleet array file" in log and "(not retried: more memory would not help)" in log
     assert "not retried" in summary_row(tmp_path)["error"]
+
+
+def test_without_the_retry_hook_a_relaunch_stops_at_once_and_says_why(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path, "--until", "preprocess")
+    (tmp_path / "prep" / "A_1m.npz").write_bytes(b"not an array file")
+
+    result = snakemake(tmp_path, check=False, env={RETRY_POLICY_OFF: "1"})
+
+    log = train_log(tmp_path)
+    assert result.returncode != 0 and "Trying to restart job" in result.stderr  # stock Snakemake relaunched it
+    assert log.count(": training on ") == 1, log  # the later attempts stopped before training
+    assert "ATTEMPT 3 of 3: Snakemake launched this training again after an error more memory would not help" in log
+    assert "retry" not in log.replace("not retried", "")

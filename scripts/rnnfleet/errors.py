@@ -28,6 +28,9 @@ STOPPED_PREFIX = "STOPPED: "
 ATTEMPT_PREFIX = "ATTEMPT "  # starts a retry's part of the log
 OUT_OF_MEMORY = "ran out of GPU memory"
 DATA_ERROR_NOTE = " [data error: fix or remove the file; the next run tries it again]"
+# Ends the problem of a job Snakemake retries (a training) when a retry would fail the same
+# way; rnnfleet.hooks.retry_policy then has Snakemake not launch it again.
+NOT_RETRIED = " (not retried: more memory would not help)"
 _TAIL_BYTES = 64 * 1024
 
 
@@ -97,19 +100,24 @@ def _is_out_of_memory(error: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> Iterator[None]:
+def job_guard(
+    subject: str, attempt: int = 1, gpu_mem_gb: int | None = None, attempts: int | None = None
+) -> Iterator[None]:
     """Run a job's work; on failure write one marked line (see module doc) and exit non-zero.
 
     subject names what the job works on (the dataset) in lines whose error does not name a file.
+    attempts: for a job Snakemake retries (a training), how many attempts it has in all; its
+    out-of-memory line then says whether a retry follows, any other problem ends with NOT_RETRIED.
     """
+    not_retried = NOT_RETRIED if attempts is not None else ""
     previous_handlers = {number: signal.signal(number, _stop) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     except DataError as error:
-        report(ERROR_PREFIX + one_line(error) + DATA_ERROR_NOTE)
+        report(ERROR_PREFIX + one_line(error) + not_retried + DATA_ERROR_NOTE)
         raise SystemExit(1) from None
     except UserError as error:
-        report(ERROR_PREFIX + one_line(error))
+        report(ERROR_PREFIX + with_suffix(one_line(error), not_retried))
         raise SystemExit(1) from None
     except (JobStopped, KeyboardInterrupt) as stop:
         number = stop.signal_number if isinstance(stop, JobStopped) else signal.SIGINT
@@ -121,25 +129,42 @@ def job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> 
     except Exception as error:
         if _is_out_of_memory(error):
             report(
-                f"{ERROR_PREFIX}{subject}: {OUT_OF_MEMORY} within its train.gpu_mem of {gpu_mem_gb} GB "
-                f"(attempt {attempt}); Snakemake retries with twice the gpu_mem while attempts are left, "
-                "after that raise train.gpu_mem or lower train.batch_size"
+                f"{ERROR_PREFIX}{subject}: {OUT_OF_MEMORY} within its train.gpu_mem of {gpu_mem_gb} GB"
+                + (
+                    f" (attempt {attempt}); raise train.gpu_mem or lower train.batch_size"
+                    if attempts is None
+                    else out_of_memory_next_step(attempt, attempts)
+                )
             )
         elif isinstance(error, OSError) and error.errno in WRITE_CAUSES and error.filename is not None:
             # Not from atomic_write (that raises WriteError): it may be a read, so no verb.
-            report(f"{ERROR_PREFIX}{error.filename}: {WRITE_CAUSES[error.errno]}")
+            report(f"{ERROR_PREFIX}{error.filename}: {WRITE_CAUSES[error.errno]}{not_retried}")
         else:
             import traceback
 
             traceback.print_exc()
             report(
                 f"{ERROR_PREFIX}{subject}: internal error {type(error).__name__}: {one_line(error)} "
-                "(traceback in the log)"
+                f"(traceback in the log){not_retried}"
             )
         raise SystemExit(1) from None
     finally:
         for number, handler in previous_handlers.items():
             signal.signal(number, handler)
+
+
+def with_suffix(text: str, suffix: str) -> str:
+    return text if text.endswith(suffix) else text + suffix
+
+
+def out_of_memory_next_step(attempt: int, attempts: int) -> str:
+    """What follows attempt `attempt` (of `attempts`) running out of GPU memory, in words."""
+    if attempt < attempts:
+        return (
+            f" (attempt {attempt} of {attempts}); retry {attempt} of {attempts - 1} follows with twice the "
+            "gpu_mem (never more than --resources gpu_mem)"
+        )
+    return f" (attempt {attempt} of {attempts}, the last); raise train.gpu_mem or lower train.batch_size"
 
 
 def last_marked_line(log_path: str | Path) -> str | None:

@@ -1,9 +1,9 @@
 """Forecasts from a saved model file and a CSV of recent bars.
 
-Command line (with `scripts` on the Python path):
+Command line (`rnnfleet predict`, installed by `pip install -e .`; or, without installing,
+`PYTHONPATH=scripts python -m rnnfleet.predict`):
 
-    PYTHONPATH=scripts python -m rnnfleet.predict --model models/EURUSD_1m.pt \\
-        --csv recent.csv --out forecasts.csv [--last 100] [--trust my/model.py ...]
+    rnnfleet predict --model models/EURUSD_1m.pt --csv recent.csv --out forecasts.csv [--last 100] [--trust my/model.py ...]
 
 The bars file may be in any layout rnnfleet.formats reads (sniffed, or `--preset`); files
 with a header are read with the column names the model file recorded.
@@ -152,9 +152,9 @@ def positive_int(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m rnnfleet.predict",
+        prog=prog,
         description="Forecast the model's target (e.g. the close log return and the implied close) "
         "at each bar of a CSV with a model file written by rnnfleet.",
     )

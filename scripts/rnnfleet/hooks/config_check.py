@@ -59,3 +59,69 @@ def allowed_values(schema: dict) -> str:
             words += ", not empty"
     description = schema.get("description")
     return f"{words} ({description})" if description else words
+
+
+def key_schema(schema: dict, key: str) -> dict:
+    """The part of `schema` (an object's) for `key`, looking into an if/then's properties too
+    (the model section's per-builder keys); {} for a key the schema does not type."""
+    for part in (schema, schema.get("then", {})):
+        if key in part.get("properties", {}):
+            return part["properties"][key]
+    return {}
+
+
+def typed_as_yaml(value, schema: dict):
+    """A value Snakemake's --config handed over as text (nested values are parsed with YAML's
+    BaseLoader, which keeps every scalar a string), typed as YAML types it (16 an int, 0.5 a
+    float, true a boolean), except where the schema says the key is text."""
+    import yaml
+
+    if isinstance(value, dict):
+        return {key: typed_as_yaml(item, key_schema(schema, key)) for key, item in value.items()}
+    if isinstance(value, list):
+        return [typed_as_yaml(item, schema.get("items", {})) for item in value]
+    if isinstance(value, str) and schema.get("type") != "string":
+        try:
+            return yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            return value  # left as text: validation names the key
+    return value
+
+
+def set_given_values(config: dict, given: dict) -> None:
+    """Write each value of `given` (a nested mapping) into `config` at the same place."""
+    for key, value in given.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            set_given_values(config[key], value)
+        else:
+            config[key] = value
+
+
+def model_section(layers: list, schema: dict):
+    """The model section that config layers (earliest first: the workflow's config file, then
+    --configfile files, then --config) describe. Snakemake merges them key by key; here a
+    layer that names another builder starts the section afresh, so one builder's keys never
+    reach another's function. Builder rnn's keys left out take the schema's defaults; another
+    builder's keys left out take the defaults of its own function."""
+    model: dict = {}
+    for layer in layers:
+        section = layer.get("model") if isinstance(layer, dict) else None
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            return section  # not a mapping: validation says so
+        if "builder" in section and section["builder"] != model.get("builder", "rnn"):
+            model = {}
+        model.update(section)
+    model.setdefault("builder", "rnn")
+    if model["builder"] == "rnn":
+        builder_keys = key_schema(schema, "model").get("then", {}).get("properties", {})
+        for key, key_part in builder_keys.items():
+            if "default" in key_part:
+                model.setdefault(key, key_part["default"])
+    return model
+
+
+def to_plain_dict(mapping) -> dict:
+    """A nested mapping (Snakemake keeps --config values in an immutable map) as plain dicts."""
+    return {key: to_plain_dict(value) if hasattr(value, "items") else value for key, value in mapping.items()}

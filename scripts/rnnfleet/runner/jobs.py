@@ -19,6 +19,7 @@ from rnnfleet.data import PreparedArrays, prepare_dataset, save_arrays
 from rnnfleet.errors import (
     ATTEMPT_PREFIX,
     ERROR_PREFIX,
+    NOT_RETRIED,
     OUT_OF_MEMORY,
     UserError,
     last_marked_line,
@@ -30,7 +31,6 @@ from rnnfleet.runner.orphans import run_job_guard
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
 EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
-NOT_RETRIED = " (not retried: more memory would not help)"
 
 
 def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
@@ -39,12 +39,14 @@ def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
         preprocess_one(**preprocess_kwargs)
 
 
-def train_job(attempt: int, log_path: str, device: str, **train_kwargs) -> None:
+def train_job(attempt: int, attempts: int, log_path: str, device: str, **train_kwargs) -> None:
     """train_one(**train_kwargs) on `device` (train.device: a run-time setting, not a
-    hyper-parameter) for Snakemake's attempt number `attempt` (1 = first try).
+    hyper-parameter) for Snakemake's attempt number `attempt` (1 = first try) of `attempts`.
 
     A retry follows only an out-of-memory error (or a death without a message, such as a
-    kill): a retry of any other error would fail the same way, so it stops at once.
+    kill): any other error's line ends with NOT_RETRIED, and rnnfleet.hooks.retry_policy has
+    Snakemake not launch the job again; a Snakemake where that hook is off launches it again
+    anyway, and that attempt stops at once, saying why.
     """
     dataset, gpu_mem_gb = train_kwargs["dataset"], train_kwargs["gpu_mem_gb"]
     train_kwargs["train_hparams"] = {**train_kwargs["train_hparams"], "device": device}
@@ -52,9 +54,9 @@ def train_job(attempt: int, log_path: str, device: str, **train_kwargs) -> None:
     if attempt == 1:
         earlier_attempts_log.unlink(missing_ok=True)  # left by an earlier run
     try:
-        with run_job_guard(dataset, attempt=attempt, gpu_mem_gb=gpu_mem_gb):
+        with run_job_guard(dataset, attempt=attempt, gpu_mem_gb=gpu_mem_gb, attempts=attempts):
             if attempt > 1:
-                check_retry_helps(attempt, earlier_attempts_log, gpu_mem_gb)
+                check_retry_helps(attempt, attempts, earlier_attempts_log, gpu_mem_gb)
             raise_injected_out_of_memory(attempt)
             raise_injected_train_crash(dataset)
             train_one(**train_kwargs)
@@ -67,18 +69,27 @@ def train_job(attempt: int, log_path: str, device: str, **train_kwargs) -> None:
     earlier_attempts_log.unlink(missing_ok=True)
 
 
-def check_retry_helps(attempt: int, earlier_attempts_log: Path, gpu_mem_gb: int) -> None:
+def check_retry_helps(attempt: int, attempts: int, earlier_attempts_log: Path, gpu_mem_gb: int) -> None:
     if earlier_attempts_log.exists():
         print(earlier_attempts_log.read_text(), end="", file=sys.stderr)
     previous = last_marked_line(earlier_attempts_log)
-    print(f"{ATTEMPT_PREFIX}{attempt}: Snakemake retries this training with gpu_mem {gpu_mem_gb} GB", file=sys.stderr)
+    if previous is not None and previous.startswith(ERROR_PREFIX) and OUT_OF_MEMORY not in previous:
+        print(
+            f"{ATTEMPT_PREFIX}{attempt} of {attempts}: Snakemake launched this training again after an error "
+            "more memory would not help; it stops at once",
+            file=sys.stderr,
+        )
+        problem = previous[len(ERROR_PREFIX) :].replace(NOT_RETRIED, "")
+        raise UserError(problem)  # job_guard adds NOT_RETRIED
+    print(
+        f"{ATTEMPT_PREFIX}{attempt} of {attempts}: retry {attempt - 1} of {attempts - 1} of this training, "
+        f"with gpu_mem {gpu_mem_gb} GB",
+        file=sys.stderr,
+    )
     if previous is None:
         print("the previous attempt ended without an error message (killed?)", file=sys.stderr)
     elif OUT_OF_MEMORY in previous:
         print("the previous attempt ran out of GPU memory", file=sys.stderr)
-    elif previous.startswith(ERROR_PREFIX):
-        problem = previous[len(ERROR_PREFIX) :]
-        raise UserError(problem if problem.endswith(NOT_RETRIED) else problem + NOT_RETRIED)
     else:
         print(f"the previous attempt ended with: {previous}", file=sys.stderr)
 

@@ -186,9 +186,11 @@ guard_publishing(publishing)
 
 
 @contextlib.contextmanager
-def run_job_guard(subject: str, attempt: int = 1, gpu_mem_gb: int | None = None) -> Iterator[None]:
+def run_job_guard(
+    subject: str, attempt: int = 1, gpu_mem_gb: int | None = None, attempts: int | None = None
+) -> Iterator[None]:
     """errors.job_guard for a job of a run: the work is not started if the Snakemake run
     that started it is gone, and is stopped (cleanly, as by SIGTERM) if it goes meanwhile.
     The job's client, which only waits for the warm worker doing the work, uses job_guard."""
-    with job_guard(subject, attempt, gpu_mem_gb), stop_if_run_goes(subject):
+    with job_guard(subject, attempt, gpu_mem_gb, attempts), stop_if_run_goes(subject):
         yield

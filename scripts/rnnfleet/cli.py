@@ -1,0 +1,187 @@
+"""The `rnnfleet` command (installed by `pip install -e .`): init, predict, inspect.
+
+    rnnfleet init my-fleet --data /path/to/bars   a project folder of your own (docs/project-folder.md)
+    rnnfleet predict --model ... --csv ... --out ...   forecasts from a model file
+    rnnfleet inspect [FOLDER]                      every dataset read and checked, nothing trained
+
+The workflow files (Snakefile, rules/, schemas/, profiles/, envs/, report/, scripts/*.py) are
+found next to this package in a clone (an editable install), else where a non-editable
+install put them (<prefix>/share/rnnfleet); workflow_dir says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from rnnfleet.errors import UserError
+
+WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "scripts")
+PROJECT_CONFIG = Path("config") / "config.yaml"
+PROJECT_PROFILE = Path("profiles") / "default" / "config.yaml"
+
+
+def workflow_dir() -> Path:
+    """rnnfleet's workflow folder: the clone this package sits in, else the installed copy."""
+    candidates = [Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / "rnnfleet"]
+    for candidate in candidates:
+        if all((candidate / name).exists() for name in WORKFLOW_FILES):
+            return candidate
+    raise UserError(
+        f"rnnfleet's workflow files (Snakefile, rules/, ...) are in none of {', '.join(map(str, candidates))}; "
+        "install rnnfleet from its clone with `pip install -e .` or `pip install .`"
+    )
+
+
+def project_snakefile(workflow: Path) -> str:
+    return (
+        "# An rnnfleet project folder (written by `rnnfleet init`; docs/project-folder.md).\n"
+        "# Your settings: config/config.yaml. Run here:  snakemake --cores all\n"
+        "# rnnfleet's workflow is included from where it is installed: upgrading rnnfleet leaves\n"
+        "# this folder's files as they are; outputs, logs and .snakemake/ are written here.\n"
+        "# (include, not `module`: Snakemake does not register a module's onstart/onsuccess/\n"
+        "# onerror handlers, which keep previous models and write results after failures.)\n"
+        f"include: {quoted_yaml((workflow / 'Snakefile').as_posix())}\n"
+        "\n\n"
+        "# What a plain `snakemake` makes here: rnnfleet's `all` (an included file cannot set it).\n"
+        "rule fleet:\n"
+        "    default_target: True\n"
+        "    input:\n"
+        "        rules.all.input,\n"
+    )
+
+
+def project_config(workflow: Path, data_dir: str) -> str:
+    """The demo's commented config.yaml (every key, each at its schema default) with data_dir set."""
+    lines = (workflow / "config.yaml").read_text().splitlines(keepends=True)
+    header = (
+        "# The settings of this rnnfleet project folder (docs/configuration.md lists every key).\n"
+        "# Override one for a single run:  snakemake --config 'train={\"epochs\": 5}'\n"
+        "# A changed setting re-runs what depends on it; `snakemake -n` lists what and why first.\n"
+    )
+    body = "".join(lines[next(i for i, line in enumerate(lines) if not line.startswith("#")) :])
+    data_line = next(line for line in body.splitlines() if line.startswith("data_dir:"))
+    return header + body.replace(data_line, f"data_dir: {quoted_yaml(data_dir)}", 1)
+
+
+def quoted_yaml(text: str) -> str:
+    import json
+
+    return json.dumps(text)  # a JSON string is a YAML string
+
+
+def init(folder: Path, data_dir: str) -> list[Path]:
+    """Write a project folder: Snakefile, config/config.yaml, profiles/default/config.yaml.
+    Refuses (UserError) when one of them exists: nothing already there is replaced."""
+    workflow = workflow_dir()
+    files = {
+        folder / "Snakefile": project_snakefile(workflow),
+        folder / PROJECT_CONFIG: project_config(workflow, data_dir),
+        folder / PROJECT_PROFILE: (workflow / "profiles" / "default" / "config.yaml").read_text(),
+    }
+    existing = [path for path in files if path.exists()]
+    if existing:
+        raise UserError(f"{existing[0]}: exists already; nothing was written (choose a new folder)")
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(files)
+
+
+def run_init(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    data_dir = os.path.abspath(args.data) if args.data else "data"
+    written = init(folder, data_dir)
+    print(f"rnnfleet project folder {folder}: wrote {', '.join(str(path.relative_to(folder)) for path in written)}")
+    if not args.data:
+        print(f"put your bar files in {folder / 'data'} (or set data_dir in {folder / PROJECT_CONFIG})")
+    print(f"then:  cd {folder} && snakemake -n   (what would run), snakemake --cores all   (run it)")
+    return 0
+
+
+def snakemake_in(folder: Path, arguments: list[str]) -> list[str]:
+    """The snakemake command for `folder`: its own Snakefile, else rnnfleet's."""
+    command = [sys.executable, "-m", "snakemake"]
+    if not (folder / "Snakefile").exists():
+        command += ["-s", str(workflow_dir() / "Snakefile")]
+    return command + arguments
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    result = subprocess.run(snakemake_in(folder, ["inspect", "--cores", "1", *args.snakemake_args]), cwd=folder)
+    if result.returncode == 0:
+        table = folder / results_dir(folder) / "inspect.csv"
+        if table.exists():
+            print(table.read_text(), end="")
+    return result.returncode
+
+
+def results_dir(folder: Path) -> str:
+    import yaml
+
+    for config_path in (folder / PROJECT_CONFIG, folder / "config.yaml"):
+        if config_path.exists():
+            config = yaml.safe_load(config_path.read_text()) or {}
+            return str((config.get("paths") or {}).get("results", "results"))
+    return "results"
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(
+        prog="rnnfleet",
+        description="Train the same RNN on each of many datasets of 1-minute bars (a Snakemake workflow).",
+    )
+    commands = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init_parser = commands.add_parser(
+        "init",
+        help="create a project folder of your own: Snakefile, config/config.yaml, profile",
+        description="Create a project folder that runs rnnfleet with its own settings: "
+        "cd FOLDER && snakemake --cores all. Nothing already there is replaced.",
+    )
+    init_parser.add_argument("folder", help="the folder to create (or an empty one)")
+    init_parser.add_argument(
+        "--data", help="folder of your bar files (stored as an absolute path; default FOLDER/data)"
+    )
+    init_parser.set_defaults(run=run_init)
+
+    commands.add_parser(
+        "predict",
+        help="forecasts from a model file and a CSV of recent bars (rnnfleet predict --help)",
+        add_help=False,
+    ).set_defaults(run=None)
+
+    inspect_parser = commands.add_parser(
+        "inspect",
+        help="read and check every dataset as preprocess would, train nothing (results/inspect.csv)",
+        description="Run `snakemake inspect` in FOLDER (its Snakefile, else rnnfleet's with FOLDER's "
+        "config.yaml) and print the table: one row per dataset, how its file was read.",
+    )
+    inspect_parser.add_argument("folder", nargs="?", default=".", help="project folder (default: this one)")
+    inspect_parser.add_argument(
+        "snakemake_args", nargs=argparse.REMAINDER, help="further snakemake options, e.g. --config data_dir=..."
+    )
+    inspect_parser.set_defaults(run=run_inspect)
+    return main_parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["predict"]:  # its own options and --help (rnnfleet.predict)
+        from rnnfleet.predict import main as predict_main
+
+        return predict_main(argv[1:], prog="rnnfleet predict")
+    args = parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

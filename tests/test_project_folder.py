@@ -1,0 +1,245 @@
+"""A project folder of the user's own, made with the installed `rnnfleet` command outside the
+repository, and settings that mean what they say: through the real pip, `rnnfleet` and
+`snakemake`."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, TINY_CONFIG, add_datasets, pending_jobs, snakemake, write_config
+
+from rnnfleet.cli import project_config
+from rnnfleet.hooks.config_check import config_problems, model_section, typed_as_yaml
+from rnnfleet.model import load_model
+
+SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+# Folders a run or an editable install may write in the repository, not outputs.
+NOT_OUTPUTS = (".git", "build", "rnnfleet.egg-info", "__pycache__", ".pytest_cache")
+
+
+def bin_dir(venv: Path) -> Path:
+    return venv / ("Scripts" if os.name == "nt" else "bin")
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> Path:
+    """A fresh virtual environment with rnnfleet installed by `pip install -e` (without
+    dependencies: it sees this interpreter's packages through a .pth file)."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    (purelib / "these_packages.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    python = bin_dir(venv) / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(REPO)],
+        check=True,
+        capture_output=True,
+    )
+    return venv
+
+
+def rnnfleet(venv: Path, *args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}  # no PYTHONPATH
+    result = subprocess.run(
+        [str(bin_dir(venv) / "rnnfleet"), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=900
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"rnnfleet {' '.join(args)} failed:\n{result.stdout}\n{result.stderr[-4000:]}")
+    return result
+
+
+def snakemake_here(venv: Path, folder: Path, *args: str) -> subprocess.CompletedProcess:
+    """A plain `snakemake` in `folder`, as a user types it there (no -s, no -d)."""
+    result = subprocess.run(
+        [str(bin_dir(venv) / "python"), "-m", "snakemake", "--cores", "2", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def repo_files_newer_than(started: float) -> list[Path]:
+    return [
+        path
+        for path in REPO.rglob("*")
+        if path.is_file() and not set(path.relative_to(REPO).parts) & set(NOT_OUTPUTS)
+        if path.stat().st_mtime > started
+    ]
+
+
+def test_init_makes_a_folder_that_runs_there_incrementally_and_forecasts(venv, tmp_path):
+    bars = tmp_path / "bars"
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    (tmp_path / "data").rename(bars)
+    started = time.time()
+
+    rnnfleet(venv, "init", "my-fleet", "--data", "bars", cwd=tmp_path)
+    folder = tmp_path / "my-fleet"
+    config_path = folder / "config" / "config.yaml"
+    assert sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()) == [
+        "Snakefile",
+        os.path.join("config", "config.yaml"),
+        os.path.join("profiles", "default", "config.yaml"),
+    ]
+    config = yaml.safe_load(config_path.read_text())
+    assert config["data_dir"] == str(bars)  # stored absolute: the folder runs from anywhere
+    # The user's own settings, in the folder's config file.
+    config["model"].update(TINY_CONFIG["model"])
+    config["train"].update(TINY_CONFIG["train"])
+    config["predict"].update({"datasets": "all", "last": 5})
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    run = snakemake_here(venv, folder)
+    assert "profiles/default" in run.stderr  # the folder's own profile applied
+    for output in ("models/A_1m.pt", "models/B_1m.pt", "results/metrics.csv", "predictions/A_1m.csv"):
+        assert (folder / output).is_file(), output
+    assert load_model(folder / "models" / "A_1m.pt")[1]["model_config"]["hidden_size"] == 8  # the folder's config
+    assert repo_files_newer_than(started) == []  # every output is in the folder
+
+    again = snakemake_here(venv, folder, "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr
+    add_datasets(tmp_path, ["C_1m"])
+    (tmp_path / "data" / "C_1m.csv").rename(bars / "C_1m.csv")
+    dry_run = snakemake_here(venv, folder, "-n")
+    assert list(pending_jobs(dry_run.stdout, "train")) == ["C_1m"]  # only the new dataset
+
+    rnnfleet(venv, "predict", "--model", "models/A_1m.pt", "--csv", str(bars / "A_1m.csv"), "--out", "f.csv",
+             "--last", "3", cwd=folder)  # fmt: skip
+    with open(folder / "f.csv") as forecasts:
+        assert len(list(csv.DictReader(forecasts))) == 3
+
+    inspected = rnnfleet(venv, "inspect", cwd=folder)
+    assert "A_1m" in inspected.stdout and (folder / "results" / "inspect.csv").is_file()
+    assert repo_files_newer_than(started) == []
+
+
+def test_every_command_has_help_and_init_replaces_nothing(venv, tmp_path):
+    for command in ([], ["init"], ["predict"], ["inspect"]):
+        result = rnnfleet(venv, *command, "--help", cwd=tmp_path)
+        assert result.stdout.startswith(f"usage: rnnfleet {' '.join(command)}".rstrip()), result.stdout
+    (tmp_path / "taken" / "config").mkdir(parents=True)
+    (tmp_path / "taken" / "config" / "config.yaml").write_text("mine\n")
+
+    refused = rnnfleet(venv, "init", "taken", cwd=tmp_path, check=False)
+
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"error: {Path('taken') / 'config' / 'config.yaml'}: exists already; nothing was written (choose a new folder)"
+    ]
+    assert sorted(path.name for path in (tmp_path / "taken").rglob("*")) == ["config", "config.yaml"]
+
+
+def test_the_generated_config_has_every_key_at_its_schema_default():
+    config = yaml.safe_load(project_config(REPO, "/data/bars"))
+    assert config["data_dir"] == "/data/bars"
+    assert set(config) == set(SCHEMA["properties"])
+    assert config_problems(config, SCHEMA) == []
+    for section, values in config.items():
+        if isinstance(values, dict) and section != "model":
+            for key, value in values.items():
+                assert value == SCHEMA["properties"][section]["properties"][key].get("default", value), key
+
+
+def test_command_line_text_is_typed_as_yaml_types_it_except_where_the_schema_says_text():
+    given = {"model": {"builder": "x.py:b", "width": "16", "rate": "0.5", "on": "true", "name": "wide"},
+             "train": {"epochs": "3", "device": "cpu"}, "format": {"delimiter": ",", "timestamp_format": "%Y"},
+             "predict": {"datasets": ["A", "B"]}}  # fmt: skip
+    typed = typed_as_yaml(given, SCHEMA)
+    assert typed["model"] == {"builder": "x.py:b", "width": 16, "rate": 0.5, "on": True, "name": "wide"}
+    assert typed["train"] == {"epochs": 3, "device": "cpu"}
+    assert typed["format"] == given["format"] and typed["predict"] == given["predict"]
+
+
+def test_a_layer_naming_another_builder_starts_the_model_section_afresh():
+    demo = {"model": {"builder": "rnn", "cell": "gru", "hidden_size": 64}}
+    assert model_section([demo, {"model": {"builder": "x.py:b", "width": 16}}], SCHEMA) == {
+        "builder": "x.py:b",
+        "width": 16,
+    }
+    # The same builder: keys merge, and rnn's keys left out take the schema's defaults.
+    assert model_section([demo, {"model": {"hidden_size": 32}}], SCHEMA) == {
+        "builder": "rnn",
+        "cell": "gru",
+        "hidden_size": 32,
+        "num_layers": 2,
+        "dropout": 0.1,
+    }
+
+
+# A builder that takes only its own keys (no **kwargs) and insists they are numbers.
+STRICT_BUILDER = """
+from torch import nn
+
+
+class Last(nn.Module):
+    def __init__(self, input_size, width, depth):
+        super().__init__()
+        layers = [nn.Linear(input_size, width)] + [nn.Linear(width, width) for _ in range(depth - 1)]
+        self.body, self.head = nn.Sequential(*layers), nn.Linear(width, 1)
+
+    def forward(self, windows):
+        return self.head(self.body(windows[:, -1])).squeeze(-1)
+
+
+def build(input_size: int, width: int, depth: int = 1) -> nn.Module:
+    if not isinstance(width, int) or not isinstance(depth, int):
+        raise TypeError(f"width and depth must be ints, got {type(width).__name__}, {type(depth).__name__}")
+    return Last(input_size, width, depth)
+"""
+
+
+@pytest.mark.parametrize("source", ["--config", "--configfile", "the folder's config"])
+def test_your_builder_with_numeric_keys_trains_from_each_source(tmp_path, source):
+    add_datasets(tmp_path, ["A_1m"])
+    (tmp_path / "strict.py").write_text(STRICT_BUILDER)
+    model = {"builder": "strict.py:build", "width": 6, "depth": 2}
+    args: list[str] = []
+    if source == "the folder's config":
+        write_config(tmp_path, data_dir="data")
+        config = yaml.safe_load((tmp_path / "config.yaml").read_text())
+        config["model"] = model  # the section names its builder and that builder's keys
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    else:
+        write_config(tmp_path, data_dir="data")  # the demo's model section: builder rnn and its keys
+        if source == "--config":
+            args = ["--config", 'model={"builder": "strict.py:build", "width": 6, "depth": 2}']
+        else:
+            (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"model": model}))
+            args = ["--configfile", "mine.yaml"]
+
+    snakemake(tmp_path, *args)
+
+    _, checkpoint = load_model_here(tmp_path)
+    assert {key: checkpoint["model_config"][key] for key in model} == model
+    assert not {"cell", "hidden_size", "num_layers", "dropout"} & set(checkpoint["model_config"])
+
+
+def load_model_here(folder: Path):
+    cwd = os.getcwd()
+    os.chdir(folder)  # the builder's path is relative to the working folder
+    try:
+        return load_model(folder / "models" / "A_1m.pt")
+    finally:
+        os.chdir(cwd)
+
+
+def test_the_built_in_model_takes_its_keys_from_the_command_line(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+
+    snakemake(tmp_path, "--config", 'model={"hidden_size": 12, "cell": "gru"}')
+
+    model, checkpoint = load_model(tmp_path / "models" / "A_1m.pt")
+    assert (model.rnn.hidden_size, type(model.rnn).__name__) == (12, "GRU")
+    assert checkpoint["model_config"]["num_layers"] == TINY_CONFIG["model"]["num_layers"]  # from config.yaml
