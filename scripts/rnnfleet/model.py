@@ -109,10 +109,20 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     Returns (model, checkpoint); checkpoint holds `model_config`, `normalisation`,
     `features`, `metrics` and `versions` (see README "Outputs").
     """
-    from rnnfleet.checkpoint import load_checkpoint
+    from rnnfleet.checkpoint import ModelFileError, load_checkpoint
 
     checkpoint = load_checkpoint(path)
     model_config = checkpoint["model_config"]
     model = build_model(model_config, int(model_config["input_size"]))
-    model.load_state_dict(checkpoint["state_dict"])
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, AttributeError) as error:  # torch lists every mismatch, one per line
+        details = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+        first = details[0].rstrip(".") if details else one_line(error)
+        more = f" and {len(details) - 1} more" if len(details) > 1 else ""
+        raise ModelFileError(
+            f"{path}: its weights do not fit the model it records ({describe(str(model_config.get('builder', DEFAULT_BUILDER)))}, "
+            f"input_size {model_config['input_size']}): {first}{more}; the file was changed after rnnfleet wrote it "
+            "(or the builder's code changed): train its dataset again"
+        ) from None
     return model.to(device).eval(), checkpoint

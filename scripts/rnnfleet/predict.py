@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.data import DataError, bar_features, normalise, read_clean_bars
+from rnnfleet.data import MAX_BAD_FRACTION_KEY, DataError, bar_features, normalise, read_clean_bars
 from rnnfleet.errors import UserError
 from rnnfleet.formats import FORMAT_PRESETS
 from rnnfleet.model import load_model
@@ -100,16 +100,18 @@ def forecast_csv(
     max_bad_fraction: float = 0.0,
     device: str = "cpu",
     read_format: dict | None = None,
+    max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
 
     The bars are read as preprocessing reads them (read_format: the `format:` config; None
     sniffs the layout), with the column names the model file recorded. Rows with NaN or inf
-    are dropped up to max_bad_fraction of the file (as preprocessing does), else refused.
+    are dropped up to max_bad_fraction of the file (as preprocessing does), else refused
+    with a line naming max_bad_fraction_setting (the config key, or the command's option).
     """
     model, checkpoint = load_model(model_path, device=device)
     columns = checkpoint["features"].get("columns") or None
-    bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
+    bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, max_bad_fraction_setting)
     print(f"{csv_path}: read as {bars.attrs['read_as']}", file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)
@@ -153,7 +155,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         forecast_csv(
-            args.model, args.csv, args.out, args.last, args.max_bad_fraction, args.device, {"preset": args.preset}
+            args.model,
+            args.csv,
+            args.out,
+            args.last,
+            args.max_bad_fraction,
+            args.device,
+            {"preset": args.preset},
+            max_bad_fraction_setting="option --max-bad-fraction",
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)
