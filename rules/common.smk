@@ -1,3 +1,4 @@
+import errno
 import os
 import re
 import shlex
@@ -14,12 +15,19 @@ SCHEMA_PATH = f"{workflow.basedir}/schemas/config.schema.yaml"
 sys.path.insert(0, f"{workflow.basedir}/scripts")
 
 from rnnfleet.after_failures import not_done_list_if_stale
+from rnnfleet.checkpoint import folder_write_problem, model_file_problem
 from rnnfleet.config_check import config_problems
+from rnnfleet.errors import WRITE_CAUSES
 from rnnfleet.formats import READABLE_SUFFIXES
 from rnnfleet.job_client import settings_path, write_settings
 from rnnfleet.plugins import reference_file
 from rnnfleet.previous_models import restore_previous_models
 from rnnfleet.recovery import claim_run_folder
+from rnnfleet.snakemake_hooks import (
+    before_building_dag,
+    keep_going_past_busy_empty_folders,
+    name_write_protected_outputs,
+)
 from rnnfleet.snakemake_speedups import apply as apply_snakemake_speedups
 
 # Per-job costs inside Snakemake that grow with the number of datasets (see the module).
@@ -62,6 +70,10 @@ validate(config, schema=SCHEMA_PATH)  # fills in the schema's defaults
 # A dataset name becomes part of output paths: no path separators, no leading dot,
 # nothing a shell or a file system could misread.
 DATASET_NAME = r"[\w][\w.+=@,-]*"
+# The longest file name made from a dataset name is the hidden temporary file beside its
+# metrics (rnnfleet.checkpoint.atomic_write): .<name>.json.<8 random characters>.partial.
+# File systems allow 255 bytes per name.
+MAX_DATASET_NAME_BYTES = 255 - len("..json.12345678.partial")
 
 
 def dataset_name(file_name):
@@ -122,6 +134,15 @@ def discover_datasets(data_dir, pattern):
             f"data_dir {data_dir!r}: dataset file names may hold only letters, digits and . _ + = @ , - "
             f"(and must not start with a dot or dash); rename: {', '.join(repr(found[n]) for n in bad_names)}"
         )
+    long_names = sorted(
+        name for name in found if len(name.encode()) > MAX_DATASET_NAME_BYTES
+    )
+    if long_names:
+        raise WorkflowError(
+            f"data_dir {data_dir!r}: dataset names may be at most {MAX_DATASET_NAME_BYTES} bytes long "
+            "(the hidden temporary files beside the outputs add 23 to a file-name limit of 255); "
+            f"shorten: {', '.join(repr(found[n]) for n in long_names)}"
+        )
     return dict(sorted(found.items()))
 
 
@@ -173,6 +194,13 @@ RUNTIME_ONLY_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
 TRAIN_HPARAMS = {k: v for k, v in config["train"].items() if k not in RUNTIME_ONLY_KEYS}
 
 
+# The plug-in references of the config, by config key.
+PLUGIN_REFERENCES = {
+    "model.builder": [config["model"]["builder"]],
+    "features": config["features"],
+}
+
+
 def plugin_files(references):
     """The user's own files among plug-in references (built-in names have none), in order."""
     return list(dict.fromkeys(filter(None, map(reference_file, references))))
@@ -180,8 +208,25 @@ def plugin_files(references):
 
 # A user's model or feature file is an input of the jobs that use it: editing it re-runs
 # exactly those (rnnfleet's own code is not an input). Plain lists: no per-dataset work.
-MODEL_CODE = plugin_files([config["model"]["builder"]])
-FEATURE_CODE = plugin_files(config["features"])
+MODEL_CODE = plugin_files(PLUGIN_REFERENCES["model.builder"])
+FEATURE_CODE = plugin_files(PLUGIN_REFERENCES["features"])
+
+
+def check_plugin_files_exist():
+    """While parsing: a user's file that is not there is named with its config key (as an
+    input of the jobs, Snakemake would report it as a missing input of every job)."""
+    from rnnfleet.errors import UserError
+    from rnnfleet.plugins import require_file
+
+    try:
+        for config_key, references in PLUGIN_REFERENCES.items():
+            for reference in references:
+                require_file(reference, config_key)
+    except UserError as error:
+        raise WorkflowError(f"{error}; nothing was run") from None
+
+
+check_plugin_files_exist()
 
 
 def check_plugin_files():
@@ -191,12 +236,8 @@ def check_plugin_files():
     from rnnfleet.errors import UserError
     from rnnfleet.plugins import is_file_reference, resolve
 
-    references = {
-        "model.builder": [config["model"]["builder"]],
-        "features": config["features"],
-    }
     try:
-        for config_key, values in references.items():
+        for config_key, values in PLUGIN_REFERENCES.items():
             for reference in filter(is_file_reference, values):
                 resolve(reference, {}, config_key)
     except UserError as error:
@@ -270,12 +311,16 @@ def benchmark_path(rule_name):
     return f"{PATHS['benchmarks']}/{rule_name}/{{dataset}}.tsv"
 
 
+def no_such_dataset(name):
+    return (
+        f"no dataset {name!r}: no file in data_dir {config['data_dir']!r} "
+        f"matching {config['pattern']!r} has that name"
+    )
+
+
 def dataset_csv(wildcards):
     if wildcards.dataset not in DATA_FILES:
-        raise WorkflowError(
-            f"no dataset {wildcards.dataset!r}: no file in data_dir {config['data_dir']!r} "
-            f"matching {config['pattern']!r} has that name"
-        )
+        raise WorkflowError(no_such_dataset(wildcards.dataset))
     return DATA_FILES[wildcards.dataset]
 
 
@@ -295,7 +340,7 @@ def recent_bars_csv(wildcards):
     recent_dir = config["predict"]["recent_dir"]
     if recent_dir:
         return f"{recent_dir}/{wildcards.dataset}.csv"
-    return DATA_FILES[wildcards.dataset]
+    return dataset_csv(wildcards)
 
 
 def datasets_to_forecast(requested):
@@ -311,6 +356,112 @@ def datasets_to_forecast(requested):
 
 
 FORECAST_DATASETS = datasets_to_forecast(config["predict"]["datasets"])
+
+# The files of one dataset a user may ask for by name, e.g. snakemake predictions/X.csv.
+PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS]
+
+
+def requested_datasets(targets):
+    """{target: dataset} for the targets that are one dataset's file (PER_DATASET_OUTPUTS)."""
+    shapes = [
+        re.compile("(?P<dataset>[^/]+)".join(map(re.escape, path.split("{dataset}"))))
+        for path in PER_DATASET_OUTPUTS
+    ]
+    found = {}
+    for target in targets:
+        path = os.path.relpath(target) if os.path.isabs(target) else target
+        path = Path(os.path.normpath(path)).as_posix()
+        for shape in shapes:
+            if match := shape.fullmatch(path):
+                found[target] = match["dataset"]
+    return found
+
+
+def check_requested_datasets(targets):
+    """A target that is the file of a dataset that is not in data_dir stops the run with one
+    line (Snakemake would report an exception in an input function)."""
+    for target, name in requested_datasets(targets).items():
+        if name not in DATA_FILES:
+            raise WorkflowError(f"{target}: {no_such_dataset(name)}; nothing was run")
+
+
+def path_setting(path):
+    """The paths: key whose folder holds `path` (as 'config key paths.results'), or ''."""
+    for key, folder in PATHS.items():
+        if Path(folder) in (Path(path), *Path(path).parents):
+            return f" (config key paths.{key})"
+    return ""
+
+
+def unwritable_line(path, problem):
+    return f"{path}{path_setting(path)}: cannot be written: {problem}; nothing was run"
+
+
+def check_output_folders_writable():
+    """Before the first job: this user can write in every existing folder that a job of the
+    run writes into (otherwise Snakemake stops at the first output it cannot remove, with
+    a traceback, and the jobs already started carry on without a summary)."""
+    folders = {
+        os.path.dirname(path) or "."
+        for job in workflow.dag.needrun_jobs()
+        for path in job.output
+    }
+    for folder in sorted(folders):
+        problem = folder_write_problem(folder)
+        if problem:
+            raise WorkflowError(unwritable_line(folder, problem))
+
+
+def write_protected_line(paths):
+    """The line for outputs of a job this user cannot write (Snakemake: write-protected)."""
+    problems = [(path, folder_write_problem(path)) for path in paths]
+    path, problem = next(
+        ((path, problem) for path, problem in problems if problem),
+        (paths[0], WRITE_CAUSES[errno.EACCES]),
+    )
+    return unwritable_line(path, problem)
+
+
+def models_that_do_not_load():
+    """{model path: why} for the model files of this run's datasets that cannot be whole
+    model files (rnnfleet.checkpoint.model_file_problem: size and end bytes, no unpacking).
+    One listing of the models folder and one small read per model."""
+    try:
+        with os.scandir(PATHS["models"]) as entries:
+            names = [entry.name for entry in entries]
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    broken = {}
+    for name in names:
+        dataset = name[: -len(".pt")] if name.endswith(".pt") else None
+        if dataset in DATA_FILES:
+            path = MODEL.format(dataset=dataset)
+            try:
+                problem = model_file_problem(path)
+            except OSError as error:
+                problem = f"it cannot be read ({error.strerror})"
+            if problem:
+                broken[path] = problem
+    return broken
+
+
+def before_building_dag_of_this_run(target_files, target_rules, force_files):
+    """Targets naming unknown datasets stop the run; a model file that no longer loads
+    (emptied, cut short, overwritten) is forced, so that its train job runs again if the
+    run needs it, as when the file is missing (a forced file the run does not need
+    changes nothing)."""
+    check_requested_datasets(target_files)
+    for path, problem in models_that_do_not_load().items():
+        logger.warning(
+            f"rnnfleet: {path}: does not load: {problem}; a run that needs it trains its dataset again"
+        )
+        force_files.add(path)
+
+
+if workflow.is_main_process:
+    keep_going_past_busy_empty_folders()
+    before_building_dag(before_building_dag_of_this_run)
+    name_write_protected_outputs(write_protected_line)
 
 
 wildcard_constraints:

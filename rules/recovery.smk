@@ -18,6 +18,7 @@ def back_up_models_to_retrain():
 
 
 onstart:
+    check_output_folders_writable()
     check_plugin_files()
     write_settings(JOB_SETTINGS)
     stop_jobs_on_signals()

@@ -9,6 +9,7 @@ even where the library doing the writing (torch.save) hides the OSError behind i
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -98,6 +99,15 @@ def _sync_folder(folder: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def folder_write_problem(folder: str | os.PathLike) -> str | None:
+    """Why this user cannot create or replace files in an existing `folder`, in the words
+    of errors.WRITE_CAUSES; None if it can (or the folder is not there yet)."""
+    if not os.path.isdir(folder) or os.access(folder, os.W_OK | os.X_OK):
+        return None
+    read_only = hasattr(os, "statvfs") and os.statvfs(folder).f_flag & os.ST_RDONLY
+    return WRITE_CAUSES[errno.EROFS if read_only else errno.EACCES]
 
 
 def write_json(payload: dict, path: str | os.PathLike) -> None:

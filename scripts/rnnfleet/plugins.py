@@ -54,13 +54,19 @@ def resolve(reference: str, registry: dict[str, Callable], config_key: str) -> C
     return function
 
 
-def _import_file(path: str, reference: str, config_key: str):
-    absolute = str(Path(path).resolve())
-    if not os.path.isfile(absolute):
+def require_file(reference: str, config_key: str) -> None:
+    """UserError naming the file and the config key when the file a reference names is not there."""
+    path = reference_file(reference)
+    if path is not None and not os.path.isfile(path):
         raise UserError(
             f"{path}: no such file (config key '{config_key}' = {reference!r}; paths are relative to "
             f"the working folder {os.getcwd()})"
         )
+
+
+def _import_file(path: str, reference: str, config_key: str):
+    absolute = str(Path(path).resolve())
+    require_file(reference, config_key)
     file_info = os.stat(absolute)
     version = (absolute, file_info.st_mtime_ns, file_info.st_size)
     if version in _imported_files:
