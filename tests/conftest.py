@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -16,6 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
+
+if TYPE_CHECKING:
+    import pwd
 
 # Modules that test what only some platforms have (README "Platforms"): not collected elsewhere.
 POSIX_ONLY = [
@@ -124,3 +131,96 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "data" / "README.txt").write_text("not a dataset\n")
     write_config(tmp_path, data_dir="data")
     return tmp_path
+
+
+# A second local account, for what another user of the machine can see or do (Linux, root).
+INTRUDER = "rnnfleet-intruder"
+
+
+@pytest.fixture(scope="module")
+def intruder() -> pwd.struct_passwd:
+    """A second local account (created once)."""
+    import pwd
+
+    missing = [
+        why
+        for why, lacking in (
+            ("Linux", not sys.platform.startswith("linux")),
+            ("root", os.name != "posix" or os.geteuid() != 0),
+            ("useradd", shutil.which("useradd") is None),
+        )
+        if lacking
+    ]
+    if missing:
+        message = f"creating a second local account needs {', '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run this test)")
+        pytest.skip(message)
+    try:
+        return pwd.getpwnam(INTRUDER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=True
+        )
+        return pwd.getpwnam(INTRUDER)
+
+
+def python_for(account: pwd.struct_passwd) -> str:
+    """A Python interpreter the other account may run (the tests' own may sit in root's home)."""
+    for candidate in (os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"):
+        try:
+            subprocess.run(
+                [candidate, "-I", "-c", "pass"], user=account.pw_uid, group=account.pw_gid, cwd="/", check=True
+            )
+            return candidate
+        except (OSError, subprocess.CalledProcessError):
+            continue
+    pytest.fail(f"no Python interpreter that {account.pw_name} may run")
+
+
+def as_intruder(account: pwd.struct_passwd, code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
+    """A Python (isolated mode: stdlib only) running `code` as the other account."""
+    return subprocess.Popen(
+        [python_for(account), "-I", "-c", code, *args],
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        **popen_kwargs,
+    )
+
+
+@pytest.fixture
+def shared_tmp() -> Path:
+    """A folder like /tmp (world-writable, sticky) that the other account can reach."""
+    folder = Path(tempfile.mkdtemp(prefix="rnnfleet-shared-tmp-", dir="/tmp"))
+    folder.chmod(0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def snakemake_as(account: pwd.struct_passwd, workdir: Path, *args: str, timeout: float = 600):
+    """The real snakemake (snakemake_command) run as `account` in `workdir`, which that
+    account must own. Its interpreter: this one if the account may run it, else a system
+    Python of the same version with this environment's packages on its path."""
+    python = python_for(account)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir / ".home")}
+    if python != os.path.realpath(sys.executable):
+        version = subprocess.run(
+            [python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+        )
+        if version.stdout.strip() != str(sys.version_info[:2]):
+            pytest.fail(f"{account.pw_name} may run {python} only, not Python {sys.version_info[:2]} with Snakemake")
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib")))
+    return subprocess.run(
+        [python, *snakemake_command(workdir, *args)[1:]],
+        cwd=workdir,
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

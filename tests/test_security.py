@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, add_datasets, snakemake, write_config
+from conftest import REPO, add_datasets, as_intruder, snakemake, write_config
 
 from rnnfleet.checkpoint import ModelFileError, load_checkpoint
 from rnnfleet.warm_client import WarmUnavailable, connect, socket_name
 
-INTRUDER = "rnnfleet-intruder"
 SECRET = "MY_SECRET_TOKEN"
 
 # Run as the intruder: hold a listener at every *.sock path in `folder` that is not its own
@@ -104,67 +101,6 @@ try:
 except (BrokenPipeError, ConnectionResetError):
     print("closed")
 """
-
-
-@pytest.fixture(scope="module")
-def intruder() -> pwd.struct_passwd:
-    """A second local account (created once)."""
-    missing = [
-        why
-        for why, lacking in (
-            ("Linux", not sys.platform.startswith("linux")),
-            ("root", os.geteuid() != 0),
-            ("useradd", shutil.which("useradd") is None),
-        )
-        if lacking
-    ]
-    if missing:
-        message = f"creating a second local account needs {', '.join(missing)}"
-        if os.environ.get("CI"):
-            pytest.fail(message + " (CI must run this test)")
-        pytest.skip(message)
-    try:
-        return pwd.getpwnam(INTRUDER)
-    except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=True
-        )
-        return pwd.getpwnam(INTRUDER)
-
-
-def python_for(account: pwd.struct_passwd) -> str:
-    """A Python interpreter the other account may run (the tests' own may sit in root's home)."""
-    for candidate in (os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"):
-        try:
-            subprocess.run(
-                [candidate, "-I", "-c", "pass"], user=account.pw_uid, group=account.pw_gid, cwd="/", check=True
-            )
-            return candidate
-        except (OSError, subprocess.CalledProcessError):
-            continue
-    pytest.fail(f"no Python interpreter that {account.pw_name} may run")
-
-
-def as_intruder(account: pwd.struct_passwd, code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
-    """A Python (isolated mode: stdlib only) running `code` as the other account."""
-    return subprocess.Popen(
-        [python_for(account), "-I", "-c", code, *args],
-        user=account.pw_uid,
-        group=account.pw_gid,
-        extra_groups=[],
-        cwd="/",
-        env={"PATH": "/usr/bin:/bin"},
-        **popen_kwargs,
-    )
-
-
-@pytest.fixture
-def shared_tmp() -> Path:
-    """A folder like /tmp (world-writable, sticky) that the other account can reach."""
-    folder = Path(tempfile.mkdtemp(prefix="rnnfleet-shared-tmp-", dir="/tmp"))
-    folder.chmod(0o1777)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def wait_for(condition, seconds: float = 30, what: str = "condition"):
