@@ -140,7 +140,8 @@ def discover_datasets(data_dir, pattern):
     if long_names:
         raise WorkflowError(
             f"data_dir {data_dir!r}: dataset names may be at most {MAX_DATASET_NAME_BYTES} bytes long "
-            "(the hidden temporary files beside the outputs add 23 to a file-name limit of 255); "
+            f"(the hidden temporary files beside the outputs add {255 - MAX_DATASET_NAME_BYTES} "
+            "to a file-name limit of 255); "
             f"shorten: {', '.join(repr(found[n]) for n in long_names)}"
         )
     return dict(sorted(found.items()))

@@ -142,14 +142,20 @@ def model_file_problem(path: str | os.PathLike) -> str | None:
     size and its first and last bytes (no unpacking): empty, cut short, or not a zip archive;
     None if it looks whole. A cheap check, meant for thousands of files at every run: damage
     inside the archive, or a whole file of other contents, passes (load_checkpoint finds those)."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
+    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))  # no buffered file object: cheaper
+    try:
+        size = os.fstat(descriptor).st_size
         if size == 0:
             return "the file is empty (0 bytes)"
-        start = handle.read(len(_ZIP_START))
         tail_size = min(size, _END_RECORD.size + _ZIP64_LOCATOR.size)
-        handle.seek(size - tail_size)
-        tail = handle.read(tail_size)
+        if hasattr(os, "pread"):
+            start, tail = os.pread(descriptor, len(_ZIP_START), 0), os.pread(descriptor, tail_size, size - tail_size)
+        else:  # Windows
+            start = os.read(descriptor, len(_ZIP_START))
+            os.lseek(descriptor, size - tail_size, os.SEEK_SET)
+            tail = os.read(descriptor, tail_size)
+    finally:
+        os.close(descriptor)
     if start != _ZIP_START:
         return "it is not a file torch.save writes (not a zip archive)"
     if len(tail) < _END_RECORD.size or not _end_record_fits(tail, size):
