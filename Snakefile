@@ -23,6 +23,7 @@ include: "rules/plots.smk"
 include: "rules/predict.smk"
 include: "rules/inspect.smk"
 include: "rules/mps.smk"
+include: "rules/checks.smk"
 include: "rules/handlers.smk"
 
 

@@ -70,10 +70,32 @@ PREPROCESS_SETTINGS = preprocess_settings(config)
 TRAIN_SETTINGS = train_settings(config)
 
 
+# The plug-in references of the config, by config key.
+PLUGIN_REFERENCES = {
+    "model.builder": [config["model"]["builder"]],
+    "features": config["features"],
+}
 # A user's model or feature file is an input of the jobs that use it: editing it re-runs
 # exactly those (rnnfleet's own code is not an input). Plain lists: no per-dataset work.
-MODEL_CODE = reference_files([config["model"]["builder"]])
-FEATURE_CODE = reference_files(config["features"])
+MODEL_CODE = reference_files(PLUGIN_REFERENCES["model.builder"])
+FEATURE_CODE = reference_files(PLUGIN_REFERENCES["features"])
+
+
+def check_plugin_files_exist():
+    """While parsing: a user's file that is not there is named with its config key (as an
+    input of the jobs, Snakemake would report it as a missing input of every job)."""
+    from rnnfleet.errors import UserError
+    from rnnfleet.plugins import require_file
+
+    try:
+        for config_key, references in PLUGIN_REFERENCES.items():
+            for reference in references:
+                require_file(reference, config_key)
+    except UserError as error:
+        raise WorkflowError(f"{error}; nothing was run") from None
+
+
+check_plugin_files_exist()
 
 
 def check_plugin_files():
@@ -83,12 +105,8 @@ def check_plugin_files():
     from rnnfleet.errors import UserError
     from rnnfleet.plugins import is_file_reference, resolve
 
-    references = {
-        "model.builder": [config["model"]["builder"]],
-        "features": config["features"],
-    }
     try:
-        for config_key, values in references.items():
+        for config_key, values in PLUGIN_REFERENCES.items():
             for reference in filter(is_file_reference, values):
                 resolve(reference, {}, config_key)
     except UserError as error:

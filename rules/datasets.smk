@@ -11,6 +11,10 @@ from rnnfleet.hooks.after_failures import not_done_list_if_stale
 # A dataset name becomes part of output paths: no path separators, no leading dot,
 # nothing a shell or a file system could misread.
 DATASET_NAME = r"[\w][\w.+=@,-]*"
+# The longest file name made from a dataset name is the hidden temporary file beside its
+# metrics (rnnfleet.checkpoint.atomic_write): .<name>.json.<8 random characters>.partial.
+# File systems allow 255 bytes per name.
+MAX_DATASET_NAME_BYTES = 255 - len("..json.12345678.partial")
 
 
 def dataset_name(file_name):
@@ -96,6 +100,16 @@ def discover_datasets(data_dir, pattern):
             f"data_dir {data_dir!r}: dataset file names may hold only letters, digits and . _ + = @ , - "
             f"(and must not start with a dot or dash); rename: {', '.join(repr(found[n]) for n in bad_names)}"
         )
+    long_names = sorted(
+        name for name in found if len(name.encode()) > MAX_DATASET_NAME_BYTES
+    )
+    if long_names:
+        raise WorkflowError(
+            f"data_dir {data_dir!r}: dataset names may be at most {MAX_DATASET_NAME_BYTES} bytes long "
+            f"(the hidden temporary files beside the outputs add {255 - MAX_DATASET_NAME_BYTES} "
+            "to a file-name limit of 255); "
+            f"shorten: {', '.join(repr(found[n]) for n in long_names)}"
+        )
     return dict(sorted(found.items()))
 
 
@@ -126,12 +140,16 @@ def benchmark_path(rule_name):
     return f"{PATHS['benchmarks']}/{rule_name}/{{dataset}}.tsv"
 
 
+def no_such_dataset(name):
+    return (
+        f"no dataset {name!r}: no file in data_dir {config['data_dir']!r} "
+        f"matching {config['pattern']!r} has that name"
+    )
+
+
 def dataset_csv(wildcards):
     if wildcards.dataset not in DATA_FILES:
-        raise WorkflowError(
-            f"no dataset {wildcards.dataset!r}: no file in data_dir {config['data_dir']!r} "
-            f"matching {config['pattern']!r} has that name"
-        )
+        raise WorkflowError(no_such_dataset(wildcards.dataset))
     return DATA_FILES[wildcards.dataset]
 
 
@@ -140,7 +158,7 @@ def recent_bars_csv(wildcards):
     recent_dir = config["predict"]["recent_dir"]
     if recent_dir:
         return f"{recent_dir}/{wildcards.dataset}.csv"
-    return DATA_FILES[wildcards.dataset]
+    return dataset_csv(wildcards)
 
 
 def datasets_to_forecast(requested):

@@ -19,6 +19,11 @@ from rnnfleet.hooks.recovery import (
     stop_jobs_on_signals,
 )
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
+from rnnfleet.hooks.snakemake_hooks import (
+    before_building_dag,
+    keep_going_past_busy_empty_folders,
+    name_write_protected_outputs,
+)
 from rnnfleet.hooks.retry_policy import apply as apply_retry_policy
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.plots import drop_stale_snakemake_backup
@@ -33,6 +38,14 @@ apply_snakemake_guards(DATA_FILES.values(), warn=workflow.is_main_process)
 
 # A training is launched again only when a retry can help (out of GPU memory, killed).
 apply_retry_policy(("train",), warn=workflow.is_main_process)
+
+if workflow.is_main_process:
+    # An empty output folder that is a mount point is left in place; targets and model
+    # files are checked before the DAG is built (rules/checks.smk); outputs Snakemake calls
+    # write-protected get one line naming the folder's problem.
+    keep_going_past_busy_empty_folders()
+    before_building_dag(before_building_dag_of_this_run)
+    name_write_protected_outputs(write_protected_line)
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
@@ -58,6 +71,7 @@ def back_up_models_to_retrain():
 
 
 onstart:
+    check_output_folders_writable()
     check_plugin_files()
     write_settings(JOB_SETTINGS)
     stop_jobs_on_signals()

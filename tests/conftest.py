@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import zlib
@@ -144,11 +145,13 @@ INTRUDER = "rnnfleet-intruder"
 @pytest.fixture(scope="module")
 def intruder() -> pwd.struct_passwd:
     """A second local account (created once)."""
+    import pwd
+
     missing = [
         why
         for why, lacking in (
             ("Linux", not sys.platform.startswith("linux")),
-            ("root", os.geteuid() != 0),
+            ("root", os.name != "posix" or os.geteuid() != 0),
             ("useradd", shutil.which("useradd") is None),
         )
         if lacking
@@ -158,8 +161,6 @@ def intruder() -> pwd.struct_passwd:
         if os.environ.get("CI"):
             pytest.fail(message + " (CI must run this test)")
         pytest.skip(message)
-    import pwd
-
     try:
         return pwd.getpwnam(INTRUDER)
     except KeyError:
@@ -182,6 +183,19 @@ def python_for(account: pwd.struct_passwd) -> str:
     pytest.fail(f"no Python interpreter that {account.pw_name} may run")
 
 
+def as_intruder(account: pwd.struct_passwd, code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
+    """A Python (isolated mode: stdlib only) running `code` as the other account."""
+    return subprocess.Popen(
+        [python_for(account), "-I", "-c", code, *args],
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        **popen_kwargs,
+    )
+
+
 @pytest.fixture
 def shared_tmp() -> Path:
     """A folder like /tmp (world-writable, sticky) that the other account can reach."""
@@ -189,3 +203,29 @@ def shared_tmp() -> Path:
     folder.chmod(0o1777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def snakemake_as(account: pwd.struct_passwd, workdir: Path, *args: str, timeout: float = 600):
+    """The real snakemake (snakemake_command) run as `account` in `workdir`, which that
+    account must own. Its interpreter: this one if the account may run it, else a system
+    Python of the same version with this environment's packages on its path."""
+    python = python_for(account)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir / ".home")}
+    if python != os.path.realpath(sys.executable):
+        version = subprocess.run(
+            [python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+        )
+        if version.stdout.strip() != str(sys.version_info[:2]):
+            pytest.fail(f"{account.pw_name} may run {python} only, not Python {sys.version_info[:2]} with Snakemake")
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib")))
+    return subprocess.run(
+        [python, *snakemake_command(workdir, *args)[1:]],
+        cwd=workdir,
+        user=account.pw_uid,
+        group=account.pw_gid,
+        extra_groups=[],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -50,6 +50,51 @@ CASES = {
         [],
         "unknown config key 'model.hiden_size' (did you mean 'hidden_size'?); allowed under 'model': builder, cell",
     ),
+    "learning rate NaN": (
+        {"train": {"lr": float("nan")}},
+        [],
+        "config key 'train.lr' = nan is not allowed; allowed: a finite number > 0 (Adam learning rate)",
+    ),
+    "learning rate NaN on the command line": (
+        {},
+        ["--config", 'train={"lr": ".nan"}'],
+        "config key 'train.lr' = nan is not allowed; allowed: a finite number > 0 (Adam learning rate)",
+    ),
+    "learning rate infinite": (
+        {"train": {"lr": float("inf")}},
+        [],
+        "config key 'train.lr' = inf is not allowed; allowed: a finite number > 0 (Adam learning rate)",
+    ),
+    "learning rate infinite on the command line": (
+        {},
+        ["--config", 'train={"lr": ".inf"}'],
+        "config key 'train.lr' = inf is not allowed; allowed: a finite number > 0 (Adam learning rate)",
+    ),
+    "unknown time zone": (
+        {"format": {"timezone": "Mars/Olympus"}},
+        [],
+        "config key 'format.timezone' = 'Mars/Olympus' is not allowed; allowed: auto or a time zone name",
+    ),
+    "unknown time zone on the command line": (
+        {},
+        ["--config", 'format={"timezone": "Mars/Olympus"}'],
+        "config key 'format.timezone' = 'Mars/Olympus' is not allowed; allowed: auto or a time zone name",
+    ),
+    "empty models folder": (
+        {"paths": {"models": ""}},
+        [],
+        "config key 'paths.models' = '' is not allowed; allowed: a string, not empty",
+    ),
+    "empty models folder on the command line": (
+        {},
+        ["--config", 'paths={"models": ""}'],
+        "config key 'paths.models' = '' is not allowed; allowed: a string, not empty",
+    ),
+    "missing model file": (
+        {"model": {"builder": "my_model.py:build"}},
+        [],
+        "my_model.py: no such file (config key 'model.builder' = 'my_model.py:build'; paths are relative to",
+    ),
     "missing data folder": (
         {"data_dir": "no_such_folder"},
         [],
@@ -108,3 +153,30 @@ def test_cuda_asked_for_where_there_is_none_is_a_user_error_naming_the_key(monke
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(UserError, match="config key 'train.device' is 'cuda:1' but CUDA is not available"):
         choose_device("cuda:1")
+
+
+def test_a_time_zone_only_pandas_knows_is_allowed():
+    # Not in the IANA database zoneinfo reads, yet a zone pandas reads times in (pytz's name).
+    import zoneinfo
+
+    from rnnfleet.hooks.config_check import timezone_problems
+
+    with pytest.raises(zoneinfo.ZoneInfoNotFoundError):
+        zoneinfo.ZoneInfo("dateutil/UTC")
+    assert timezone_problems({"format": {"timezone": "dateutil/UTC"}}) == []
+    assert timezone_problems({"format": {"timezone": "Europe/Athens"}}) == []
+
+
+def test_a_forecast_of_an_unknown_dataset_is_one_line_before_any_job(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    for arguments in (["predictions/NOPE_1m.csv"], ["-n", "models/NOPE_1m.pt"]):
+        result = snakemake(tmp_path, *arguments, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0
+        assert (
+            f"{arguments[-1]}: no dataset 'NOPE_1m': no file in data_dir 'data' matching '*1m*' has that name; "
+            "nothing was run"
+        ) in output, output
+        assert "KeyError" not in output and "InputFunctionException" not in output
+        assert not (tmp_path / "logs").exists() and not (tmp_path / "prep").exists()

@@ -137,6 +137,28 @@ def test_unsafe_file_names_are_refused_before_any_job(tmp_path):
     assert not (tmp_path / "prep").exists() and not list(tmp_path.rglob("pwned*"))
 
 
+def test_a_dataset_name_too_long_for_the_file_system_is_refused_before_any_job(tmp_path):
+    # Its hidden temporary files (.<name>.json.<8 characters>.partial) would exceed the
+    # 255-byte limit on file names; the longest name that fits is accepted.
+    longest = "A" * (232 - len("_1m")) + "_1m"
+    add_datasets(tmp_path, [longest])
+    too_long = "B" * (245 - len("_1m")) + "_1m"
+    write_synthetic_csv(tmp_path / "data" / f"{too_long}.csv", 100, 1)
+    write_config(tmp_path, data_dir="data")
+    result = snakemake(tmp_path, check=False)
+    assert result.returncode != 0
+    assert (
+        "data_dir 'data': dataset names may be at most 232 bytes long (the hidden temporary files beside the "
+        f"outputs add 23 to a file-name limit of 255); shorten: 'data/{too_long}.csv'"
+    ) in result.stderr, result.stderr
+    assert longest not in result.stderr.split("shorten:")[-1]
+    assert not (tmp_path / "prep").exists()
+
+    (tmp_path / "data" / f"{too_long}.csv").unlink()
+    snakemake(tmp_path)  # every file of the longest name fits
+    assert load_model(tmp_path / "models" / f"{longest}.pt")
+
+
 def test_targets_cannot_leave_the_output_folders(tmp_path):
     add_datasets(tmp_path, ["GOOD_1m"])
     write_config(tmp_path, data_dir="data")

@@ -12,12 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import add_datasets, pending_jobs, snakemake, write_config
+from conftest import add_datasets, pending_jobs, snakemake, snakemake_as, write_config
 from test_report import decoded, report_results
 
 from rnnfleet.checkpoint import atomic_write, save_checkpoint
 from rnnfleet.errors import WRITE_CAUSES, WriteError, job_guard
 from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
+from rnnfleet.model import load_model
 
 GOOD = ["A_1m", "B_1m", "C_1m", "D_1m"]
 BROKEN = "BROKEN_1m"  # a data error: zero prices
@@ -245,3 +246,96 @@ def test_a_job_whose_own_write_fails_ends_with_the_plain_line(capsys):
         raise OSError(errno.EACCES, os.strerror(errno.EACCES), "results/loss_curves/X_1m.png")
     line = capsys.readouterr().err.strip()
     assert line == f"ERROR: results/loss_curves/X_1m.png: {WRITE_CAUSES[errno.EACCES]}"
+
+
+def owned_by(account, folder: Path) -> None:
+    for path in [folder, *folder.rglob("*")]:
+        os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
+
+
+def test_read_only_results_folders_stop_the_run_with_one_line_naming_the_key(intruder, shared_tmp):
+    # As a second account: root ignores permission bits. Snakemake alone says "write-protected"
+    # in several lines for the curves folder, and for results/ crashes with a PermissionError
+    # traceback while removing the old table.
+    workdir = shared_tmp / "run"
+    workdir.mkdir()
+    add_datasets(workdir, ["A_1m"])
+    write_config(workdir, data_dir="data")
+    owned_by(intruder, workdir)
+    first = snakemake_as(intruder, workdir)
+    assert first.returncode == 0, first.stderr[-3000:]
+    model = workdir / "models/A_1m.pt"
+    trained = model.stat().st_mtime_ns
+
+    (workdir / "results/loss_curves").chmod(0o555)
+    line = "results/loss_curves (config key paths.results): cannot be written: " + WRITE_CAUSES[errno.EACCES]
+    for arguments in (["-n"], []):
+        result = snakemake_as(intruder, workdir, "--forcerun", "train", *arguments)
+        output = result.stdout + result.stderr  # a dry-run reports on stdout
+        assert result.returncode != 0 and line in output, output[-3000:]
+        assert "ProtectedOutputException" not in output and "Traceback" not in output
+
+    (workdir / "results/loss_curves").chmod(0o755)
+    (workdir / "results").chmod(0o555)
+    result = snakemake_as(intruder, workdir, "--forcerun", "train")
+    line = f"results (config key paths.results): cannot be written: {WRITE_CAUSES[errno.EACCES]}; nothing was run"
+    assert result.returncode != 0 and line in result.stderr, result.stderr[-3000:]
+    assert "PermissionError" not in result.stderr and "Traceback" not in result.stderr
+    assert model.stat().st_mtime_ns == trained  # stopped before the first job
+    (workdir / "results").chmod(0o755)
+
+
+@pytest.fixture
+def models_mount(tmp_path) -> Path:
+    """tmp_path with two trained datasets whose models folder is a mount point (a tmpfs)."""
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path)
+    saved = {path.name: path.read_bytes() for path in (tmp_path / "models").iterdir()}
+    shutil.rmtree(tmp_path / "models")
+    if not mounted_tmpfs(tmp_path / "models", "size=8m"):
+        message = "mounting a tmpfs needs root on Linux"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI must run this test)")
+        pytest.skip(message)
+    try:
+        for name, data in saved.items():
+            (tmp_path / "models" / name).write_bytes(data)
+        yield tmp_path
+    finally:
+        subprocess.run(["umount", str(tmp_path / "models")], check=True)
+
+
+def test_a_models_folder_that_is_a_mount_point_keeps_its_models_when_every_retrain_fails(models_mount):
+    # Every re-train fails, so the folder is empty when Snakemake removes empty output folders
+    # at the end of the run: on a mount point that is EBUSY, which used to end the run with a
+    # traceback before the previous models were put back (the folder stayed empty).
+    workdir = models_mount
+    models = {path.name: path.read_bytes() for path in (workdir / "models").iterdir()}
+    result = snakemake(workdir, "--forcerun", "train", check=False, env={TRAIN_CRASH: "*"})
+    assert result.returncode != 0
+    assert "Device or resource busy" not in result.stderr and "Traceback" not in result.stderr
+    assert "2 of 2 datasets are not done" in result.stderr
+    assert {path.name: path.read_bytes() for path in (workdir / "models").iterdir()} == models
+    assert {row["status"] for row in table(workdir).values()} == {"previous model kept"}
+
+
+@pytest.mark.parametrize("damage", ["emptied", "cut short", "overwritten"])
+def test_a_model_file_that_no_longer_loads_makes_its_dataset_pending(tmp_path, damage):
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path)
+    model = tmp_path / "models/B_1m.pt"
+    whole = model.read_bytes()
+    model.write_bytes(
+        {"emptied": b"", "cut short": whole[: len(whole) // 2], "overwritten": os.urandom(len(whole))}[damage]
+    )
+
+    dry_run = snakemake(tmp_path, "-n")
+    assert list(pending_jobs(dry_run.stdout, "train")) == ["B_1m"]
+    assert "rnnfleet: models/B_1m.pt: does not load: " in dry_run.stdout + dry_run.stderr
+    assert pending_jobs(snakemake(tmp_path, "-n", "predictions/A_1m.csv").stdout, "train") == {}  # B not needed
+
+    snakemake(tmp_path)
+    load_model(model)
+    assert "Nothing to be done" in snakemake(tmp_path, "-n").stdout

@@ -106,3 +106,73 @@ def test_too_short_or_malformed_csv_is_one_clear_error(trained, tmp_path, capsys
     assert main(["--model", str(model_path), "--csv", str(renamed), "--out", str(tmp_path / "x.csv")]) == 1
     assert "missing required column(s) Close" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def predict_error(model_path, csv_path, out) -> str:
+    """The one line the real command prints when it refuses (exit status 1, no forecasts)."""
+    command = [sys.executable, "-m", "rnnfleet.predict", "--model", str(model_path), "--csv", str(csv_path)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+    completed = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, env=env)
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stderr.count("\n") == 1 and "Traceback" not in completed.stderr, completed.stderr
+    assert not os.path.exists(out)
+    return completed.stderr.strip()
+
+
+def damaged_model(model_path, tmp_path, damage: str):
+    """A copy of the model file, damaged one way."""
+    path = tmp_path / f"{damage.replace(' ', '_')}.pt"
+    whole = model_path.read_bytes()
+    checkpoint = torch.load(model_path, weights_only=True)
+    if damage == "weights of another shape":
+        first = next(iter(checkpoint["state_dict"]))
+        checkpoint["state_dict"] = {**checkpoint["state_dict"], first: torch.zeros(3)}
+        torch.save(checkpoint, path)
+    elif damage == "no normalisation":
+        del checkpoint["normalisation"]
+        torch.save(checkpoint, path)
+    elif damage == "random bytes":
+        path.write_bytes(np.random.default_rng(0).bytes(len(whole)))
+    elif damage == "emptied":
+        path.write_bytes(b"")
+    elif damage == "cut short":
+        path.write_bytes(whole[: len(whole) // 2])
+    return path
+
+
+DAMAGE_LINES = {
+    "weights of another shape": "its weights do not fit the model it records (built-in 'rnn', input_size 5): size "
+    "mismatch for rnn.weight_ih_l0: copying a param with shape torch.Size([3]) from checkpoint",
+    "no normalisation": "an incomplete rnnfleet model file (no 'normalisation'); it was changed after rnnfleet "
+    "wrote it: train its dataset again",
+    "random bytes": "not a readable rnnfleet model file: it is not a file torch.save writes (not a zip archive)",
+    "emptied": "not a readable rnnfleet model file: the file is empty (0 bytes)",
+    "cut short": "not a readable rnnfleet model file: it is cut short or damaged (",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE_LINES))
+def test_a_damaged_model_file_is_one_line_naming_it(trained, tmp_path, damage):
+    csv_path, model_path, _, _ = trained
+    path = damaged_model(model_path, tmp_path, damage)
+    line = predict_error(path, csv_path, tmp_path / "forecasts.csv")
+    assert line.startswith(f"error: {path}: {DAMAGE_LINES[damage]}"), line
+    assert "pickled" not in line and "weights_only" not in line
+
+
+def test_too_many_nan_rows_name_the_option_of_the_command(trained, tmp_path):
+    csv_path, model_path, _, _ = trained
+    lines = csv_path.read_text().splitlines()
+    cells = lines[10].split(",")
+    cells[4] = "nan"  # a close
+    lines[10] = ",".join(cells)
+    with_nan = tmp_path / "with_nan.csv"
+    with_nan.write_text("\n".join(lines) + "\n")
+    line = predict_error(model_path, with_nan, tmp_path / "forecasts.csv")
+    assert line == (
+        f"error: {with_nan}: 1 of {TINY_ROWS} rows hold NaN or infinite values, more than the allowed fraction 0.0 "
+        "(option --max-bad-fraction)"
+    )
+    assert "max_bad_fraction" not in line
+    forecasts = forecasts_for(model_path, with_nan, tmp_path / "forecasts.csv", "--max-bad-fraction", "0.01")
+    assert len(forecasts) > 0  # the option named is the one that lets the row be dropped

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import signal
 import socket
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, add_datasets, python_for, snakemake, write_config
+from conftest import REPO, add_datasets, as_intruder, snakemake, write_config
 
 from rnnfleet.checkpoint import ModelFileError, load_checkpoint
 from rnnfleet.runner.warm_client import WarmUnavailable, connect, socket_name
@@ -102,19 +101,6 @@ try:
 except (BrokenPipeError, ConnectionResetError):
     print("closed")
 """
-
-
-def as_intruder(account: pwd.struct_passwd, code: str, *args: str, **popen_kwargs) -> subprocess.Popen:
-    """A Python (isolated mode: stdlib only) running `code` as the other account."""
-    return subprocess.Popen(
-        [python_for(account), "-I", "-c", code, *args],
-        user=account.pw_uid,
-        group=account.pw_gid,
-        extra_groups=[],
-        cwd="/",
-        env={"PATH": "/usr/bin:/bin"},
-        **popen_kwargs,
-    )
 
 
 def wait_for(condition, seconds: float = 30, what: str = "condition"):

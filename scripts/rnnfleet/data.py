@@ -59,8 +59,13 @@ class PreparedArrays:
         return int(self.features.shape[0])
 
 
-def drop_non_finite(frame, name: str, max_fraction: float):
-    """Drop rows with NaN/inf in prices or volume, up to max_fraction of the rows."""
+# How messages name the limit on rows with NaN/inf: the config key, or a tool's own option.
+MAX_BAD_FRACTION_KEY = "config key preprocess.max_bad_fraction"
+
+
+def drop_non_finite(frame, name: str, max_fraction: float, max_fraction_setting: str = MAX_BAD_FRACTION_KEY):
+    """Drop rows with NaN/inf in prices or volume, up to max_fraction of the rows (the
+    setting named max_fraction_setting in the error)."""
     values = frame[[*PRICE_KEYS, "volume"]].to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values).all(axis=1)
     n_bad = int(bad.sum())
@@ -69,7 +74,7 @@ def drop_non_finite(frame, name: str, max_fraction: float):
     if n_bad > max_fraction * len(frame):
         raise DataError(
             f"{name}: {n_bad} of {len(frame)} rows hold NaN or infinite values, more than the "
-            f"allowed fraction {max_fraction} (preprocess.max_bad_fraction)"
+            f"allowed fraction {max_fraction} ({max_fraction_setting})"
         )
     frame = frame[~bad].reset_index(drop=True)
     frame.attrs.setdefault("notes", []).append(f"{n_bad} row(s) with NaN or infinite values dropped")
@@ -172,9 +177,12 @@ def read_clean_bars(
     columns: dict[str, str] | None,
     max_bad_fraction: float,
     read_format: dict | None = None,
+    max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
 ):
     """read_bars, then drop_non_finite: the bars that preprocessing and prediction both start from."""
-    return drop_non_finite(read_bars(csv_path, columns, read_format), str(csv_path), max_bad_fraction)
+    return drop_non_finite(
+        read_bars(csv_path, columns, read_format), str(csv_path), max_bad_fraction, max_bad_fraction_setting
+    )
 
 
 def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:

@@ -119,12 +119,27 @@ def vetted_plugins(checkpoint: dict, path: str | os.PathLike, trusted: Iterable[
     return model_file_sources(references, recorded if isinstance(recorded, dict) else {}, path, trusted)
 
 
-def rebuild_model(checkpoint: dict, sources: Mapping[str, bytes], device: str | torch.device = "cpu") -> nn.Module:
-    """The trained model of a model file, its builder run from `sources` (vetted_plugins),
-    in eval mode on `device`."""
+def rebuild_model(
+    checkpoint: dict, sources: Mapping[str, bytes], device: str | torch.device = "cpu", path: object = "model file"
+) -> nn.Module:
+    """The trained model of the model file at `path`, its builder run from `sources`
+    (vetted_plugins), in eval mode on `device`. Weights that do not fit the model the file
+    records are a ModelFileError naming the file."""
+    from rnnfleet.checkpoint import ModelFileError
+
     model_config = checkpoint["model_config"]
     model = build_model(model_config, int(model_config["input_size"]), sources=sources)
-    model.load_state_dict(checkpoint["state_dict"])
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, AttributeError) as error:  # torch lists every mismatch, one per line
+        details = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+        first = details[0].rstrip(".") if details else one_line(error)
+        more = f" and {len(details) - 1} more" if len(details) > 1 else ""
+        raise ModelFileError(
+            f"{path}: its weights do not fit the model it records ({describe(str(model_config.get('builder', DEFAULT_BUILDER)))}, "
+            f"input_size {model_config['input_size']}): {first}{more}; the file was changed after rnnfleet wrote it "
+            "(or the builder's code changed): train its dataset again"
+        ) from None
     return model.to(device).eval()
 
 
@@ -141,4 +156,4 @@ def load_model(
     from rnnfleet.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(path)
-    return rebuild_model(checkpoint, vetted_plugins(checkpoint, path, trusted), device), checkpoint
+    return rebuild_model(checkpoint, vetted_plugins(checkpoint, path, trusted), device, path), checkpoint

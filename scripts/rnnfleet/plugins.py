@@ -85,6 +85,16 @@ def resolve(
     return function
 
 
+def require_file(reference: str, config_key: str) -> None:
+    """UserError naming the file and the config key when the file a reference names is not there."""
+    path = reference_file(reference)
+    if path is not None and not os.path.isfile(path):
+        raise UserError(
+            f"{path}: no such file (config key '{config_key}' = {reference!r}; paths are relative to "
+            f"the working folder {os.getcwd()})"
+        )
+
+
 def _read(path: str, named_by: str) -> bytes:
     absolute = Path(path).resolve()
     if not absolute.is_file():

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from rnnfleet.checkpoint import atomic_write, load_checkpoint
-from rnnfleet.data import DataError, bar_features, normalise, read_clean_bars
+from rnnfleet.data import MAX_BAD_FRACTION_KEY, DataError, bar_features, normalise, read_clean_bars
 from rnnfleet.errors import UserError
 from rnnfleet.formats import FORMAT_PRESETS
 from rnnfleet.model import rebuild_model, vetted_plugins
@@ -115,6 +115,7 @@ def forecast_csv(
     device: str = "cpu",
     read_format: dict | None = None,
     trusted_plugins: Iterable[str] = (),
+    max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
 
@@ -122,13 +123,14 @@ def forecast_csv(
     or lies inside the working folder with the content recorded at training; else
     PluginRefused (one line) and nothing is imported (rnnfleet.model.vetted_plugins). The bars are read as preprocessing reads them (read_format: the `format:` config; None
     sniffs the layout), with the column names the model file recorded. Rows with NaN or inf
-    are dropped up to max_bad_fraction of the file (as preprocessing does), else refused.
+    are dropped up to max_bad_fraction of the file (as preprocessing does), else refused
+    with a line naming max_bad_fraction_setting (the config key, or the command's option).
     """
     checkpoint = load_checkpoint(model_path)
     plugin_sources = vetted_plugins(checkpoint, model_path, trusted_plugins)
-    model = rebuild_model(checkpoint, plugin_sources, device)
+    model = rebuild_model(checkpoint, plugin_sources, device, model_path)
     columns = checkpoint["features"].get("columns") or None
-    bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
+    bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, max_bad_fraction_setting)
     print(f"{csv_path}: read as {bars.attrs['read_as']}", file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
             args.device,
             {"preset": args.preset},
             args.trust,
+            max_bad_fraction_setting="option --max-bad-fraction",
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)

@@ -5,7 +5,7 @@ re-train (after a hyper-parameter change, --forcerun, new data) that then fails 
 leave no model at all. What this module promises:
 
 - before the first job of a run, every existing model that a train job of this run will
-  replace is hard-linked (copied where links are not possible) into BACKUP_DIR, a folder
+  replace (and that is a whole model file, rnnfleet.checkpoint.model_file_problem) is hard-linked (copied where links are not possible) into BACKUP_DIR, a folder
   private to the user (one link per model to re-train, nothing in dry-runs);
 - a train job that succeeds drops its backup: the new model is in place;
 - after a run with failures, and at the start of the next run after a run that was killed
@@ -21,6 +21,8 @@ import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+
+from rnnfleet.checkpoint import model_file_problem
 
 BACKUP_DIR = Path(".snakemake") / "rnnfleet-previous-models"
 KEPT_STATUS = "previous model kept"
@@ -47,7 +49,7 @@ def back_up_models_to_replace(model_paths: Iterable[str | os.PathLike]) -> int:
     backed_up = 0
     for model_path in model_paths:
         model = Path(model_path)
-        if not model.is_file():
+        if not model.is_file() or model_file_problem(model):  # nothing to keep in a broken file
             continue
         if not backed_up:
             BACKUP_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -1,0 +1,112 @@
+# What a run checks before it plans or starts a job: that the targets name datasets that
+# exist, that the output folders can be written, and which model files no longer load
+# (their datasets train again). Applied from rules/handlers.smk.
+import errno
+import os
+import re
+from pathlib import Path
+
+from snakemake.logging import logger
+
+from rnnfleet.checkpoint import folder_write_problem, model_file_problem
+from rnnfleet.errors import WRITE_CAUSES
+
+# The files of one dataset a user may ask for by name, e.g. snakemake predictions/X.csv.
+PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS]
+
+
+def requested_datasets(targets):
+    """{target: dataset} for the targets that are one dataset's file (PER_DATASET_OUTPUTS)."""
+    shapes = [
+        re.compile("(?P<dataset>[^/]+)".join(map(re.escape, path.split("{dataset}"))))
+        for path in PER_DATASET_OUTPUTS
+    ]
+    found = {}
+    for target in targets:
+        path = os.path.relpath(target) if os.path.isabs(target) else target
+        path = Path(os.path.normpath(path)).as_posix()
+        for shape in shapes:
+            if match := shape.fullmatch(path):
+                found[target] = match["dataset"]
+    return found
+
+
+def check_requested_datasets(targets):
+    """A target that is the file of a dataset that is not in data_dir stops the run with one
+    line (Snakemake would report an exception in an input function)."""
+    for target, name in requested_datasets(targets).items():
+        if name not in DATA_FILES:
+            raise WorkflowError(f"{target}: {no_such_dataset(name)}; nothing was run")
+
+
+def path_setting(path):
+    """The paths: key whose folder holds `path` (as 'config key paths.results'), or ''."""
+    for key, folder in PATHS.items():
+        if Path(folder) in (Path(path), *Path(path).parents):
+            return f" (config key paths.{key})"
+    return ""
+
+
+def unwritable_line(path, problem):
+    return f"{path}{path_setting(path)}: cannot be written: {problem}; nothing was run"
+
+
+def check_output_folders_writable():
+    """Before the first job: this user can write in every existing folder that a job of the
+    run writes into (otherwise Snakemake stops at the first output it cannot remove, with
+    a traceback, and the jobs already started carry on without a summary)."""
+    folders = {
+        os.path.dirname(path) or "."
+        for job in workflow.dag.needrun_jobs()
+        for path in job.output
+    }
+    for folder in sorted(folders):
+        problem = folder_write_problem(folder)
+        if problem:
+            raise WorkflowError(unwritable_line(folder, problem))
+
+
+def write_protected_line(paths):
+    """The line for outputs of a job this user cannot write (Snakemake: write-protected)."""
+    problems = [(path, folder_write_problem(path)) for path in paths]
+    path, problem = next(
+        ((path, problem) for path, problem in problems if problem),
+        (paths[0], WRITE_CAUSES[errno.EACCES]),
+    )
+    return unwritable_line(path, problem)
+
+
+def models_that_do_not_load():
+    """{model path: why} for the model files of this run's datasets that cannot be whole
+    model files (rnnfleet.checkpoint.model_file_problem: size and end bytes, no unpacking).
+    One listing of the models folder and one small read per model."""
+    try:
+        with os.scandir(PATHS["models"]) as entries:
+            names = [entry.name for entry in entries]
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    broken = {}
+    for name in names:
+        dataset = name[: -len(".pt")] if name.endswith(".pt") else None
+        if dataset in DATA_FILES:
+            path = MODEL.format(dataset=dataset)
+            try:
+                problem = model_file_problem(path)
+            except OSError as error:
+                problem = f"it cannot be read ({error.strerror})"
+            if problem:
+                broken[path] = problem
+    return broken
+
+
+def before_building_dag_of_this_run(target_files, target_rules, force_files):
+    """Targets naming unknown datasets stop the run; a model file that no longer loads
+    (emptied, cut short, overwritten) is forced, so that its train job runs again if the
+    run needs it, as when the file is missing (a forced file the run does not need
+    changes nothing)."""
+    check_requested_datasets(target_files)
+    for path, problem in models_that_do_not_load().items():
+        logger.warning(
+            f"rnnfleet: {path}: does not load: {problem}; a run that needs it trains its dataset again"
+        )
+        force_files.add(path)
