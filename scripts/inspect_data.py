@@ -7,7 +7,7 @@ from rnnfleet.inspection import inspect_datasets
 
 with job_guard("inspect"):
     inspect_datasets(
-        files=dict(zip(snakemake.params.datasets, snakemake.input.bars, strict=True)),
+        files=dict(snakemake.params.files),
         settings=dict(snakemake.params.settings),
         table_path=snakemake.output.table,
     )

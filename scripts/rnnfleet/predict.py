@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.data import DataError, bar_features, normalise, read_clean_bars
+from rnnfleet.data import DataError, bar_features, bars_label, normalise, read_clean_bars
 from rnnfleet.errors import UserError
 from rnnfleet.formats import FORMAT_PRESETS
 from rnnfleet.model import load_model
@@ -94,7 +94,7 @@ def forecast_frame(model: torch.nn.Module, checkpoint: dict, bars, last: int | N
 
 def forecast_csv(
     model_path: str | os.PathLike,
-    csv_path: str | os.PathLike,
+    csv_path: str | os.PathLike | list[str],
     forecasts_path: str | os.PathLike,
     last: int | None = None,
     max_bad_fraction: float = 0.0,
@@ -110,7 +110,9 @@ def forecast_csv(
     model, checkpoint = load_model(model_path, device=device)
     columns = checkpoint["features"].get("columns") or None
     bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
-    print(f"{csv_path}: read as {bars.attrs['read_as']}", file=sys.stderr)
+    csv_path = bars_label(csv_path)
+    for line in bars.attrs["sources"]:
+        print(line, file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     forecasts = forecast_frame(model, checkpoint, bars, last, name=str(csv_path))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from rnnfleet.checkpoint import write_json
-from rnnfleet.data import PreparedArrays, prepare_dataset, save_arrays
+from rnnfleet.data import PreparedArrays, bars_label, prepare_dataset, save_arrays
 from rnnfleet.errors import (
     ATTEMPT_PREFIX,
     ERROR_PREFIX,
@@ -82,11 +82,12 @@ def check_retry_helps(attempt: int, earlier_attempts_log: Path, gpu_mem_gb: int)
         print(f"the previous attempt ended with: {previous}", file=sys.stderr)
 
 
-def preprocess_one(csv_path: str, arrays_path: str, **settings) -> PreparedArrays:
-    """The preprocess job: bars file in, array file out; notes and a one-line summary to
-    stderr. settings: the keyword arguments of prepare_dataset, as
+def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> PreparedArrays:
+    """The preprocess job: the dataset's bar files in, array file out; notes and a one-line
+    summary to stderr. settings: the keyword arguments of prepare_dataset, as
     rnnfleet.settings.preprocess_settings builds them from the config."""
-    arrays, notes = prepare_dataset(csv_path, **settings)
+    arrays, notes = prepare_dataset(data_files, **settings)
+    csv_path = bars_label(data_files)
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     pause_point("preprocess")

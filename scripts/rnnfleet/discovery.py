@@ -1,0 +1,193 @@
+"""Which files in data_dir make which dataset: one directory walk at parse time, no file opened.
+
+Two ways (docs/data.md):
+- `pattern` (the default): a glob on the file names directly in data_dir; each matching
+  file is one dataset, named by the file name without its extension.
+- `datasets.files`: a path pattern relative to data_dir holding `{dataset}`, e.g.
+  `**/{dataset}-1m-*`; every file whose path matches belongs to the dataset that
+  `{dataset}` names (a symbol's daily and monthly files, in folders of their own or not).
+
+Promise: discovery lists each folder once (os.scandir) and takes each member file's size
+and modification time (ns) from its directory entry, so the fingerprint of a dataset
+(its files' names, sizes and times) costs no open and no extra listing. A `<file>.CHECKSUM`
+beside a data file is found in the same listing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+
+from rnnfleet.errors import UserError
+from rnnfleet.formats import COMPRESSED_SUFFIXES, READABLE_SUFFIXES, TEXT_SUFFIXES
+from rnnfleet.joining import CHECKSUM_SUFFIX
+
+# A dataset name becomes part of output paths: no path separators, no leading dot,
+# nothing a shell or a file system could misread.
+DATASET_NAME = r"[\w][\w.+=@,-]*"
+PLACEHOLDER = "{dataset}"
+
+
+@dataclass
+class Datasets:
+    """{dataset: its data files, in path order}, the fingerprint of each dataset's files,
+    and the data files that have a `.CHECKSUM` beside them."""
+
+    files: dict[str, list[str]] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    checksummed: set[str] = field(default_factory=set)
+
+
+def dataset_name(file_name: str) -> str:
+    """File name without its extension, and without .csv/.txt/.tsv before a compression suffix
+    (Binance's `BTCUSDT-1m-2024-01.zip` -> `BTCUSDT-1m-2024-01`)."""
+    stem, extension = os.path.splitext(file_name)
+    if extension.lower() in COMPRESSED_SUFFIXES:
+        inner_stem, inner = os.path.splitext(stem)
+        if inner.lower() in TEXT_SUFFIXES:
+            stem = inner_stem
+    return stem
+
+
+def is_bar_file_name(file_name: str) -> bool:
+    """A name rnnfleet reads (rnnfleet.formats.READABLE_SUFFIXES), not hidden."""
+    return not file_name.startswith(".") and file_name.lower().endswith(READABLE_SUFFIXES)
+
+
+def path_regex(files_pattern: str) -> re.Pattern:
+    """The regex of a `datasets.files` pattern on '/'-separated paths relative to data_dir:
+    `**/` any folders (none too), `*` and `?` within one name, `[...]` as in a glob,
+    `{dataset}` the dataset name (the shortest that lets the rest match)."""
+    parts, position = [], 0
+    while position < len(files_pattern):
+        if files_pattern.startswith(PLACEHOLDER, position):
+            parts.append(f"(?P<dataset>{DATASET_NAME}?)")
+            position += len(PLACEHOLDER)
+        elif files_pattern.startswith("**/", position):
+            parts.append("(?:[^/]+/)*")
+            position += 3
+        elif files_pattern[position] == "*":
+            parts.append("[^/]*")
+            position += 1
+        elif files_pattern[position] == "?":
+            parts.append("[^/]")
+            position += 1
+        elif files_pattern[position] == "[" and "]" in files_pattern[position + 2 :]:
+            end = files_pattern.index("]", position + 2)
+            inside = files_pattern[position + 1 : end]
+            parts.append("[" + ("^" + inside[1:] if inside.startswith("!") else inside).replace("\\", "\\\\") + "]")
+            position = end + 1
+        else:
+            parts.append(re.escape(files_pattern[position]))
+            position += 1
+    return re.compile("".join(parts))
+
+
+def check_files_pattern(files_pattern: str) -> None:
+    if files_pattern.count(PLACEHOLDER) != 1 or files_pattern.startswith("/") or ".." in files_pattern.split("/"):
+        raise UserError(
+            f"config key 'datasets.files' = {files_pattern!r}: must hold {PLACEHOLDER} exactly once and be "
+            "relative to data_dir without '..', e.g. '**/{dataset}-1m-*'"
+        )
+
+
+def walk(folder: str, relative: str, max_depth: int | None) -> Iterator[tuple[str, os.DirEntry]]:
+    """(path relative to the top, entry) of every file under folder; hidden folders skipped;
+    max_depth: how many folder levels below the top (None: all)."""
+    with os.scandir(folder) as entries:
+        subfolders = []
+        for entry in entries:
+            if entry.is_dir():
+                if not entry.name.startswith(".") and (max_depth is None or max_depth > 0):
+                    subfolders.append(entry)
+            else:
+                yield relative + entry.name, entry
+    for entry in sorted(subfolders, key=lambda item: item.name):
+        yield from walk(entry.path, f"{relative}{entry.name}/", None if max_depth is None else max_depth - 1)
+
+
+def fingerprint(entries: list[os.DirEntry]) -> str:
+    """Short digest of the files' names, sizes and modification times: changes when a file is
+    added, removed or replaced, even by one with an older time (`cp -p`, `rsync -a`)."""
+    digest = hashlib.sha256()
+    for entry in entries:
+        status = entry.stat()
+        digest.update(f"{entry.path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> Datasets:
+    """The datasets in data_dir (see the module doc); UserError naming the config key when
+    none is found, two files give one name, or a name cannot be an output path."""
+    if not os.path.isdir(data_dir):
+        raise UserError(
+            f"config key 'data_dir' = {data_dir!r} is not a folder; allowed: an existing folder holding "
+            "the bar files (set data_dir in config.yaml or --config data_dir=...)"
+        )
+    if files_pattern:
+        check_files_pattern(files_pattern)
+        regex = path_regex(files_pattern)
+        max_depth = None if "**" in files_pattern else files_pattern.count("/")
+    else:
+        regex, max_depth = None, 0
+    members: dict[str, list[os.DirEntry]] = {}
+    other_names, same_name, paths = [], [], set()
+    for relative, entry in walk(data_dir, "", max_depth):
+        paths.add(entry.path)
+        if not is_bar_file_name(entry.name):
+            other_names.append(relative)
+            continue
+        if regex is None:
+            if not fnmatch(entry.name, pattern):
+                other_names.append(relative)
+                continue
+            name = dataset_name(entry.name)
+            if name in members:
+                same_name.append(f"{members[name][0].path!r} and {entry.path!r}")
+                continue
+        else:
+            match = regex.fullmatch(relative)
+            if match is None:
+                other_names.append(relative)
+                continue
+            name = match.group("dataset")
+        members.setdefault(name, []).append(entry)
+    if not members:
+        raise UserError(no_match_message(data_dir, pattern, files_pattern, other_names))
+    if same_name:
+        raise UserError(
+            f"data_dir {data_dir!r}: two files give the same dataset name; keep one of: {'; '.join(same_name)}"
+        )
+    bad_names = sorted(name for name in members if not re.fullmatch(DATASET_NAME, name))
+    if bad_names:
+        raise UserError(
+            f"data_dir {data_dir!r}: dataset file names may hold only letters, digits and . _ + = @ , - "
+            f"(and must not start with a dot or dash); rename: "
+            f"{', '.join(repr(members[n][0].path) for n in bad_names)}"
+        )
+    found = Datasets()
+    for name in sorted(members):
+        entries = sorted(members[name], key=lambda entry: entry.path)
+        found.files[name] = [entry.path for entry in entries]
+        found.fingerprints[name] = fingerprint(entries)
+        found.checksummed.update(entry.path for entry in entries if entry.path + CHECKSUM_SUFFIX in paths)
+    return found
+
+
+def no_match_message(data_dir: str, pattern: str, files_pattern: str, other_names: list[str]) -> str:
+    holds = f"it holds {', '.join(sorted(other_names)[:5])}" if other_names else "it is empty"
+    if len(other_names) > 5:
+        holds += f" and {len(other_names) - 5} more"
+    if files_pattern:
+        return (
+            f"config key 'datasets.files' = {files_pattern!r} matches no file under data_dir {data_dir!r} "
+            f"({holds}); allowed: a path pattern relative to data_dir with {PLACEHOLDER}, e.g. '**/{{dataset}}-1m-*'"
+        )
+    return (
+        f"config key 'pattern' = {pattern!r} matches no file in data_dir {data_dir!r} ({holds}); "
+        f"allowed: a glob on the names of bar files ({' '.join(READABLE_SUFFIXES)}), e.g. '*1m*'"
+    )
