@@ -36,7 +36,7 @@ def symbol_bars(symbol: str, days: int) -> pd.DataFrame:
 
 def kline_text(bars: pd.DataFrame, step_minutes: int = 1) -> str:
     """Binance's 12 headerless kline columns, open time in epoch ms."""
-    open_ms = bars["timestamp"].array.asi8 // 10**6
+    open_ms = bars["timestamp"].astype("datetime64[ns, UTC]").array.asi8 // 10**6
     frame = pd.DataFrame(
         {
             "open_time": open_ms,
@@ -193,8 +193,12 @@ def test_a_binance_tree_trains_one_model_per_symbol_and_a_corrupt_zip_fails_alon
     for day in range(3):
         assert f"{daily_path(Path('data'), 'BTCUSDT', day)}: read as auto: headerless, ','-delimited, 12 columns" in log
     assert f"{monthly_path(Path('data'), 'BTCUSDT')}: read as" in log
-    assert f"{2 * BARS_PER_DAY} bars, 2024-01-01 00:00 to 2024-01-02 23:59 UTC; sha256 verified" in log
-    assert f"{2 * BARS_PER_DAY} bar(s) found in two files with the same values kept once" in log
+    assert "time from column 0 in epoch ms (told by the values), UTC" in log
+    assert f"{2 * BARS_PER_DAY} bars, 2024-01-01 00:00 to 2024-01-01 07:59 UTC; sha256 verified" in log
+    assert (
+        f"BTCUSDT (4 files under data/spot): note: {2 * BARS_PER_DAY} bar(s) found in two files "
+        "with the same values kept once"
+    ) in log
     arrays = load_arrays(workdir / "prep" / "BTCUSDT.npz")
     assert arrays.rows == 3 * BARS_PER_DAY - arrays.warmup - arrays.horizon
     bad_log = (workdir / "logs" / "preprocess" / "BADUSDT.log").read_text().strip().splitlines()
@@ -204,12 +208,21 @@ def test_a_binance_tree_trains_one_model_per_symbol_and_a_corrupt_zip_fails_alon
 
 def test_a_new_daily_file_makes_exactly_its_symbol_pending_naming_the_file(binance_run, tmp_path):
     workdir = copy_of(binance_run, tmp_path)
-    bars = symbol_bars("ETHUSDT", 4)
+    bars = symbol_bars("ETHUSDT", 5)
     new_file = write_daily(workdir / "data", "ETHUSDT", bars, 3)
-    dry_run = snakemake(workdir, "-n", "--rerun-triggers", "mtime", "input", "params", "software-env").stdout
+    dry_run = snakemake(workdir, "-n").stdout
     assert set(pending_jobs(dry_run, "train")) == {"ETHUSDT", "BADUSDT"}  # BADUSDT: still to do
     reason = pending_jobs(dry_run, "preprocess")["ETHUSDT"]
-    assert str(new_file.relative_to(workdir)) in reason and "Set of input files has changed" in reason
+    assert reason.startswith("Updated input files: ")
+    assert str(new_file.relative_to(workdir)) in reason.split(";")[0].removeprefix("Updated input files: ").split(", ")
+    # A file downloaded with its server's (older) time is noticed too, as a change of the set.
+    new_file.unlink()
+    older_file = write_daily(workdir / "data", "ETHUSDT", bars, 4)
+    for path in (older_file, Path(f"{older_file}.CHECKSUM")):
+        os.utime(path, ns=(0, (workdir / "prep" / "ETHUSDT.npz").stat().st_mtime_ns - 3600 * 10**9))
+    dry_run = snakemake(workdir, "-n").stdout
+    assert set(pending_jobs(dry_run, "train")) == {"ETHUSDT", "BADUSDT"}
+    assert "Set of input files has changed since last execution" in pending_jobs(dry_run, "preprocess")["ETHUSDT"]
 
 
 def test_a_replacement_with_an_older_time_is_noticed(binance_run, tmp_path):

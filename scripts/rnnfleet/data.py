@@ -192,11 +192,12 @@ def read_clean_bars(
     return frame
 
 
-def bars_label(paths: str | os.PathLike | list[str]) -> str:
-    """What error lines about a dataset's bars name: its file, or its files' folder and count."""
+def bars_label(paths: str | os.PathLike | list[str], dataset: str = "") -> str:
+    """What lines about a dataset's bars name: its file, or the dataset, its files' count and folder."""
     if isinstance(paths, (str, os.PathLike)) or len(paths) == 1:
         return str(paths if isinstance(paths, (str, os.PathLike)) else paths[0])
-    return f"{os.path.commonpath(list(map(str, paths)))} ({len(paths)} files)"
+    folder = os.path.commonpath(list(map(str, paths)))
+    return f"{dataset + ' ' if dataset else ''}({len(paths)} files under {folder})"
 
 
 def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
@@ -217,10 +218,12 @@ def prepare_dataset(
     target: str = DEFAULT_TARGET,
     read_format: dict | None = None,
     max_gap: str | None = None,
+    dataset: str = "",
 ) -> tuple[PreparedArrays, list[str]]:
     """Bars file(s) -> PreparedArrays, plus notes on what was cleaned and split (for the log);
-    says on stderr how each file was read and which times it holds."""
-    name = bars_label(csv_path)
+    says on stderr how each file was read and which times it holds. dataset: its name, for
+    the lines about a dataset of several files."""
+    name = bars_label(csv_path, dataset)
     frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
     for line in frame.attrs["sources"]:
         print(line, file=sys.stderr)

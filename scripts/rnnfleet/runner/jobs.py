@@ -35,7 +35,7 @@ NOT_RETRIED = " (not retried: more memory would not help)"
 def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
     """preprocess_one(**preprocess_kwargs), failing with one line that names the file."""
     with job_guard(dataset):
-        preprocess_one(**preprocess_kwargs)
+        preprocess_one(dataset=dataset, **preprocess_kwargs)
 
 
 def train_job(attempt: int, log_path: str, device: str, **train_kwargs) -> None:
@@ -87,7 +87,7 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     summary to stderr. settings: the keyword arguments of prepare_dataset, as
     rnnfleet.settings.preprocess_settings builds them from the config."""
     arrays, notes = prepare_dataset(data_files, **settings)
-    csv_path = bars_label(data_files)
+    csv_path = bars_label(data_files, settings.get("dataset", ""))
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     pause_point("preprocess")
