@@ -112,6 +112,16 @@ def test_binance_names_and_folders_are_discovered(tmp_path):
     assert discover_datasets(str(tmp_path), "*1m*").files == {"SPY_1m": [str(tmp_path / "SPY_1m.csv")]}
 
 
+def test_the_default_pattern_takes_one_minute_names_only(tmp_path):
+    names = ["AAPL_1mo.csv", "X_11m.csv", "Y_15m.csv", "Z_1month.csv", "EURUSD_1m.csv", "SPY_1min.csv.gz"]
+    names += ["BTCUSDT-1m-2024-01.zip", "1m_GOLD.csv", "EURUSD_M1.csv"]
+    for name in names:
+        (tmp_path / name).touch()
+    found = discover_datasets(str(tmp_path), "*1m*").files
+    assert sorted(found) == ["1m_GOLD", "BTCUSDT-1m-2024-01", "EURUSD_1m", "SPY_1min"]
+    assert list(discover_datasets(str(tmp_path), "*_M1*").files) == ["EURUSD_M1"]
+
+
 def test_the_dataset_placeholder_may_name_a_folder_and_must_appear_once(tmp_path):
     binance_tree(tmp_path, {"BTCUSDT": 1})
     found = discover_datasets(str(tmp_path), "*", "spot/daily/klines/{dataset}/1m/*.zip")

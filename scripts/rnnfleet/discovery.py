@@ -30,6 +30,9 @@ from rnnfleet.joining import CHECKSUM_SUFFIX
 # nothing a shell or a file system could misread.
 DATASET_NAME = r"[\w][\w.+=@,-]*"
 PLACEHOLDER = "{dataset}"
+# `1m` as an interval in a name: not 11m, 21m (a digit before) nor 1mo, 1month (a letter
+# after, but for 1min, 1minute).
+ONE_MINUTE_MARK = re.compile(r"(?<![0-9])1m(?![a-hj-z0-9])")
 
 
 @dataclass
@@ -110,6 +113,12 @@ def walk(folder: str, relative: str, max_depth: int | None) -> Iterator[tuple[st
         yield from walk(entry.path, f"{relative}{entry.name}/", None if max_depth is None else max_depth - 1)
 
 
+def names_one_minute(file_name: str, pattern: str) -> bool:
+    """Where the pattern asks for `1m` (the default `*1m*`), the name must hold it as an
+    interval: `AAPL_1mo.csv`, `X_11m.csv` are other intervals; `X_1min.csv` is one minute."""
+    return "1m" not in pattern or ONE_MINUTE_MARK.search(dataset_name(file_name)) is not None
+
+
 def fingerprint(entries: list[os.DirEntry]) -> str:
     """Short digest of the files' names, sizes and modification times: changes when a file is
     added, removed or replaced, even by one with an older time (`cp -p`, `rsync -a`)."""
@@ -142,7 +151,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
             other_names.append(relative)
             continue
         if regex is None:
-            if not fnmatch(entry.name, pattern):
+            if not fnmatch(entry.name, pattern) or not names_one_minute(entry.name, pattern):
                 other_names.append(relative)
                 continue
             name = dataset_name(entry.name)
