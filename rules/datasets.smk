@@ -41,7 +41,8 @@ def benchmark_path(rule_name):
 
 
 def dataset_files(wildcards):
-    """The dataset's data files, and the .CHECKSUM beside each that has one."""
+    """The dataset's data files (a .CHECKSUM beside one is read by the job and is part of
+    the fingerprint, files_fingerprint)."""
     if wildcards.dataset not in DATA_FILES:
         raise WorkflowError(
             f"no dataset {wildcards.dataset!r}: no file in data_dir {config['data_dir']!r} "
@@ -50,17 +51,10 @@ def dataset_files(wildcards):
     return DATA_FILES[wildcards.dataset]
 
 
-def dataset_checksums(wildcards):
-    return [
-        f"{path}.CHECKSUM"
-        for path in DATA_FILES[wildcards.dataset]
-        if path in FOUND.checksummed
-    ]
-
-
 def files_fingerprint(wildcards):
     """A param of preprocess: a digest of the names, sizes and modification times of the
-    dataset's files, so a file replaced by one with an older time re-preprocesses too."""
+    dataset's files, so a file replaced by one with an older time re-preprocesses too.
+    """
     return FOUND.fingerprints[wildcards.dataset]
 
 

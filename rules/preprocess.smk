@@ -1,7 +1,6 @@
 rule preprocess:
     input:
         data=dataset_files,
-        checksums=dataset_checksums,
         feature_code=FEATURE_CODE,
     output:
         arrays=ARRAYS,

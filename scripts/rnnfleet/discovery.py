@@ -9,8 +9,8 @@ Two ways (docs/data.md):
 
 Promise: discovery lists each folder once (os.scandir) and takes each member file's size
 and modification time (ns) from its directory entry, so the fingerprint of a dataset
-(its files' names, sizes and times) costs no open and no extra listing. A `<file>.CHECKSUM`
-beside a data file is found in the same listing.
+(its files' names, sizes and times, and those of their `.CHECKSUM` files, found in the same
+listing) costs no open and no extra listing.
 """
 
 from __future__ import annotations
@@ -144,9 +144,12 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
     else:
         regex, max_depth = None, 0
     members: dict[str, list[os.DirEntry]] = {}
-    other_names, same_name, paths = [], [], set()
+    other_names, same_name = [], []
+    checksum_entries: dict[str, os.DirEntry] = {}  # data file path -> its .CHECKSUM
     for relative, entry in walk(data_dir, "", max_depth):
-        paths.add(entry.path)
+        if entry.name.endswith(CHECKSUM_SUFFIX):
+            checksum_entries[entry.path.removesuffix(CHECKSUM_SUFFIX)] = entry
+            continue
         if not is_bar_file_name(entry.name):
             other_names.append(relative)
             continue
@@ -182,8 +185,9 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
     for name in sorted(members):
         entries = sorted(members[name], key=lambda entry: entry.path)
         found.files[name] = [entry.path for entry in entries]
-        found.fingerprints[name] = fingerprint(entries)
-        found.checksummed.update(entry.path for entry in entries if entry.path + CHECKSUM_SUFFIX in paths)
+        checksums = [checksum_entries[entry.path] for entry in entries if entry.path in checksum_entries]
+        found.checksummed.update(entry.path for entry in entries if entry.path in checksum_entries)
+        found.fingerprints[name] = fingerprint(entries + checksums)
     return found
 
 
