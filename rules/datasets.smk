@@ -1,119 +1,26 @@
 # Datasets: which files in data_dir make which dataset, the path of every output, and
 # the input functions of the rules.
-import os
-import re
+import json
 import sys
-from fnmatch import fnmatch
 
-from rnnfleet.formats import READABLE_SUFFIXES
+from rnnfleet.discovery import DATASET_NAME, discover_datasets
+from rnnfleet.errors import UserError
 from rnnfleet.hooks.after_failures import not_done_list_if_stale
 
-# A dataset name becomes part of output paths: no path separators, no leading dot,
-# nothing a shell or a file system could misread.
-DATASET_NAME = r"[\w][\w.+=@,-]*"
-# The longest file name made from a dataset name is the hidden temporary file beside its
-# metrics (rnnfleet.checkpoint.atomic_write): .<name>.json.<8 random characters>.partial.
-# File systems allow 255 bytes per name.
-MAX_DATASET_NAME_BYTES = 255 - len("..json.12345678.partial")
-
-
-def dataset_name(file_name):
-    """File name without its extension (and without .csv before a compression suffix)."""
-    stem, extension = os.path.splitext(file_name)
-    if extension.lower() in (".gz", ".bz2", ".xz", ".zst", ".zip"):
-        stem = os.path.splitext(stem)[0]
-    return stem
-
-
-def is_dataset_file(file_name, pattern):
-    """A file rnnfleet reads (rnnfleet.formats.READABLE_SUFFIXES) whose name matches pattern."""
-    return (
-        fnmatch(file_name, pattern)
-        and not file_name.startswith(".")
-        and file_name.lower().endswith(READABLE_SUFFIXES)
+# One walk of data_dir (rnnfleet.discovery): {dataset: its files}, their fingerprints.
+try:
+    FOUND = discover_datasets(
+        config["data_dir"], config["pattern"], config["datasets"]["files"]
     )
-
-
-def entry_problem(entry):
-    """Why an entry of data_dir named like a bar file is not one (None: it is a file). From
-    the listing's file type; only a symbolic link costs a stat (of its target)."""
-    if entry.is_file():
-        return None
-    if entry.is_symlink():
-        target = os.readlink(entry.path)
-        if entry.is_dir():
-            return f"is a symbolic link to {target!r}, which is a folder"
-        if os.path.exists(entry.path):
-            return f"is a symbolic link to {target!r}, which is not a regular file"
-        return f"is a symbolic link to {target!r}, which does not exist"
-    if entry.is_dir():
-        return "is a folder, not a file (a dataset is one file)"
-    return "is not a regular file (a pipe, socket or device)"
-
-
-def discover_datasets(data_dir, pattern):
-    """{dataset name: file path} for every bar file in data_dir whose name matches pattern,
-    from one listing of the folder (no per-file stat at parse time). An entry named like
-    one that is not a file (a folder, a dangling symbolic link) is left out, with one
-    warning line."""
-    if not os.path.isdir(data_dir):
-        raise WorkflowError(
-            f"config key 'data_dir' = {data_dir!r} is not a folder; allowed: an existing folder holding "
-            "the CSV files (set data_dir in config.yaml or --config data_dir=...)"
+except UserError as error:
+    raise WorkflowError(str(error)) from None
+if workflow.is_main_process:
+    for path, problem in FOUND.skipped.items():
+        print(
+            f"rnnfleet: WARNING: {path}: {problem}; skipped, not a dataset of this run",
+            file=sys.stderr,
         )
-    found, other_names, same_name = {}, [], []
-    with os.scandir(data_dir) as entries:
-        for entry in entries:
-            if not is_dataset_file(entry.name, pattern):
-                other_names.append(entry.name)
-            elif problem := entry_problem(entry):
-                if workflow.is_main_process:
-                    print(
-                        f"rnnfleet: WARNING: {entry.path}: {problem}; skipped, not a dataset of this run",
-                        file=sys.stderr,
-                    )
-            elif dataset_name(entry.name) in found:
-                same_name.append(
-                    f"{found[dataset_name(entry.name)]!r} and {entry.path!r}"
-                )
-            else:
-                found[dataset_name(entry.name)] = entry.path
-    if not found:
-        holds = (
-            f"it holds {', '.join(sorted(other_names)[:5])}"
-            if other_names
-            else "it is empty"
-        )
-        if len(other_names) > 5:
-            holds += f" and {len(other_names) - 5} more"
-        raise WorkflowError(
-            f"config key 'pattern' = {pattern!r} matches no file in data_dir {data_dir!r} ({holds}); "
-            f"allowed: a glob on the names of bar files ({' '.join(READABLE_SUFFIXES)}), e.g. '*1m*'"
-        )
-    if same_name:
-        raise WorkflowError(
-            f"data_dir {data_dir!r}: two files give the same dataset name; keep one of: {'; '.join(same_name)}"
-        )
-    bad_names = sorted(name for name in found if not re.fullmatch(DATASET_NAME, name))
-    if bad_names:
-        raise WorkflowError(
-            f"data_dir {data_dir!r}: dataset file names may hold only letters, digits and . _ + = @ , - "
-            f"(and must not start with a dot or dash); rename: {', '.join(repr(found[n]) for n in bad_names)}"
-        )
-    long_names = sorted(
-        name for name in found if len(name.encode()) > MAX_DATASET_NAME_BYTES
-    )
-    if long_names:
-        raise WorkflowError(
-            f"data_dir {data_dir!r}: dataset names may be at most {MAX_DATASET_NAME_BYTES} bytes long "
-            f"(the hidden temporary files beside the outputs add {255 - MAX_DATASET_NAME_BYTES} "
-            "to a file-name limit of 255); "
-            f"shorten: {', '.join(repr(found[n]) for n in long_names)}"
-        )
-    return dict(sorted(found.items()))
-
-
-DATA_FILES = discover_datasets(config["data_dir"], config["pattern"])
+DATA_FILES = FOUND.files
 DATASETS = list(DATA_FILES)
 
 PATHS = config["paths"]
@@ -143,22 +50,37 @@ def benchmark_path(rule_name):
 def no_such_dataset(name):
     return (
         f"no dataset {name!r}: no file in data_dir {config['data_dir']!r} "
-        f"matching {config['pattern']!r} has that name"
+        f"matching {config['datasets']['files'] or config['pattern']!r} gives that name"
     )
 
 
-def dataset_csv(wildcards):
+def dataset_files(wildcards):
+    """The dataset's data files (a .CHECKSUM beside one is read by the job and is part of
+    the fingerprint, files_fingerprint)."""
     if wildcards.dataset not in DATA_FILES:
         raise WorkflowError(no_such_dataset(wildcards.dataset))
     return DATA_FILES[wildcards.dataset]
 
 
+def files_fingerprint(wildcards):
+    """A param of preprocess: a digest of the names, sizes and modification times of the
+    dataset's files, so a file replaced by one with an older time re-preprocesses too.
+    """
+    return FOUND.fingerprints[wildcards.dataset]
+
+
+def files_json(wildcards, input):
+    """The dataset's files as one JSON word of the job's command (derived from input:
+    Snakemake does not compare it as a param)."""
+    return json.dumps(list(input.data))
+
+
 def recent_bars_csv(wildcards):
-    """The bars a forecast starts from: predict.recent_dir/<dataset>.csv, or the dataset's own CSV."""
+    """The bars a forecast starts from: predict.recent_dir/<dataset>.csv, or the dataset's own files."""
     recent_dir = config["predict"]["recent_dir"]
     if recent_dir:
         return f"{recent_dir}/{wildcards.dataset}.csv"
-    return dataset_csv(wildcards)
+    return dataset_files(wildcards)
 
 
 def datasets_to_forecast(requested):

@@ -34,7 +34,10 @@ logger.debug(
     f"rnnfleet: Snakemake speed-ups on: {', '.join(SNAKEMAKE_SPEEDUPS) or 'none'}"
 )
 # A dataset file deleted or made unreadable during the run fails its own job, not the run.
-apply_snakemake_guards(DATA_FILES.values(), warn=workflow.is_main_process)
+apply_snakemake_guards(
+    [path for paths in DATA_FILES.values() for path in paths],
+    warn=workflow.is_main_process,
+)
 
 # A training is launched again only when a retry can help (out of GPU memory, killed).
 apply_retry_policy(("train",), warn=workflow.is_main_process)

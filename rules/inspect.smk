@@ -1,6 +1,6 @@
 rule inspect:
     input:
-        bars=list(DATA_FILES.values()),
+        bars=[path for paths in DATA_FILES.values() for path in paths],
         feature_code=FEATURE_CODE,
     output:
         table=INSPECTION,
@@ -10,7 +10,7 @@ rule inspect:
     conda:
         "../envs/rnnfleet.yaml"
     params:
-        datasets=DATASETS,
+        files=DATA_FILES,
         settings=PREPROCESS_SETTINGS,
     script:
         "../scripts/inspect_data.py"

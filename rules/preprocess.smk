@@ -1,6 +1,6 @@
 rule preprocess:
     input:
-        csv=dataset_csv,
+        data=dataset_files,
         feature_code=FEATURE_CODE,
     output:
         arrays=ARRAYS,
@@ -13,9 +13,11 @@ rule preprocess:
     threads: 1
     params:
         **PREPROCESS_SETTINGS,
+        files_fingerprint=files_fingerprint,
+        files_json=files_json,
     shell:
         job_command(
             "preprocess",
-            texts={"csv_path": "{input.csv:q}", "arrays_path": "{output.arrays:q}"},
-            values={},
+            texts={"arrays_path": "{output.arrays:q}"},
+            values={"data_files": "{params.files_json:q}"},
         )

@@ -7,7 +7,7 @@ from rnnfleet.runner.orphans import run_job_guard
 
 with run_job_guard("inspect"):
     inspect_datasets(
-        files=dict(zip(snakemake.params.datasets, snakemake.input.bars, strict=True)),
+        files=dict(snakemake.params.files),
         settings=dict(snakemake.params.settings),
         table_path=snakemake.output.table,
     )

@@ -1,4 +1,6 @@
-"""Parsing the workflow lists data_dir once and touches no dataset file: 10,000 datasets cost one listing."""
+"""Parsing the workflow lists each folder of data_dir once and opens no dataset file: 10,000
+datasets cost one listing (the size and time of each file, for its fingerprint, come from
+its directory entry, one stat each, not from os.stat or an open)."""
 
 from __future__ import annotations
 
@@ -16,18 +18,26 @@ import json, os, sys
 # every folder found there (data/ included): not the workflow's doing, so leave it out.
 sys.path = [entry for entry in sys.path if entry not in ("", os.getcwd())]
 data_dir = os.path.abspath(sys.argv[1])
-calls = {"scandir": 0, "listdir": 0, "stat_of_data_files": 0}
+calls = {"scandir": 0, "listdir": 0, "listings_below": 0, "stat_of_data_files": 0, "open_of_data_files": 0}
 
 def counting(name, original, is_listing):
     def wrapper(path=".", *args, **kwargs):
         real = os.path.abspath(os.fsdecode(path)) if isinstance(path, (str, bytes, os.PathLike)) else ""
         if is_listing and real == data_dir:
             calls[name] += 1
+        elif is_listing and real.startswith(data_dir + os.sep):
+            calls["listings_below"] += 1
         elif not is_listing and real.startswith(data_dir + os.sep):
             calls["stat_of_data_files"] += 1
         return original(path, *args, **kwargs)
     return wrapper
 
+def count_opens(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes)):
+        if os.path.abspath(os.fsdecode(args[0])).startswith(data_dir + os.sep):
+            calls["open_of_data_files"] += 1
+
+sys.addaudithook(count_opens)
 os.scandir = counting("scandir", os.scandir, True)
 os.listdir = counting("listdir", os.listdir, True)
 os.stat = counting("stat", os.stat, False)
@@ -41,12 +51,7 @@ print(json.dumps(calls))
 """
 
 
-def test_parsing_lists_the_data_folder_once_and_stats_no_dataset(tmp_path):
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    for number in range(300):
-        (data_dir / f"S{number:03d}_1m.csv").touch()
-    write_config(tmp_path, data_dir=str(data_dir))
+def parse_counts(tmp_path, data_dir) -> dict:
     result = subprocess.run(
         [sys.executable, "-c", COUNT_FOLDER_ACCESS, str(data_dir)]
         + ["-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--list-rules"],
@@ -56,5 +61,34 @@ def test_parsing_lists_the_data_folder_once_and_stats_no_dataset(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "train" in result.stdout.split()
-    calls = json.loads(result.stdout.splitlines()[-1])
-    assert calls == {"scandir": 1, "listdir": 0, "stat_of_data_files": 0}
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_parsing_lists_the_data_folder_once_and_opens_no_dataset(tmp_path):
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    for number in range(300):
+        (data_dir / f"S{number:03d}_1m.csv").touch()
+    write_config(tmp_path, data_dir=str(data_dir))
+    calls = parse_counts(tmp_path, data_dir)
+    assert calls == {"scandir": 1, "listdir": 0, "listings_below": 0, "stat_of_data_files": 0, "open_of_data_files": 0}
+
+
+def test_a_tree_of_period_files_is_walked_once_opening_none(tmp_path):
+    data_dir = tmp_path / "data"
+    for symbol in range(30):
+        folder = data_dir / "spot" / "daily" / "klines" / f"S{symbol:02d}USDT" / "1m"
+        folder.mkdir(parents=True)
+        for day in range(1, 11):
+            (folder / f"S{symbol:02d}USDT-1m-2024-01-{day:02d}.zip").touch()
+            (folder / f"S{symbol:02d}USDT-1m-2024-01-{day:02d}.zip.CHECKSUM").touch()
+    write_config(tmp_path, data_dir=str(data_dir), datasets={"files": "**/{dataset}-1m-*"})
+    calls = parse_counts(tmp_path, data_dir)
+    folders_below = 3 + 30 * 2  # spot/daily/klines, then each symbol's folder and its 1m folder
+    assert calls == {
+        "scandir": 1,
+        "listdir": 0,
+        "listings_below": folders_below,
+        "stat_of_data_files": 0,
+        "open_of_data_files": 0,
+    }

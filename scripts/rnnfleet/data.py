@@ -1,4 +1,4 @@
-"""Raw CSV -> validated features, targets, chronological split, normalisation; array file I/O.
+"""Raw bar file(s) -> validated features, targets, chronological split, normalisation; array file I/O.
 
 Which features and which target: rnnfleet.features and rnnfleet.targets.
 
@@ -20,6 +20,7 @@ from rnnfleet.errors import DataError
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
 from rnnfleet.formats import PRICE_KEYS, read_bars
 from rnnfleet.gaps import check_gap_windows, find_gaps
+from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
 
@@ -173,16 +174,41 @@ def split_and_normalise(
 
 
 def read_clean_bars(
-    csv_path: str | os.PathLike,
+    paths: str | os.PathLike | list[str],
     columns: dict[str, str] | None,
     max_bad_fraction: float,
     read_format: dict | None = None,
     max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
 ):
-    """read_bars, then drop_non_finite: the bars that preprocessing and prediction both start from."""
-    return drop_non_finite(
-        read_bars(csv_path, columns, read_format), str(csv_path), max_bad_fraction, max_bad_fraction_setting
-    )
+    """The bars that preprocessing, inspection and prediction all start from: of each file
+    (its .CHECKSUM verified where it has one) read_bars, then drop_non_finite; several files
+    joined in time order (rnnfleet.joining.join_bars). attrs["sources"]: one line per file,
+    how it was read and the time range it holds; attrs["read_as"]: how the file(s) were read."""
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    frames, sources = [], []
+    for path in map(str, paths):
+        checked = verify_checksum(path)
+        frame = drop_non_finite(read_bars(path, columns, read_format), path, max_bad_fraction, max_bad_fraction_setting)
+        frames.append((path, frame))
+        sources.append(
+            f"{path}: read as {frame.attrs['read_as']}; {time_range(frame)}" + (f"; {checked}" if checked else "")
+        )
+    if len(frames) > 1:
+        read_as = "; ".join(dict.fromkeys(part.attrs["read_as"] for _, part in frames))
+        frame = join_bars(frames)
+        frame.attrs["read_as"] = f"{len(frames)} files joined: {read_as}"
+    else:
+        frame = frames[0][1]
+    frame.attrs["sources"] = sources
+    return frame
+
+
+def bars_label(paths: str | os.PathLike | list[str], dataset: str = "") -> str:
+    """What lines about a dataset's bars name: its file, or the dataset, its files' count and folder."""
+    if isinstance(paths, (str, os.PathLike)) or len(paths) == 1:
+        return str(paths if isinstance(paths, (str, os.PathLike)) else paths[0])
+    folder = os.path.commonpath(list(map(str, paths)))
+    return f"{dataset + ' ' if dataset else ''}({len(paths)} files under {folder})"
 
 
 def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
@@ -193,7 +219,7 @@ def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def prepare_dataset(
-    csv_path: str | os.PathLike,
+    csv_path: str | os.PathLike | list[str],
     seq_len: int,
     horizon: int,
     val_fraction: float,
@@ -203,14 +229,18 @@ def prepare_dataset(
     target: str = DEFAULT_TARGET,
     read_format: dict | None = None,
     max_gap: str | None = None,
+    dataset: str = "",
 ) -> tuple[PreparedArrays, list[str]]:
-    """Bars file -> PreparedArrays, plus notes on what was cleaned and split (for the log);
-    says how the file was read on stderr."""
-    name = str(csv_path)
+    """Bars file(s) -> PreparedArrays, plus notes on what was cleaned and split (for the log);
+    says on stderr how each file was read and which times it holds. dataset: its name, for
+    the lines about a dataset of several files."""
+    name = bars_label(csv_path, dataset)
     frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
-    print(f"{name}: read as {frame.attrs['read_as']}", file=sys.stderr)
+    for line in frame.attrs["sources"]:
+        print(line, file=sys.stderr)
     notes = list(frame.attrs.get("notes", []))
     timestamps_ns = frame["timestamp"].array.asi8
+    check_one_minute_bars(timestamps_ns, name)
     gap_bars = find_gaps(timestamps_ns, max_gap)
     if len(frame) < 2 + horizon:
         raise DataError(f"{name}: too few rows for one training window plus validation: only {len(frame)} usable rows")

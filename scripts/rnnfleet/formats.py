@@ -53,9 +53,11 @@ BAR_KEYS = (*PRICE_KEYS, "volume")
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip")
 TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-# File names discovery may take as datasets: what read_bars can open.
+# File names discovery may take as datasets: what read_bars can open (a bare .zip is
+# Binance's: one CSV inside).
 READABLE_SUFFIXES = (
     *TEXT_SUFFIXES,
+    *COMPRESSED_SUFFIXES,
     *(text + packed for text in TEXT_SUFFIXES for packed in COMPRESSED_SUFFIXES),
     *PARQUET_SUFFIXES,
 )

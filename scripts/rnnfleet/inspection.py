@@ -14,9 +14,10 @@ import sys
 
 import numpy as np
 
-from rnnfleet.data import bar_features, read_clean_bars, split_points
+from rnnfleet.data import bar_features, bars_label, read_clean_bars, split_points
 from rnnfleet.errors import UserError
 from rnnfleet.gaps import find_gaps, window_numbers
+from rnnfleet.joining import check_one_minute_bars
 
 INSPECT_COLUMNS = (
     "dataset",
@@ -37,15 +38,16 @@ INSPECT_COLUMNS = (
 )
 
 
-def inspect_dataset(dataset: str, path: str, settings: dict) -> dict:
+def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict:
     """One row of the table. settings: columns, read_format, max_bad_fraction, max_gap,
     seq_len, horizon, val_fraction, features (the preprocess job's params)."""
 
-    row = {"dataset": dataset, "file": path}
+    row = {"dataset": dataset, "file": bars_label(path)}
     try:
         frame = read_clean_bars(path, settings["columns"], settings["max_bad_fraction"], settings["read_format"])
         # the checks preprocess makes on the numbers; the features' warm-up
-        warmup = bar_features(frame, settings["features"], path).warmup
+        check_one_minute_bars(frame["timestamp"].array.asi8, row["file"])
+        warmup = bar_features(frame, settings["features"], row["file"]).warmup
     except UserError as error:  # a data error, or a features plug-in that fails on this file
         return {**row, "status": "unusable", "long_enough": False, "problem": str(error)}
     timestamps_ns = frame["timestamp"].array.asi8
@@ -77,8 +79,8 @@ def inspect_dataset(dataset: str, path: str, settings: dict) -> dict:
     }
 
 
-def inspect_datasets(files: dict[str, str], settings: dict, table_path: str) -> None:
-    """The table of every dataset in `files` ({dataset: path}), written atomically."""
+def inspect_datasets(files: dict[str, str | list[str]], settings: dict, table_path: str) -> None:
+    """The table of every dataset in `files` ({dataset: its path or paths}), written atomically."""
     import pandas as pd
 
     from rnnfleet.checkpoint import atomic_write

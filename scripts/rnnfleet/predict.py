@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from rnnfleet.checkpoint import atomic_write, load_checkpoint
-from rnnfleet.data import MAX_BAD_FRACTION_KEY, DataError, bar_features, normalise, read_clean_bars
+from rnnfleet.data import MAX_BAD_FRACTION_KEY, DataError, bar_features, bars_label, normalise, read_clean_bars
 from rnnfleet.errors import UserError
 from rnnfleet.formats import FORMAT_PRESETS
 from rnnfleet.model import rebuild_model, vetted_plugins
@@ -108,7 +108,7 @@ def forecast_frame(
 
 def forecast_csv(
     model_path: str | os.PathLike,
-    csv_path: str | os.PathLike,
+    csv_path: str | os.PathLike | list[str],
     forecasts_path: str | os.PathLike,
     last: int | None = None,
     max_bad_fraction: float = 0.0,
@@ -131,7 +131,9 @@ def forecast_csv(
     model = rebuild_model(checkpoint, plugin_sources, device, model_path)
     columns = checkpoint["features"].get("columns") or None
     bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, max_bad_fraction_setting)
-    print(f"{csv_path}: read as {bars.attrs['read_as']}", file=sys.stderr)
+    csv_path = bars_label(csv_path)
+    for line in bars.attrs["sources"]:
+        print(line, file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     forecasts = forecast_frame(model, checkpoint, bars, last, str(csv_path), plugin_sources)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from rnnfleet.checkpoint import write_json
-from rnnfleet.data import PreparedArrays, prepare_dataset, save_arrays
+from rnnfleet.data import PreparedArrays, bars_label, prepare_dataset, save_arrays
 from rnnfleet.errors import (
     ATTEMPT_PREFIX,
     ERROR_PREFIX,
@@ -36,7 +36,7 @@ EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
 def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
     """preprocess_one(**preprocess_kwargs), failing with one line that names the file."""
     with run_job_guard(dataset):
-        preprocess_one(**preprocess_kwargs)
+        preprocess_one(dataset=dataset, **preprocess_kwargs)
 
 
 def train_job(attempt: int, attempts: int, log_path: str, device: str, **train_kwargs) -> None:
@@ -94,30 +94,35 @@ def check_retry_helps(attempt: int, attempts: int, earlier_attempts_log: Path, g
         print(f"the previous attempt ended with: {previous}", file=sys.stderr)
 
 
-def file_version(path: str | os.PathLike) -> tuple[int, int, int, int] | None:
-    """(device, inode, size, mtime): another value means another file or new content; None
-    when the path is gone."""
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+def files_version(paths: list[str]) -> list[tuple[int, int, int, int] | None]:
+    """(device, inode, size, mtime) of each file: another value means another file or new
+    content; None for a path that is gone."""
+    versions = []
+    for path in paths:
+        try:
+            status = os.stat(path)
+        except OSError:
+            versions.append(None)
+            continue
+        versions.append((status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns))
+    return versions
 
 
-def preprocess_one(csv_path: str, arrays_path: str, **settings) -> PreparedArrays:
-    """The preprocess job: bars file in, array file out; notes and a one-line summary to
-    stderr. settings: the keyword arguments of prepare_dataset, as
+def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> PreparedArrays:
+    """The preprocess job: the dataset's bar files in, array file out; notes and a one-line
+    summary to stderr. settings: the keyword arguments of prepare_dataset, as
     rnnfleet.settings.preprocess_settings builds them from the config. A file that is
     replaced, rewritten or deleted while the job runs fails the job (UserError) and leaves no
     array file: arrays newer than the file would keep the next run from reading the new content."""
-    read_version = file_version(csv_path)
-    arrays, notes = prepare_dataset(csv_path, **settings)
+    read_versions = files_version(data_files)
+    arrays, notes = prepare_dataset(data_files, **settings)
+    csv_path = bars_label(data_files, settings.get("dataset", ""))
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
     pause_point("preprocess")
     Path(arrays_path).parent.mkdir(parents=True, exist_ok=True)
     save_arrays(arrays, arrays_path)
-    if file_version(csv_path) != read_version:
+    if files_version(data_files) != read_versions:
         Path(arrays_path).unlink()
         raise UserError(
             f"{csv_path}: changed while it was read (replaced, rewritten or deleted during the run); "

@@ -1,0 +1,241 @@
+"""Which files in data_dir make which dataset: one directory walk at parse time, no file opened.
+
+Two ways (docs/data.md):
+- `pattern` (the default): a glob on the file names directly in data_dir; each matching
+  file is one dataset, named by the file name without its extension.
+- `datasets.files`: a path pattern relative to data_dir holding `{dataset}`, e.g.
+  `**/{dataset}-1m-*`; every file whose path matches belongs to the dataset that
+  `{dataset}` names (a symbol's daily and monthly files, in folders of their own or not).
+
+Promise: discovery lists each folder once (os.scandir) and takes each member file's size
+and modification time (ns) from its directory entry, so the fingerprint of a dataset
+(its files' names, sizes and times, and those of their `.CHECKSUM` files, found in the same
+listing) costs no open and no extra listing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+
+from rnnfleet.errors import UserError
+from rnnfleet.formats import COMPRESSED_SUFFIXES, READABLE_SUFFIXES, TEXT_SUFFIXES
+from rnnfleet.joining import CHECKSUM_SUFFIX
+
+# A dataset name becomes part of output paths: no path separators, no leading dot,
+# nothing a shell or a file system could misread.
+DATASET_NAME = r"[\w][\w.+=@,-]*"
+# The longest file name made from a dataset name is the hidden temporary file beside its
+# metrics (rnnfleet.checkpoint.atomic_write): .<name>.json.<8 random characters>.partial.
+# File systems allow 255 bytes per name.
+MAX_DATASET_NAME_BYTES = 255 - len("..json.12345678.partial")
+PLACEHOLDER = "{dataset}"
+# `1m` as an interval in a name: not 11m, 21m (a digit before) nor 1mo, 1month (a letter
+# after, but for 1min, 1minute).
+ONE_MINUTE_MARK = re.compile(r"(?<![0-9])1m(?![a-hj-z0-9])")
+
+
+@dataclass
+class Datasets:
+    """{dataset: its data files, in path order}, the fingerprint of each dataset's files,
+    and the data files that have a `.CHECKSUM` beside them."""
+
+    files: dict[str, list[str]] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    checksummed: set[str] = field(default_factory=set)
+    # {path: why}: entries named like a bar file that are not one (a folder, a dangling link).
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def dataset_name(file_name: str) -> str:
+    """File name without its extension, and without .csv/.txt/.tsv before a compression suffix
+    (Binance's `BTCUSDT-1m-2024-01.zip` -> `BTCUSDT-1m-2024-01`)."""
+    stem, extension = os.path.splitext(file_name)
+    if extension.lower() in COMPRESSED_SUFFIXES:
+        inner_stem, inner = os.path.splitext(stem)
+        if inner.lower() in TEXT_SUFFIXES:
+            stem = inner_stem
+    return stem
+
+
+def is_bar_file_name(file_name: str) -> bool:
+    """A name rnnfleet reads (rnnfleet.formats.READABLE_SUFFIXES), not hidden."""
+    return not file_name.startswith(".") and file_name.lower().endswith(READABLE_SUFFIXES)
+
+
+def path_regex(files_pattern: str) -> re.Pattern:
+    """The regex of a `datasets.files` pattern on '/'-separated paths relative to data_dir:
+    `**/` any folders (none too), `*` and `?` within one name, `[...]` as in a glob,
+    `{dataset}` the dataset name (the shortest that lets the rest match)."""
+    parts, position = [], 0
+    while position < len(files_pattern):
+        if files_pattern.startswith(PLACEHOLDER, position):
+            parts.append(f"(?P<dataset>{DATASET_NAME}?)")
+            position += len(PLACEHOLDER)
+        elif files_pattern.startswith("**/", position):
+            parts.append("(?:[^/]+/)*")
+            position += 3
+        elif files_pattern[position] == "*":
+            parts.append("[^/]*")
+            position += 1
+        elif files_pattern[position] == "?":
+            parts.append("[^/]")
+            position += 1
+        elif files_pattern[position] == "[" and "]" in files_pattern[position + 2 :]:
+            end = files_pattern.index("]", position + 2)
+            inside = files_pattern[position + 1 : end]
+            parts.append("[" + ("^" + inside[1:] if inside.startswith("!") else inside).replace("\\", "\\\\") + "]")
+            position = end + 1
+        else:
+            parts.append(re.escape(files_pattern[position]))
+            position += 1
+    return re.compile("".join(parts))
+
+
+def check_files_pattern(files_pattern: str) -> None:
+    if files_pattern.count(PLACEHOLDER) != 1 or files_pattern.startswith("/") or ".." in files_pattern.split("/"):
+        raise UserError(
+            f"config key 'datasets.files' = {files_pattern!r}: must hold {PLACEHOLDER} exactly once and be "
+            "relative to data_dir without '..', e.g. '**/{dataset}-1m-*'"
+        )
+
+
+def walk(folder: str, relative: str, max_depth: int | None) -> Iterator[tuple[str, os.DirEntry]]:
+    """(path relative to the top, entry) of every entry under folder that is not a folder
+    walked into: files, and also folders below max_depth (how many folder levels below the
+    top are walked; None: all), so that one named like a dataset is seen; hidden folders
+    skipped."""
+    with os.scandir(folder) as entries:
+        subfolders = []
+        for entry in entries:
+            if entry.is_dir() and not entry.name.startswith(".") and (max_depth is None or max_depth > 0):
+                subfolders.append(entry)
+            elif not (entry.is_dir() and entry.name.startswith(".")):
+                yield relative + entry.name, entry
+    for entry in sorted(subfolders, key=lambda item: item.name):
+        yield from walk(entry.path, f"{relative}{entry.name}/", None if max_depth is None else max_depth - 1)
+
+
+def entry_problem(entry: os.DirEntry) -> str | None:
+    """Why an entry named like a bar file is not one (None: it is a file). From the
+    listing's file type; only a symbolic link costs a stat (of its target)."""
+    if entry.is_file():
+        return None
+    if entry.is_symlink():
+        target = os.readlink(entry.path)
+        if entry.is_dir():
+            return f"is a symbolic link to {target!r}, which is a folder"
+        if os.path.exists(entry.path):
+            return f"is a symbolic link to {target!r}, which is not a regular file"
+        return f"is a symbolic link to {target!r}, which does not exist"
+    if entry.is_dir():
+        return "is a folder, not a file (a dataset is one file)"
+    return "is not a regular file (a pipe, socket or device)"
+
+
+def names_one_minute(file_name: str, pattern: str) -> bool:
+    """Where the pattern asks for `1m` (the default `*1m*`), the name must hold it as an
+    interval: `AAPL_1mo.csv`, `X_11m.csv` are other intervals; `X_1min.csv` is one minute."""
+    return "1m" not in pattern or ONE_MINUTE_MARK.search(dataset_name(file_name)) is not None
+
+
+def fingerprint(entries: list[os.DirEntry]) -> str:
+    """Short digest of the files' names, sizes and modification times: changes when a file is
+    added, removed or replaced, even by one with an older time (`cp -p`, `rsync -a`)."""
+    digest = hashlib.sha256()
+    for entry in entries:
+        status = entry.stat()
+        digest.update(f"{entry.path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> Datasets:
+    """The datasets in data_dir (see the module doc); UserError naming the config key when
+    none is found, two files give one name, or a name cannot be an output path."""
+    if not os.path.isdir(data_dir):
+        raise UserError(
+            f"config key 'data_dir' = {data_dir!r} is not a folder; allowed: an existing folder holding "
+            "the bar files (set data_dir in config.yaml or --config data_dir=...)"
+        )
+    if files_pattern:
+        check_files_pattern(files_pattern)
+        regex = path_regex(files_pattern)
+        max_depth = None if "**" in files_pattern else files_pattern.count("/")
+    else:
+        regex, max_depth = None, 0
+    members: dict[str, list[os.DirEntry]] = {}
+    other_names, same_name = [], []
+    checksum_entries: dict[str, os.DirEntry] = {}  # data file path -> its .CHECKSUM
+    found_problems: dict[str, str] = {}
+    for relative, entry in walk(data_dir, "", max_depth):
+        if entry.name.endswith(CHECKSUM_SUFFIX):
+            checksum_entries[entry.path.removesuffix(CHECKSUM_SUFFIX)] = entry
+            continue
+        if not is_bar_file_name(entry.name):
+            other_names.append(relative)
+            continue
+        if regex is None:
+            if not fnmatch(entry.name, pattern) or not names_one_minute(entry.name, pattern):
+                other_names.append(relative)
+                continue
+            name = dataset_name(entry.name)
+            if name in members:
+                same_name.append(f"{members[name][0].path!r} and {entry.path!r}")
+                continue
+        else:
+            match = regex.fullmatch(relative)
+            if match is None:
+                other_names.append(relative)
+                continue
+            name = match.group("dataset")
+        if problem := entry_problem(entry):
+            found_problems[entry.path] = problem
+            continue
+        members.setdefault(name, []).append(entry)
+    if not members:
+        raise UserError(no_match_message(data_dir, pattern, files_pattern, other_names))
+    if same_name:
+        raise UserError(
+            f"data_dir {data_dir!r}: two files give the same dataset name; keep one of: {'; '.join(same_name)}"
+        )
+    bad_names = sorted(name for name in members if not re.fullmatch(DATASET_NAME, name))
+    if bad_names:
+        raise UserError(
+            f"data_dir {data_dir!r}: dataset file names may hold only letters, digits and . _ + = @ , - "
+            f"(and must not start with a dot or dash); rename: "
+            f"{', '.join(repr(members[n][0].path) for n in bad_names)}"
+        )
+    long_names = sorted(name for name in members if len(name.encode()) > MAX_DATASET_NAME_BYTES)
+    if long_names:
+        raise UserError(
+            f"data_dir {data_dir!r}: dataset names may be at most {MAX_DATASET_NAME_BYTES} bytes long "
+            f"(the hidden temporary files beside the outputs add {255 - MAX_DATASET_NAME_BYTES} "
+            f"to a file-name limit of 255); shorten: {', '.join(repr(members[n][0].path) for n in long_names)}"
+        )
+    found = Datasets(skipped=found_problems)
+    for name in sorted(members):
+        entries = sorted(members[name], key=lambda entry: entry.path)
+        found.files[name] = [entry.path for entry in entries]
+        checksums = [checksum_entries[entry.path] for entry in entries if entry.path in checksum_entries]
+        found.checksummed.update(entry.path for entry in entries if entry.path in checksum_entries)
+        found.fingerprints[name] = fingerprint(entries + checksums)
+    return found
+
+
+def no_match_message(data_dir: str, pattern: str, files_pattern: str, other_names: list[str]) -> str:
+    holds = f"it holds {', '.join(sorted(other_names)[:5])}" if other_names else "it is empty"
+    if len(other_names) > 5:
+        holds += f" and {len(other_names) - 5} more"
+    if files_pattern:
+        return (
+            f"config key 'datasets.files' = {files_pattern!r} matches no file under data_dir {data_dir!r} "
+            f"({holds}); allowed: a path pattern relative to data_dir with {PLACEHOLDER}, e.g. '**/{{dataset}}-1m-*'"
+        )
+    return (
+        f"config key 'pattern' = {pattern!r} matches no file in data_dir {data_dir!r} ({holds}); "
+        f"allowed: a glob on the names of bar files ({' '.join(READABLE_SUFFIXES)}), e.g. '*1m*'"
+    )
