@@ -1,4 +1,12 @@
-"""Shared helpers: generated datasets in temporary folders and real `snakemake` runs on them."""
+"""Shared helpers: generated datasets in temporary folders and real `snakemake` runs on them.
+
+The tests come in two tiers: tests/unit/ (the code in this process: no `snakemake`, no other
+program started) and tests/workflow/ (real snakemake runs and other processes), every test of
+which is marked `workflow` here. `slow` marks a unit test that takes seconds of its own.
+The fast loop is `make test-fast` (pytest -m "not workflow and not slow"); `make test` runs all.
+Programs the tests run (a Snakefile, a listener, a probe) are files in tests/programs/.
+Test modules import shared helpers from here (`from conftest import ...`), never from each other.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +20,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+PROGRAMS = TESTS / "programs"
+WORKFLOW_TIER = TESTS / "workflow"
 sys.path.insert(0, str(REPO / "scripts"))
 
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
 # Modules that test what only some platforms have (README "Platforms"): not collected elsewhere.
+# By file name, in whichever tier the module sits.
 POSIX_ONLY = [
     "test_warm.py",
     "test_gpu_slots.py",
@@ -25,9 +37,21 @@ POSIX_ONLY = [
     "test_previous_models.py",
 ]  # fork, signals, process groups
 LINUX_ONLY = ["test_security.py", "test_slurm.py"]  # local accounts, SO_PEERCRED, SLURM from Debian packages
-collect_ignore = (LINUX_ONLY if not sys.platform.startswith("linux") else []) + (
-    POSIX_ONLY if os.name != "posix" else []
+NOT_ON_THIS_PLATFORM = set(
+    (LINUX_ONLY if not sys.platform.startswith("linux") else []) + (POSIX_ONLY if os.name != "posix" else [])
 )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    return True if collection_path.name in NOT_ON_THIS_PLATFORM else None  # None: pytest decides
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(WORKFLOW_TIER):
+            item.add_marker(pytest.mark.workflow)
+
 
 # Small enough that a training job takes about a second on one CPU thread.
 TINY_CONFIG = {
