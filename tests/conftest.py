@@ -10,11 +10,17 @@ Test modules import shared helpers from here (`from conftest import ...`), never
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
 import zlib
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -101,18 +107,59 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 60
     return result
 
 
-def pending_jobs(dry_run_output: str, rule: str) -> dict[str, str]:
-    """{dataset: reason} for every `rule` job in snakemake -n output."""
-    jobs, current_rule, reason = {}, None, ""
+@dataclass
+class PlannedJob:
+    """One job of a `snakemake -n` listing: its rule and the text of its reason and wildcards lines."""
+
+    rule: str
+    reason: str | None = None
+    wildcards: str | None = None
+
+
+def planned_jobs(dry_run_output: str) -> list[PlannedJob]:
+    """Every job that snakemake -n lists, in its order (the one parser of that listing)."""
+    jobs: list[PlannedJob] = []
     for line in dry_run_output.splitlines():
         stripped = line.strip()
         if stripped.startswith(("rule ", "localrule ")):
-            current_rule, reason = stripped.split()[1].rstrip(":"), ""
-        elif stripped.startswith("reason:"):
-            reason = stripped[len("reason:") :].strip()
-        elif stripped.startswith("wildcards:") and current_rule == rule:
-            jobs[stripped.split("dataset=")[1].split(",")[0]] = reason
+            jobs.append(PlannedJob(rule=stripped.split()[1].rstrip(":")))
+        elif jobs and stripped.startswith("reason:"):
+            jobs[-1].reason = stripped.removeprefix("reason:").strip()
+        elif jobs and stripped.startswith("wildcards:"):
+            jobs[-1].wildcards = stripped.removeprefix("wildcards:").strip()
     return jobs
+
+
+def pending_jobs(dry_run_output: str, rule: str) -> dict[str, str]:
+    """{dataset: reason} for every `rule` job in snakemake -n output."""
+    return {
+        job.wildcards.split("dataset=")[1].split(",")[0]: job.reason or ""
+        for job in planned_jobs(dry_run_output)
+        if job.rule == rule and job.wildcards is not None
+    }
+
+
+def planned_rules(dry_run_output: str) -> dict[str, int]:
+    """{rule: number of jobs} that snakemake -n lists."""
+    return dict(Counter(job.rule for job in planned_jobs(dry_run_output)))
+
+
+def planned_reasons(dry_run_output: str, rules: tuple[str, ...]) -> list[str]:
+    """The `reason:` line of each listed job of `rules`."""
+    reasons = [job.reason for job in planned_jobs(dry_run_output) if job.rule in rules and job.reason is not None]
+    assert len(reasons) == len(rules), dry_run_output
+    return reasons
+
+
+def report_results(report_html: str) -> dict:
+    """The report's index of results ({path: entry}), as its page script holds it."""
+    match = re.search(r"^\s*var results = (\{.*\});\s*$", report_html, re.MULTILINE)
+    assert match, "no results index in the report"
+    return json.loads(match.group(1))
+
+
+def decoded(entry: dict) -> bytes:
+    return base64.b64decode(entry["data_uri"].split("base64,", 1)[1])
 
 
 def process_alive(pid: int) -> bool:
@@ -130,6 +177,18 @@ def wait_until_gone(pid: int, seconds: float = 60) -> None:
     while process_alive(pid):
         assert time.monotonic() < deadline, f"process {pid} is still running"
         time.sleep(0.05)
+
+
+def kill_hard(run: subprocess.Popen, job_pid: int) -> None:
+    """SIGKILL to snakemake's process group and to the paused job (a warm worker runs
+    outside that group): nobody gets to clean up."""
+    os.killpg(run.pid, signal.SIGKILL)
+    try:
+        os.kill(job_pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    run.wait(timeout=30)
+    wait_until_gone(job_pid)
 
 
 def trained_folder(workdir: Path, datasets: list[str]) -> Path:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import add_datasets, snakemake, snakemake_command, trained_folder, wait_until_gone
+from conftest import add_datasets, kill_hard, snakemake, snakemake_command, trained_folder, wait_until_gone
 
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME
 from rnnfleet.model import load_model
@@ -60,18 +60,6 @@ def start_paused_run(workdir: Path, point: str) -> tuple[subprocess.Popen, int]:
 
 def resume(workdir: Path, point: str) -> None:
     (workdir.parent / f"paused-at-{point}").write_text(RESUME)
-
-
-def kill_hard(run: subprocess.Popen, job_pid: int) -> None:
-    """SIGKILL to snakemake's process group and to the paused job (a warm worker runs
-    outside that group): nobody gets to clean up."""
-    os.killpg(run.pid, signal.SIGKILL)
-    try:
-        os.kill(job_pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    run.wait(timeout=30)
-    wait_until_gone(job_pid)
 
 
 def hidden_files(workdir: Path) -> list[Path]:

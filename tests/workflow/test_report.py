@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import csv
 import json
 import re
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import add_datasets, pending_jobs, snakemake, write_config
+from conftest import add_datasets, decoded, pending_jobs, report_results, snakemake, write_config
 
 import rnnfleet.plots
 from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures
@@ -46,17 +45,6 @@ class TagCounter(HTMLParser):
 
     def handle_endtag(self, tag):
         self.ends[tag] = self.ends.get(tag, 0) + 1
-
-
-def report_results(report_html: str) -> dict:
-    """The report's index of results ({path: entry}), as its page script holds it."""
-    match = re.search(r"^\s*var results = (\{.*\});\s*$", report_html, re.MULTILINE)
-    assert match, "no results index in the report"
-    return json.loads(match.group(1))
-
-
-def decoded(entry: dict) -> bytes:
-    return base64.b64decode(entry["data_uri"].split("base64,", 1)[1])
 
 
 def test_report_is_one_valid_html_page(run):
