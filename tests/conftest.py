@@ -34,6 +34,8 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
 # Modules that test what only some platforms have (README "Platforms"): not collected elsewhere.
 # By file name, in whichever tier the module sits.
 POSIX_ONLY = [
@@ -207,3 +209,7 @@ def workdir(tmp_path: Path) -> Path:
     (tmp_path / "data" / "README.txt").write_text("not a dataset\n")
     write_config(tmp_path, data_dir="data")
     return tmp_path
+
+
+# The same bars in every layout, and one real run over them (tests/layouts.py).
+from layouts import every_layout, layouts_run  # noqa: E402, F401
