@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, TINY_ROWS, add_datasets, write_config, write_synthetic_csv
+from conftest import PROGRAMS, REPO, TINY_ROWS, add_datasets, write_config, write_synthetic_csv
 from conftest import snakemake as run_snakemake
 
 from rnnfleet.hooks import snakemake_speedups
@@ -91,36 +91,8 @@ def test_missing_script_is_still_reported(tmp_path, stock):
     assert "scripts/summarize.py" in result.stdout + result.stderr  # Snakemake's own error names it
 
 
-COUNTED_PARAMS_SNAKEFILE = """
-import sys
-sys.path.insert(0, {scripts!r})
-from rnnfleet.hooks.snakemake_speedups import apply
-apply()
-
-
-def counted(rule_name):
-    def number(wildcards):
-        with open("params_calls.txt", "a") as calls:
-            calls.write(f"{{rule_name}} {{wildcards.n}}\\n")
-        return wildcards.n
-    return number
-
-
-rule all:
-    input: expand("plain/{{n}}.txt", n=range(6)), expand("per_job/{{n}}.txt", n=range(3))
-
-rule plain:
-    output: "plain/{{n}}.txt"
-    conda: "env.yaml"
-    params: n=counted("plain")
-    script: "write_params.py"
-
-rule per_job:
-    output: "per_job/{{n}}.txt"
-    conda: "envs/{{n}}.yaml"
-    params: n=counted("per_job")
-    script: "write_params.py"
-"""
+# A workflow of its own, whose params count their evaluations (run with tmp_path as its working folder).
+COUNTED_PARAMS = PROGRAMS / "counted_params"
 
 
 def params_calls(workdir) -> list[str]:
@@ -134,13 +106,8 @@ def test_params_are_evaluated_for_a_conda_path_only_where_it_needs_them(tmp_path
     conda path; with the speed-ups a plain path is expanded once per rule, and only a path
     holding wildcards gets each job's params. (The first job whose script path Snakemake
     checks has its params evaluated for that, too.)"""
-    (tmp_path / "Snakefile").write_text(COUNTED_PARAMS_SNAKEFILE.format(scripts=str(REPO / "scripts")))
-    (tmp_path / "write_params.py").write_text('open(snakemake.output[0], "w").write(f"{snakemake.params.n}\\n")\n')
-    (tmp_path / "envs").mkdir()
-    for env_file in ["env.yaml", *(f"envs/{n}.yaml" for n in range(3))]:
-        (tmp_path / env_file).write_text("dependencies: []\n")
     # rnnfleet's triggers (profiles/default): the "code" trigger evaluates params for its own reasons.
-    command = [sys.executable, "-m", "snakemake", "-s", "Snakefile", "--cores", "1"]
+    command = [sys.executable, "-m", "snakemake", "-s", str(COUNTED_PARAMS / "Snakefile"), "--cores", "1"]
     command += ["--rerun-triggers", "mtime", "params", "input", "software-env"]
     environment = {**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock}
 
@@ -161,13 +128,8 @@ def test_params_are_evaluated_for_a_conda_path_only_where_it_needs_them(tmp_path
 
 @pytest.mark.parametrize("stock", ["1", "0"])
 def test_garbage_collection_is_tuned_only_with_the_speedups(stock):
-    probe = (
-        "import gc, sys; sys.path.insert(0, sys.argv[1]);"
-        "from rnnfleet.hooks.snakemake_speedups import apply; apply();"
-        "print(gc.get_threshold()[0], gc.get_freeze_count())"
-    )
     result = subprocess.run(
-        [sys.executable, "-c", probe, str(REPO / "scripts")],
+        [sys.executable, str(PROGRAMS / "gc_settings.py"), str(REPO / "scripts")],
         capture_output=True,
         text=True,
         check=True,
