@@ -49,6 +49,7 @@ class RecordingModel(torch.nn.Module):
         return self.bias.expand(len(windows))
 
 
+@pytest.mark.slow
 def test_train_model_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
     from rnnfleet import training
     from rnnfleet.data import PreparedArrays

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import PNG_SIGNATURE
 
 import rnnfleet.plots
 from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures
 
 
+@pytest.mark.slow
 def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path, monkeypatch):
     shapes = [(5, 0.5, "zero return"), (1, 2.0, "training mean"), (3, 0.01, "naive forecast"), (8, 40.0, "x")]
     metrics_paths, spans = [], {}
@@ -48,6 +50,7 @@ def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_g
         assert curve.read_bytes() == alone.read_bytes(), curve.name
 
 
+@pytest.mark.slow
 def test_many_loss_curves_are_drawn_in_parallel_as_one_process_draws_them(tmp_path, monkeypatch):
     workers = []
 
