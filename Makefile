@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CORES ?= all
 
-.PHONY: venv slurm run test lint fmt bench bench-scale bench-read clean
+.PHONY: venv slurm run test test-fast lint fmt bench bench-scale bench-read clean
 
 venv: $(VENV)/.installed
 
@@ -27,7 +27,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 slurm: venv
 	$(BIN)/python -m pip install --quiet -r requirements-slurm.txt
 
-# For tests/test_slurm.py only: the same packages in a folder of their own, put on PYTHONPATH
+# For tests/workflow/test_slurm.py only: the same packages in a folder of their own, put on PYTHONPATH
 # by that test, so every other snakemake command of the suite starts without them.
 SLURM_TEST_PLUGIN := $(VENV)/slurm-plugin
 $(SLURM_TEST_PLUGIN)/.installed: requirements-slurm.txt | venv
@@ -40,8 +40,13 @@ demo_data: | venv
 run: venv demo_data
 	$(BIN)/snakemake --cores $(CORES) --config data_dir=demo_data
 
+# Both tiers: tests/unit/ and tests/workflow/ (real snakemake runs and other processes).
 test: venv $(SLURM_TEST_PLUGIN)/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
+
+# The fast loop while editing: tests/unit/ less the tests marked slow (no snakemake run).
+test-fast: venv
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q -m "not workflow and not slow" $(PYTEST_ARGS)
 
 lint: venv demo_data
 	$(BIN)/snakemake --lint

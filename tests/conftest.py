@@ -1,15 +1,30 @@
-"""Shared helpers: generated datasets in temporary folders and real `snakemake` runs on them."""
+"""Shared helpers: generated datasets in temporary folders and real `snakemake` runs on them.
+
+The tests come in two tiers: tests/unit/ (the code in this process: no `snakemake`, no other
+program started) and tests/workflow/ (real snakemake runs and other processes), every test of
+which is marked `workflow` here. `slow` marks a unit test that takes seconds of its own.
+The fast loop is `make test-fast` (pytest -m "not workflow and not slow"); `make test` runs all.
+Programs the tests run (a Snakefile, a listener, a probe) are files in tests/programs/.
+Test modules import shared helpers from here (`from conftest import ...`), never from each other.
+"""
 
 from __future__ import annotations
 
+import base64
+import csv
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 import zlib
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,26 +34,41 @@ import yaml
 if TYPE_CHECKING:
     import pwd  # Unix only: imported where an account is made
 
-REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+PROGRAMS = TESTS / "programs"
+WORKFLOW_TIER = TESTS / "workflow"
 sys.path.insert(0, str(REPO / "scripts"))
 
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
 # Modules that test what only some platforms have (docs/platforms.md): not collected elsewhere.
+# By file name, in whichever tier the module sits.
 POSIX_ONLY = [
     "test_warm.py",
     "test_gpu_slots.py",
     "test_interruptions.py",
     "test_previous_models.py",
 ]  # fork, signals, process groups
-LINUX_ONLY = [
-    "test_security.py",
-    "test_bad_entries.py",
-    "test_slurm.py",
-]  # local accounts, SO_PEERCRED, SLURM from Debian packages
-collect_ignore = (LINUX_ONLY if not sys.platform.startswith("linux") else []) + (
-    POSIX_ONLY if os.name != "posix" else []
+# local accounts, SO_PEERCRED, SLURM from Debian packages
+LINUX_ONLY = ["test_security.py", "test_bad_entries.py", "test_slurm.py"]
+NOT_ON_THIS_PLATFORM = set(
+    (LINUX_ONLY if not sys.platform.startswith("linux") else []) + (POSIX_ONLY if os.name != "posix" else [])
 )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    return True if collection_path.name in NOT_ON_THIS_PLATFORM else None  # None: pytest decides
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(WORKFLOW_TIER):
+            item.add_marker(pytest.mark.workflow)
+
 
 # Small enough that a training job takes about a second on one CPU thread.
 TINY_CONFIG = {
@@ -88,18 +118,65 @@ def snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 60
     return result
 
 
-def pending_jobs(dry_run_output: str, rule: str) -> dict[str, str]:
-    """{dataset: reason} for every `rule` job in snakemake -n output."""
-    jobs, current_rule, reason = {}, None, ""
+@dataclass
+class PlannedJob:
+    """One job of a `snakemake -n` listing: its rule and the text of its reason and wildcards lines."""
+
+    rule: str
+    reason: str | None = None
+    wildcards: str | None = None
+
+
+def planned_jobs(dry_run_output: str) -> list[PlannedJob]:
+    """Every job that snakemake -n lists, in its order (the one parser of that listing)."""
+    jobs: list[PlannedJob] = []
     for line in dry_run_output.splitlines():
         stripped = line.strip()
         if stripped.startswith(("rule ", "localrule ")):
-            current_rule, reason = stripped.split()[1].rstrip(":"), ""
-        elif stripped.startswith("reason:"):
-            reason = stripped[len("reason:") :].strip()
-        elif stripped.startswith("wildcards:") and current_rule == rule:
-            jobs[stripped.split("dataset=")[1].split(",")[0]] = reason
+            jobs.append(PlannedJob(rule=stripped.split()[1].rstrip(":")))
+        elif jobs and stripped.startswith("reason:"):
+            jobs[-1].reason = stripped.removeprefix("reason:").strip()
+        elif jobs and stripped.startswith("wildcards:"):
+            jobs[-1].wildcards = stripped.removeprefix("wildcards:").strip()
     return jobs
+
+
+def pending_jobs(dry_run_output: str, rule: str) -> dict[str, str]:
+    """{dataset: reason} for every `rule` job in snakemake -n output."""
+    return {
+        job.wildcards.split("dataset=")[1].split(",")[0]: job.reason or ""
+        for job in planned_jobs(dry_run_output)
+        if job.rule == rule and job.wildcards is not None
+    }
+
+
+def planned_rules(dry_run_output: str) -> dict[str, int]:
+    """{rule: number of jobs} that snakemake -n lists."""
+    return dict(Counter(job.rule for job in planned_jobs(dry_run_output)))
+
+
+def planned_reasons(dry_run_output: str, rules: tuple[str, ...]) -> list[str]:
+    """The `reason:` line of each listed job of `rules`."""
+    reasons = [job.reason for job in planned_jobs(dry_run_output) if job.rule in rules and job.reason is not None]
+    assert len(reasons) == len(rules), dry_run_output
+    return reasons
+
+
+def summary_by_dataset(workdir: Path) -> dict[str, dict]:
+    """results/metrics.csv of a run as {dataset: its row}."""
+    with open(workdir / "results" / "metrics.csv", encoding="utf-8") as table:
+        return {row["dataset"]: row for row in csv.DictReader(table)}
+
+
+def report_results(report_html: str) -> dict:
+    """The report's index of results ({path: entry}), as its page script holds it."""
+    match = re.search(r"^\s*var results = (\{.*\});\s*$", report_html, re.MULTILINE)
+    assert match, "no results index in the report"
+    return json.loads(match.group(1))
+
+
+def decoded(entry: dict) -> bytes:
+    return base64.b64decode(entry["data_uri"].split("base64,", 1)[1])
 
 
 def process_alive(pid: int) -> bool:
@@ -117,6 +194,18 @@ def wait_until_gone(pid: int, seconds: float = 60) -> None:
     while process_alive(pid):
         assert time.monotonic() < deadline, f"process {pid} is still running"
         time.sleep(0.05)
+
+
+def kill_hard(run: subprocess.Popen, job_pid: int) -> None:
+    """SIGKILL to snakemake's process group and to the paused job (a warm worker runs
+    outside that group): nobody gets to clean up."""
+    os.killpg(run.pid, signal.SIGKILL)
+    try:
+        os.kill(job_pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    run.wait(timeout=30)
+    wait_until_gone(job_pid)
 
 
 def trained_folder(workdir: Path, datasets: list[str]) -> Path:
@@ -138,7 +227,7 @@ def workdir(tmp_path: Path) -> Path:
 
 
 # A second local account, for what only shows when the files' owner is not the one who runs
-# (root ignores file modes): tests/test_security.py, tests/test_bad_entries.py.
+# (root ignores file modes): tests/workflow/test_security.py, tests/workflow/test_bad_entries.py.
 INTRUDER = "rnnfleet-intruder"
 
 
@@ -229,3 +318,7 @@ def snakemake_as(account: pwd.struct_passwd, workdir: Path, *args: str, timeout:
         text=True,
         timeout=timeout,
     )
+
+
+# The same bars in every layout, and one real run over them (tests/layouts.py).
+from layouts import every_layout, layouts_run  # noqa: E402, F401

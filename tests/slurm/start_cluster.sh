@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a one-node SLURM cluster on this machine, for tests/test_slurm.py.
+# Start a one-node SLURM cluster on this machine, for tests/workflow/test_slurm.py.
 #
 # Installs Debian's slurm-wlm and munge when they are missing (needs root and apt-get),
 # writes /etc/slurm/slurm.conf for this machine's cores and memory (the node line comes

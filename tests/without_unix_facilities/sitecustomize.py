@@ -1,7 +1,7 @@
 """On PYTHONPATH, makes every Python process of a run look like one on a platform without the
 Unix facilities rnnfleet can do without (as on Windows): no fcntl module, no fork(), no passing
 of descriptors over Unix sockets, no peer credentials. AF_UNIX and os.uname stay: psutil and
-numpy need them on Linux (rnnfleet itself uses platform.node()). tests/test_portability.py
+numpy need them on Linux (rnnfleet itself uses platform.node()). tests/workflow/test_portability.py
 runs the real workflow this way."""
 
 import os

@@ -30,7 +30,7 @@ What it promises:
   config): stock collection re-scans the growing heap of jobs again and again while the DAG
   is built, a cost that grows with the number of jobs. Memory is unchanged (the DAG holds
   few reference cycles) and garbage is still collected, less often.
-- What Snakemake schedules, runs, lists and logs is unchanged (tests/test_speedups.py
+- What Snakemake schedules, runs, lists and logs is unchanged (tests/workflow/test_speedups_run.py
   compares the dry-run's jobs and reasons with and without these replacements).
 - On any other Snakemake version, or when a replaced function's source differs, nothing is
   replaced and one warning line says so; RNNFLEET_STOCK_SNAKEMAKE=1 turns them off silently.

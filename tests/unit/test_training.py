@@ -34,6 +34,7 @@ def test_windows_are_views_in_bar_order():
     torch.testing.assert_close(windows[2], features[2:6])
 
 
+@pytest.mark.slow
 def test_model_beats_the_naive_forecast_on_structured_data(arrays):
     torch.set_num_threads(1)
     result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))

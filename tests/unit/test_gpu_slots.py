@@ -121,6 +121,7 @@ def run_concurrent_claims(claim: Callable, tmp_path: Path, processes: int = 16, 
     return json.loads(audit_path.read_text())
 
 
+@pytest.mark.slow
 def test_concurrent_processes_never_overbook_a_device(tmp_path):
     audit = run_concurrent_claims(claim_gpu, tmp_path)
     assert audit["overbooked"] == []
@@ -135,6 +136,7 @@ def _unlocked_claim(devices: list[GpuDevice], gb: int, ledger_dir) -> GpuSlot:
     return GpuSlot(device=devices[0], gb=gb)
 
 
+@pytest.mark.slow
 def test_the_audit_catches_an_allocator_that_overbooks(tmp_path):
     # The same harness around an allocator without locks: it must report overbooking,
     # or the test above could not fail.
@@ -147,6 +149,7 @@ def _one_at_a_time_claim(devices: list[GpuDevice], gb: int, ledger_dir) -> GpuSl
     return GpuSlot(device=devices[0], gb=gb, unit_files=[wait_for_lock(Path(ledger_dir) / "only.lock")])
 
 
+@pytest.mark.slow
 def test_the_overlap_control_fails_when_claims_never_overlap(tmp_path):
     # The "never overlapped" guard above must be able to fail: here holds are serialised.
     audit = run_concurrent_claims(_one_at_a_time_claim, tmp_path, processes=4, rounds=3)

@@ -12,8 +12,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import add_datasets, pending_jobs, snakemake, snakemake_as, write_config
-from test_report import decoded, report_results
+from conftest import (
+    add_datasets,
+    decoded,
+    pending_jobs,
+    planned_reasons,
+    planned_rules,
+    report_results,
+    snakemake,
+    snakemake_as,
+    write_config,
+)
 
 from rnnfleet.checkpoint import atomic_write, save_checkpoint
 from rnnfleet.errors import WRITE_CAUSES, WriteError, job_guard
@@ -55,28 +64,6 @@ def table(workdir: Path) -> dict[str, dict]:
 
 def mtimes(workdir: Path, pattern: str) -> dict[str, int]:
     return {path.name: path.stat().st_mtime_ns for path in sorted(workdir.glob(pattern))}
-
-
-def planned_rules(dry_run_output: str) -> dict[str, int]:
-    """{rule: number of jobs} that snakemake -n lists."""
-    counts: dict[str, int] = {}
-    for line in dry_run_output.splitlines():
-        if line.startswith(("rule ", "localrule ")):
-            rule = line.split()[1].rstrip(":")
-            counts[rule] = counts.get(rule, 0) + 1
-    return counts
-
-
-def planned_reasons(dry_run_output: str, rules: tuple[str, ...]) -> list[str]:
-    """The `reason:` line of each listed job of `rules`."""
-    reasons, current_rule = [], None
-    for line in dry_run_output.splitlines():
-        if line.startswith(("rule ", "localrule ")):
-            current_rule = line.split()[1].rstrip(":")
-        elif line.strip().startswith("reason:") and current_rule in rules:
-            reasons.append(line.strip().removeprefix("reason: "))
-    assert len(reasons) == len(rules), dry_run_output
-    return reasons
 
 
 def copy_of(failed_run, tmp_path: Path) -> Path:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import pending_jobs, snakemake, snakemake_command, trained_folder, write_config
-from test_interruptions import kill_hard
+from conftest import kill_hard, pending_jobs, snakemake, snakemake_command, trained_folder, write_config
 
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, TRAIN_CRASH
 from rnnfleet.hooks.previous_models import BACKUP_DIR

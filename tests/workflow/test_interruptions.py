@@ -21,6 +21,7 @@ import pytest
 from conftest import (
     REPO,
     add_datasets,
+    kill_hard,
     process_alive,
     snakemake,
     snakemake_command,
@@ -75,18 +76,6 @@ def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.
 
 def resume(workdir: Path, point: str) -> None:
     (workdir.parent / f"paused-at-{point}").write_text(RESUME)
-
-
-def kill_hard(run: subprocess.Popen, job_pid: int) -> None:
-    """SIGKILL to snakemake's process group and to the paused job (a warm worker runs
-    outside that group): nobody gets to clean up."""
-    os.killpg(run.pid, signal.SIGKILL)
-    try:
-        os.kill(job_pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    run.wait(timeout=30)
-    wait_until_gone(job_pid)
 
 
 def hidden_files(workdir: Path) -> list[Path]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, add_datasets, as_intruder, snakemake, write_config
+from conftest import PROGRAMS, REPO, add_datasets, as_intruder, snakemake, write_config
 
 from rnnfleet.checkpoint import ModelFileError, load_checkpoint
 from rnnfleet.runner.warm_client import WarmUnavailable, connect, socket_name
@@ -29,78 +29,10 @@ SECRET = "MY_SECRET_TOKEN"
 # Run as the intruder: hold a listener at every *.sock path in `folder` that is not its own
 # (replacing any socket another user puts there, as in a real attack), plus one at
 # `expected_name`; record every connection and every byte received, and the passed fds.
-HIJACKER = r"""
-import array, json, os, socket, sys, time
-folder, expected_name, record_path = sys.argv[1:4]
-os.makedirs(folder, exist_ok=True)
-os.chmod(folder, 0o777)
-record = {"connections": 0, "bytes": 0, "fds": 0, "data": ""}
-listeners, connections = {}, []
-
-def save():
-    with open(record_path + ".tmp", "w") as handle:
-        json.dump(record, handle)
-    os.replace(record_path + ".tmp", record_path)
-
-def listen(path):
-    if os.path.lexists(path):
-        os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    os.chmod(path, 0o777)
-    listener.listen(64)
-    listener.setblocking(False)
-    listeners[path] = listener
-
-listen(os.path.join(folder, expected_name))
-save()
-while True:
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if name.endswith(".sock") and path not in listeners:
-            try:
-                listen(path)
-            except OSError:
-                pass
-    for listener in listeners.values():
-        try:
-            connection, _ = listener.accept()
-        except BlockingIOError:
-            continue
-        connection.setblocking(False)
-        connections.append(connection)
-        record["connections"] += 1
-        save()
-    for connection in connections:
-        try:
-            data, ancillary, _, _ = connection.recvmsg(65536, socket.CMSG_SPACE(16 * 4))
-        except (BlockingIOError, OSError):
-            continue
-        for _, _, fd_bytes in ancillary:
-            record["fds"] += len(fd_bytes) // 4
-        record["bytes"] += len(data)
-        record["data"] = (record["data"] + data.decode("utf-8", "replace"))[:100000]
-        save()
-    time.sleep(0.005)
-"""
+HIJACKER = (PROGRAMS / "hijacker.py").read_text()
 
 # Send the warm server a job request with three descriptors, as a client would; print the reply.
-REQUESTER = r"""
-import json, os, socket, struct, sys
-address, marker = sys.argv[1:3]
-request = {"target": "shutil:copyfile", "kwargs": {"src": "/etc/passwd", "dst": marker},
-           "cwd": "/", "env": {}, "sys_path": sys.path}
-data = json.dumps(request).encode()
-connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-connection.connect(address)
-descriptors = [os.open(os.devnull, os.O_WRONLY) for _ in range(3)]
-try:
-    socket.send_fds(connection, [struct.pack("!I", len(data)) + data], descriptors)
-    connection.settimeout(60)
-    print(connection.recv(4096).decode() or "closed")
-except (BrokenPipeError, ConnectionResetError):
-    print("closed")
-"""
+REQUESTER = (PROGRAMS / "requester.py").read_text()
 
 
 def wait_for(condition, seconds: float = 30, what: str = "condition"):

@@ -184,6 +184,7 @@ def synthetic_csv(tmp_path_factory):
     return write_synthetic_csv(tmp_path_factory.mktemp("targets") / "A_1m.csv", 2000, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target_name", list(TARGETS))
 def test_each_target_trains_and_beats_its_own_naive_baseline(synthetic_csv, target_name):
     """The synthetic bars have AR(2) returns and clustered volatility: every target is

@@ -39,23 +39,3 @@ def test_without_fcntl_fork_and_unix_sockets_the_same_models_come_out(tmp_path):
     # Snakemake's own process had no OS file locks either: no run registry (rnnfleet.hooks.recovery)
     assert not (tmp_path / "portable" / ".snakemake" / "rnnfleet-runs").exists()
     assert (tmp_path / "usual" / ".snakemake" / "rnnfleet-runs").is_dir()
-
-
-def test_each_missing_facility_alone_turns_warm_workers_off(monkeypatch):
-    import socket
-
-    import rnnfleet.runner.file_locks as file_locks
-    import rnnfleet.runner.warm_client as warm
-
-    assert warm.unsupported_reason() is None  # this test runs where all of them exist
-    for module, name, reason in (
-        (os, "fork", "no fork()"),
-        (socket, "send_fds", "pass file descriptors"),
-        (socket, "SO_PEERCRED", "cannot tell who is at the other end"),
-    ):
-        with monkeypatch.context() as patch:
-            patch.delattr(module, name)
-            patch.setattr(warm.sys, "platform", "linux")
-            assert reason in warm.unsupported_reason()
-    monkeypatch.setattr(file_locks, "os_locks_available", lambda: False)
-    assert "no OS file locks" in warm.unsupported_reason()

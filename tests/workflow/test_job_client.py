@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import PROGRAMS
 
 from rnnfleet.runner import job_client
 
@@ -29,14 +29,7 @@ def test_a_job_reaches_a_running_warm_server_without_heavy_imports(tmp_path, mon
     # arguments are incomplete on purpose: the warm child reports that, which shows it ran there.)
     monkeypatch.chdir(tmp_path)
     settings = job_client.write_settings({"preprocess": {"warm_workers": True}})
-    probe = tmp_path / "probe.py"
-    probe.write_text(
-        "import atexit, json, sys\n"
-        f"sys.path.insert(0, {str(REPO / 'scripts')!r})\n"
-        "atexit.register(lambda: json.dump(sorted(sys.modules), open('modules.json', 'w')))\n"
-        "from rnnfleet.runner.job_client import main\n"
-        "main(sys.argv[1:])\n"
-    )
+    probe = PROGRAMS / "job_client_probe.py"
     command = [sys.executable, str(probe), "preprocess", "--log", "job.log", "--settings", str(settings)]
     snakemake_job_env = {**os.environ, "TMPDIR": str(tmp_path)}  # Snakemake sets $TMPDIR for its jobs
     for _ in range(2):

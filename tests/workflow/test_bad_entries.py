@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, add_datasets, pending_jobs, python_for, write_config
-from test_bad_data import summary_by_dataset
+from conftest import REPO, add_datasets, pending_jobs, python_for, summary_by_dataset, write_config
 
 from rnnfleet.errors import DATA_ERROR_NOTE
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import add_datasets, pending_jobs, snakemake, trained_folder, write_config
+from conftest import REPO, add_datasets, pending_jobs, snakemake, trained_folder, write_config
 
 from rnnfleet.data import load_arrays
 from rnnfleet.model import load_model
@@ -129,7 +129,7 @@ def test_config_override_on_command_line_merges(trained_copy):
 
 def test_edited_training_code_does_not_retrain(trained_copy):
     # rerun-triggers in profiles/default leave out `code`: editing scripts/ must not re-train.
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    scripts = REPO / "scripts"
     for code in (scripts / "job.py", scripts / "rnnfleet" / "runner" / "jobs.py", scripts / "rnnfleet" / "training.py"):
         os.utime(code)  # newer mtime than every model
     result = snakemake(trained_copy, "-n")

@@ -12,24 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, wait_until_gone
+from conftest import PROGRAMS, REPO, wait_until_gone
 
 from rnnfleet.runner.warm_client import WarmUnavailable, check_private_folder, private_folder
 
-TESTS = Path(__file__).resolve().parent
-
 
 def start_client(workdir: Path, target: str, kwargs: dict, env: dict | None = None) -> subprocess.Popen:
-    """A process that does what scripts/train.py does: log to a file, then run_job(..., warm=True)."""
-    code = (
-        "import sys, json\n"
-        f"sys.path[:0] = [{str(REPO / 'scripts')!r}, {str(TESTS)!r}]\n"
-        "sys.stderr = open('job.log', 'w', buffering=1)\n"
-        "from rnnfleet.runner.warm_client import run_job\n"
-        f"run_job({target!r}, json.loads({json.dumps(kwargs)!r}), warm=True)\n"
-    )
+    """A process that does what scripts/job.py does: log to a file, then run_job(..., warm=True)."""
     return subprocess.Popen(
-        [sys.executable, "-c", code],
+        [sys.executable, str(PROGRAMS / "warm_job.py"), target, json.dumps(kwargs)],
         cwd=workdir,
         stderr=subprocess.PIPE,
         text=True,

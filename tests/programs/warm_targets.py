@@ -1,4 +1,4 @@
-"""Job functions for tests/test_warm.py: imported by warm children through the client's sys.path."""
+"""Job functions for tests/workflow/test_warm.py: imported by warm children through the client's sys.path."""
 
 import json
 import os

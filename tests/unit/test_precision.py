@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
-from conftest import add_datasets, snakemake, write_config
 
 from rnnfleet import precision
 from rnnfleet.data import prepare_dataset
@@ -69,13 +66,3 @@ def test_auto_trains_exactly_like_the_choice_it_names(tmp_path):
     chosen = precision.resolve_amp("auto", torch.device("cpu"))
     other = "off" if chosen == "bf16" else "bf16"
     assert val_loss["auto"] == val_loss[chosen] != val_loss.get(other)
-
-
-def test_metrics_and_job_log_name_the_precision_used(tmp_path):
-    add_datasets(tmp_path, ["A_1m"])
-    write_config(tmp_path, data_dir="data")  # train.amp left at its default, auto
-    snakemake(tmp_path, "models/A_1m.pt")
-    metrics = json.loads((tmp_path / "metrics" / "A_1m.json").read_text())
-    expected = precision.resolve_amp("auto", torch.device(metrics["device"]))
-    assert metrics["amp"] == expected
-    assert f"amp {expected}," in (tmp_path / "logs" / "train" / "A_1m.log").read_text()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import shutil
 import sys
 import tracemalloc
-from pathlib import Path
 
 import pytest
-from conftest import TINY_ROWS, add_datasets, snakemake, write_config
+from conftest import TINY_ROWS, add_datasets, snakemake, summary_by_dataset, write_config
 
 from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import DATA_ERROR_NOTE
@@ -72,11 +70,6 @@ def mixed_run(tmp_path_factory):
         (workdir / "data" / f"{name}.csv").write_bytes(content)
     write_config(workdir, data_dir="data")
     return workdir, snakemake(workdir, check=False)
-
-
-def summary_by_dataset(workdir: Path) -> dict[str, dict]:
-    with open(workdir / "results" / "metrics.csv", encoding="utf-8") as table:
-        return {row["dataset"]: row for row in csv.DictReader(table)}
 
 
 @pytest.mark.parametrize("dataset", sorted(bad_files()))

@@ -1,0 +1,192 @@
+"""The same bars written in every layout users have (README "Your data" lists them), and one
+real run over all of them plus the documented odd cases (a 31-bar day, a weekend gap, gaps
+everywhere, a zero price): for tests/unit/test_formats.py and the tests of that run in
+tests/workflow/. The fixtures every_layout and layouts_run are offered to every test by
+tests/conftest.py; session-scoped, so the run happens once however many modules use it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import snakemake, write_config
+
+from rnnfleet.synthetic import synthetic_bars
+
+ROWS = 400
+SEQ_LEN = 30
+BAR_KEYS = ["open", "high", "low", "close", "volume"]
+NS_PER = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+
+
+def reference_bars(rows: int = ROWS, start: str = "2024-01-02 00:00") -> pd.DataFrame:
+    """Bars whose numbers survive text exactly (6 decimals), with UTC timestamps."""
+    bars = synthetic_bars(rows, seed=7)
+    for key in BAR_KEYS:
+        bars[key] = [float(f"{value:.6f}") for value in bars[key]]
+    bars["timestamp"] = pd.date_range(start, periods=rows, freq="min", tz="UTC").astype("datetime64[ns, UTC]")
+    return bars
+
+
+def epoch(bars: pd.DataFrame, unit: str) -> np.ndarray:
+    return bars["timestamp"].array.asi8 // NS_PER[unit]
+
+
+def numbers(bars: pd.DataFrame) -> pd.DataFrame:
+    return bars[BAR_KEYS]
+
+
+def headered(bars: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([bars["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S"), numbers(bars)], axis=1)
+
+
+def binance(bars: pd.DataFrame, unit: str) -> pd.DataFrame:
+    """The 12 columns of Binance's kline files."""
+    open_time = epoch(bars, unit)
+    return pd.DataFrame(
+        {
+            "open_time": open_time,
+            **numbers(bars),
+            "close_time": open_time + 60 * NS_PER["s"] // NS_PER[unit] - 1,
+            "quote_volume": (bars["volume"] * bars["close"]).round(4),
+            "trades": 17,
+            "taker_base": (bars["volume"] / 2).round(4),
+            "taker_quote": (bars["volume"] * bars["close"] / 2).round(4),
+            "ignore": 0,
+        }
+    )
+
+
+def write_headerless(frame: pd.DataFrame, path: Path, sep: str = ",") -> None:
+    frame.to_csv(path, sep=sep, header=False, index=False)
+
+
+def write_every_layout(bars: pd.DataFrame, folder: Path) -> dict[str, str]:
+    """{dataset: what its preprocess log must say about how it was read}; files in folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    expected = {}
+    text = headered(bars)
+    for dataset, suffix, sep in [
+        ("COMMA_1m", ".csv", ","),
+        ("SEMICOLON_1m", ".txt", ";"),
+        ("TAB_1m", ".tsv", "\t"),
+        ("GZ_1m", ".csv.gz", ","),
+        ("BZ2_1m", ".csv.bz2", ";"),
+        ("XZ_1m", ".csv.xz", ","),
+        ("ZIP_1m", ".csv.zip", ","),
+    ]:
+        text.to_csv(folder / f"{dataset}{suffix}", sep=sep, index=False)
+        expected[dataset] = f"auto: header, {sep!r}-delimited, 6 columns, time from column 'timestamp' as ISO8601"
+    write_headerless(text, folder / "NOHEADER_ISO_1m.csv")
+    expected["NOHEADER_ISO_1m"] = "auto: headerless, ','-delimited, 6 columns, time from column 0 as ISO8601 text"
+    zulu = text.assign(timestamp=bars["timestamp"].dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    zulu.to_csv(folder / "ZULU_1m.csv", index=False)
+    expected["ZULU_1m"] = "time from column 'timestamp' as ISO8601 text, UTC"
+    for unit in ("ms", "us"):
+        write_headerless(binance(bars, unit), folder / f"BINANCE-{unit.upper()}-1m-2024-01-02.csv")
+        expected[f"BINANCE-{unit.upper()}-1m-2024-01-02"] = (
+            f"auto: headerless, ','-delimited, 12 columns, time from column 0 in epoch {unit} (told by the values), UTC"
+        )
+    write_headerless(pd.DataFrame({"t": epoch(bars, "s"), **numbers(bars), "trades": 5}), folder / "KRAKEN_1m.csv")
+    expected["KRAKEN_1m"] = "headerless, ','-delimited, 7 columns, time from column 0 in epoch s"
+    for unit in NS_PER:
+        pd.DataFrame({"timestamp": epoch(bars, unit), **numbers(bars)}).to_csv(
+            folder / f"EPOCH_{unit.upper()}_1m.csv", index=False
+        )
+        expected[f"EPOCH_{unit.upper()}_1m"] = f"time from column 'timestamp' in epoch {unit} (told by the values)"
+    mixed = pd.DataFrame({"timestamp": epoch(bars, "ms"), **numbers(bars)})
+    mixed.loc[ROWS // 2 :, "timestamp"] = epoch(bars, "us")[ROWS // 2 :]
+    mixed.to_csv(folder / "MIXED_1m.csv", index=False)
+    expected["MIXED_1m"] = "in epoch ms and us (told by the values)"
+    write_headerless(
+        pd.DataFrame(
+            {
+                "date": bars["timestamp"].dt.strftime("%Y.%m.%d"),
+                "time": bars["timestamp"].dt.strftime("%H:%M"),
+                **numbers(bars),
+            }
+        ),
+        folder / "MT4_1m.csv",
+    )
+    expected["MT4_1m"] = "headerless, ','-delimited, 7 columns, time from columns 0 + 1 as %Y.%m.%d %H:%M text"
+    pd.DataFrame(
+        {
+            "<DATE>": bars["timestamp"].dt.strftime("%Y.%m.%d"),
+            "<TIME>": bars["timestamp"].dt.strftime("%H:%M:%S"),
+            **{f"<{key.upper()}>": bars[key] for key in BAR_KEYS[:4]},
+            "<TICKVOL>": bars["volume"],
+            "<VOL>": 0,
+            "<SPREAD>": 12,
+        }
+    ).to_csv(folder / "MT5_1m.csv", sep="\t", index=False)
+    expected["MT5_1m"] = "header, '\\t'-delimited, 9 columns, time from columns '<DATE>' + '<TIME>'"
+    est = bars["timestamp"].dt.tz_convert("Etc/GMT+5")  # histdata.com: EST all year
+    write_headerless(
+        pd.DataFrame({"t": est.dt.strftime("%Y%m%d %H%M%S"), **numbers(bars)}), folder / "HISTDATA_1m.csv", sep=";"
+    )
+    expected["HISTDATA_1m"] = "as %Y%m%d %H%M%S text, naive times in Etc/GMT+5"
+    pd.DataFrame(
+        {
+            "Gmt time": bars["timestamp"].dt.strftime("%d.%m.%Y %H:%M:%S.000"),
+            **{key.capitalize(): bars[key] for key in BAR_KEYS},
+        }
+    ).to_csv(folder / "DUKASCOPY_1m.csv", index=False)
+    expected["DUKASCOPY_1m"] = "time from column 'Gmt time' as %d.%m.%Y %H:%M:%S.%f text, naive times in UTC"
+    pd.DataFrame(
+        {"symbol": "BTCUSDT", "timestamp": bars["timestamp"], **numbers(bars), "trades": 9, "vwap": bars["close"]}
+    ).to_parquet(folder / "PARQUET_1m.parquet", index=False)
+    expected["PARQUET_1m"] = "auto: Parquet, 9 columns, read 6, time from column 'timestamp' as zoned times, UTC"
+    return expected
+
+
+@pytest.fixture(scope="session")
+def every_layout(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    folder = tmp_path_factory.mktemp("layouts")
+    return folder, write_every_layout(reference_bars(), folder)
+
+
+def file_of(folder: Path, dataset: str) -> Path:
+    return next(path for path in folder.iterdir() if path.name.startswith(dataset + "."))
+
+
+def gapped_bars(gaps_after: list[int], gap: str, rows: int = ROWS) -> pd.DataFrame:
+    bars = reference_bars(rows, start="2024-01-05 20:00")  # a Friday evening
+    shift = np.zeros(rows, dtype="timedelta64[ns]")
+    for bar in gaps_after:
+        shift[bar + 1 :] += pd.Timedelta(gap).to_timedelta64()
+    bars["timestamp"] = bars["timestamp"] + shift
+    return bars
+
+
+ODD_CASES = {
+    "ZEROPRICE_1m": "zero or negative price in data row 51",
+    "OUTAGE_1m": "too few rows for one training window plus validation: 31 usable rows",
+    "CHOPPED_1m": "gap(s) longer than preprocess.max_gap=15min leave no piece long enough",
+}
+
+
+@pytest.fixture(scope="session")
+def layouts_run(every_layout, tmp_path_factory):
+    """One real run: preprocess every layout and the odd cases; train COMMA and WEEKEND."""
+    workdir = tmp_path_factory.mktemp("layouts_run")
+    shutil.copytree(every_layout[0], workdir / "data")
+    headered(reference_bars(31)).to_csv(workdir / "data" / "OUTAGE_1m.csv", index=False)
+    headered(gapped_bars([199], "2D")).to_csv(workdir / "data" / "WEEKEND_1m.csv", index=False)
+    headered(gapped_bars(list(range(20, ROWS, 25)), "1h")).to_csv(workdir / "data" / "CHOPPED_1m.csv", index=False)
+    headered(reference_bars(100)).to_csv(workdir / "data" / "EURUSD_5m.csv", index=False)  # decoys
+    (workdir / "data" / "notes_1m.md").write_text("not a dataset\n")
+    zero_price = headered(reference_bars(100))
+    zero_price.loc[50, "low"] = 0.0
+    zero_price.to_csv(workdir / "data" / "ZEROPRICE_1m.csv", index=False)
+    write_config(workdir, data_dir="data", train={"seq_len": SEQ_LEN})
+    datasets = [*every_layout[1], *ODD_CASES, "WEEKEND_1m"]
+    targets = [f"prep/{name}.npz" for name in datasets] + ["models/COMMA_1m.pt", "models/WEEKEND_1m.pt"]
+    return workdir, snakemake(workdir, *targets, check=False)
+
+
+def preprocess_log(workdir: Path, dataset: str) -> str:
+    return (workdir / "logs" / "preprocess" / f"{dataset}.log").read_text()

@@ -1,0 +1,100 @@
+"""rnnfleet.hooks.snakemake_speedups in this process: it fits the installed Snakemake exactly,
+falls back to stock with one warning line otherwise, and each replacement does what it says.
+That Snakemake plans the same jobs with it (real runs): tests/workflow/test_speedups_run.py."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import snakemake
+
+from rnnfleet.hooks import snakemake_speedups
+
+
+def test_installed_snakemake_is_the_one_the_speedups_were_written_for():
+    """Fails when Snakemake is upgraded or its patched functions change: re-check the
+    replacements against the new source, then update WRITTEN_FOR_VERSION and the hashes."""
+    assert snakemake.__version__ == snakemake_speedups.WRITTEN_FOR_VERSION
+    assert snakemake_speedups.stock_differences() == []
+
+
+def test_other_snakemake_version_keeps_stock_behaviour_with_one_warning_line(monkeypatch, capsys):
+    import snakemake.dag
+    import snakemake.scheduling.job_scheduler
+
+    monkeypatch.setattr(snakemake, "__version__", "9.28.0")
+    stock_process_job = snakemake.dag.ScriptProcessor.process_job
+    stock_update = snakemake.scheduling.job_scheduler.JobScheduler.update_input_sizes
+    assert snakemake_speedups.apply() == []
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "Snakemake 9.28.0 is installed" in warning
+    assert snakemake.dag.ScriptProcessor.process_job is stock_process_job
+    assert snakemake.scheduling.job_scheduler.JobScheduler.update_input_sizes is stock_update
+
+
+def test_changed_function_source_keeps_stock_behaviour(monkeypatch, capsys):
+    changed = dict(snakemake_speedups.STOCK_SOURCE_SHA256)
+    changed["snakemake.dag:ScriptProcessor.process_job"] = "0" * 64
+    monkeypatch.setattr(snakemake_speedups, "STOCK_SOURCE_SHA256", changed)
+    assert snakemake_speedups.apply() == []
+    assert "ScriptProcessor.process_job has changed" in capsys.readouterr().err
+
+
+class CountingPath(str):
+    """An input file as the scheduler sees it, counting the stat calls made on it."""
+
+    calls = 0
+
+    async def exists(self):
+        CountingPath.calls += 1
+        return True
+
+    async def size(self):
+        CountingPath.calls += 1
+        return 100
+
+
+def test_a_private_name_snakemake_no_longer_sets_keeps_stock_behaviour(monkeypatch, capsys):
+    """The replacements read private attributes of Snakemake's classes: those are part of the stock check."""
+    import snakemake.jobs
+
+    private = {**snakemake_speedups.PRIVATE_ATTRIBUTES, "snakemake.jobs:Job": ("_params", "_gone_in_a_new_version")}
+    monkeypatch.setattr(snakemake_speedups, "PRIVATE_ATTRIBUTES", private)
+    stock_shellcmd = snakemake.jobs.Job.shellcmd
+    assert snakemake_speedups.apply() == []
+    assert "snakemake.jobs:Job no longer sets _gone_in_a_new_version" in capsys.readouterr().err
+    assert snakemake.jobs.Job.shellcmd is stock_shellcmd
+
+
+def test_update_input_sizes_stats_only_paths_not_sized_yet():
+    scheduler = SimpleNamespace(_input_sizes={})
+    ready = [SimpleNamespace(input=[CountingPath(f"prep/{n}.npz")]) for n in range(50)]
+    asyncio.run(snakemake_speedups.update_input_sizes(scheduler, ready))
+    assert CountingPath.calls == 100 and len(scheduler._input_sizes) == 50
+    # Another job finished, one new job became ready: only its input is stat'ed.
+    ready.append(SimpleNamespace(input=[CountingPath("prep/new.npz")]))
+    asyncio.run(snakemake_speedups.update_input_sizes(scheduler, ready[1:]))
+    assert CountingPath.calls == 102 and scheduler._input_sizes[CountingPath("prep/new.npz")] == 100
+
+
+def test_scheduling_rounds_asked_for_while_one_is_pending_start_no_timer():
+    scheduler = SimpleNamespace(_open_jobs=threading.Semaphore(0))
+    for _ in range(20):  # twenty rounds in a row, each asking for a re-evaluation
+        snakemake_speedups.schedule_reevaluation(scheduler, 0.05)
+    assert scheduler._open_jobs.acquire(timeout=5)  # one round comes
+    assert not scheduler._open_jobs.acquire(timeout=0.3)  # and only one
+    snakemake_speedups.schedule_reevaluation(scheduler, 0.05)  # that round may ask again
+    assert scheduler._open_jobs.acquire(timeout=5)
+
+
+def test_a_job_formats_its_shell_command_once_per_params_and_resources(monkeypatch):
+    formatted = []
+    monkeypatch.setattr(snakemake_speedups, "_stock_shellcmd", lambda job: formatted.append(job) or "command")
+    job = SimpleNamespace(_params=object(), _resources=object())
+    assert [snakemake_speedups.job_shellcmd(job) for _ in range(3)] == ["command"] * 3
+    assert len(formatted) == 1
+    job._resources = object()  # a retry: Snakemake resets params and resources
+    snakemake_speedups.job_shellcmd(job)
+    assert len(formatted) == 2
