@@ -23,7 +23,22 @@ def config_problems(config: dict, schema: dict) -> list[str]:
     from jsonschema import Draft202012Validator  # comes with Snakemake
 
     errors = Draft202012Validator(schema).iter_errors(config)
-    return sorted({line for error in errors for line in describe(error)})
+    return sorted({line for error in errors for line in describe(error)}) + split_problems(config, schema)
+
+
+def split_problems(config: dict, schema: dict) -> list[str]:
+    """The one rule between keys: validation and test part leave something to train on."""
+    given = config.get("preprocess") if isinstance(config.get("preprocess"), dict) else {}
+    defaults = schema["properties"]["preprocess"]["properties"]
+    fractions = [given.get(key, defaults[key]["default"]) for key in ("val_fraction", "test_fraction")]
+    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in fractions):
+        return []  # a wrong type is described above
+    if sum(fractions) < 1:
+        return []
+    return [
+        f"config keys 'preprocess.val_fraction' = {fractions[0]!r} and 'preprocess.test_fraction' = "
+        f"{fractions[1]!r} add up to {sum(fractions):g}; allowed: a sum below 1 (the rest trains)"
+    ]
 
 
 def describe(error) -> list[str]:

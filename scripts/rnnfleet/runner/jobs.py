@@ -30,6 +30,8 @@ from rnnfleet.hooks.previous_models import drop_backup
 # for the next attempt, which copies it to the top of its own log.
 EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
 NOT_RETRIED = " (not retried: more memory would not help)"
+# The schema's `evaluate:` defaults, for callers that pass no settings (benchmarks, tests).
+EVALUATE_DEFAULTS = {"cost_bps": 1.0, "block_bars": 60, "bootstrap": 1000}
 
 
 def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
@@ -94,7 +96,8 @@ def preprocess_one(csv_path: str, arrays_path: str, **settings) -> PreparedArray
     save_arrays(arrays, arrays_path)
     print(
         f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
-        f"target {arrays.target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
+        f"target {arrays.target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation "
+        f"from row {arrays.val_start} to {arrays.split.val_end}, test from row {arrays.split.test_start})",
         file=sys.stderr,
     )
     return arrays
@@ -111,9 +114,11 @@ def train_one(
     gpu_mem_gb: int,
     columns: dict | None = None,
     process_started_at: float | None = None,
+    evaluate: dict | None = None,
 ) -> dict:
-    """The train job: arrays in; model file and metrics JSON out (each written atomically).
-    Returns the metrics."""
+    """The train job: arrays in; model file and metrics JSON out (each written atomically),
+    the metrics with the test period's scores (evaluate: the `evaluate:` settings, as
+    cost_bps, block_bars, bootstrap). Returns the metrics."""
     # Here, not at the top: a preprocess job run in its own process never loads torch.
     import torch
 
@@ -128,7 +133,14 @@ def train_one(
         placement_note,
         release_gpu_memory,
     )
-    from rnnfleet.training import build_checkpoint, describe_training, log, train_model, usable_windows
+    from rnnfleet.training import (
+        build_checkpoint,
+        describe_training,
+        log,
+        score_test_period,
+        train_model,
+        usable_windows,
+    )
 
     # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
     startup_seconds = time.time() - process_started_at if process_started_at else None
@@ -146,12 +158,17 @@ def train_one(
     load_seconds = time.perf_counter() - load_started
     try:
         result = train_model(arrays, model_hparams, train_hparams, device)
-        train_windows, val_windows = map(len, usable_windows(arrays, int(train_hparams["seq_len"])))
+        seq_len = int(train_hparams["seq_len"])
+        windows = usable_windows(arrays, seq_len)
+        test_scores = score_test_period(
+            arrays, result, seq_len, **(evaluate or EVALUATE_DEFAULTS), seed=int(train_hparams["seed"])
+        )
         metrics = {
             "dataset": dataset,
             "val_loss": result.val_loss,
             "naive_val_loss": result.naive_val_loss,
             "skill": result.skill,
+            **test_scores,
             **describe_training(arrays, model_hparams),
             "best_epoch": result.best_epoch,
             "epochs_run": result.epochs_run,
@@ -161,8 +178,8 @@ def train_one(
             "torch_threads": torch.get_num_threads(),
             **job_process(),  # worker (warm or cold), pid, warm_server_pid
             "rows": arrays.rows,
-            "train_windows": train_windows,
-            "val_windows": val_windows,
+            "train_windows": len(windows.train),
+            "val_windows": len(windows.val),
             "startup_seconds": startup_seconds,
             "process_started_at": process_started_at,
             "load_seconds": load_seconds,
@@ -185,4 +202,10 @@ def train_one(
         f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
     )
+    if test_scores:
+        log(
+            f"{dataset}: test period ({test_scores['test_windows']} windows): test skill {test_scores['test_skill']:+.4f}, "
+            f"95% interval [{test_scores['test_skill_low']:+.4f}, {test_scores['test_skill_high']:+.4f}]: "
+            f"{test_scores['test_verdict']}"
+        )
     return metrics
