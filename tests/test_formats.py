@@ -297,7 +297,7 @@ def gapped_bars(gaps_after: list[int], gap: str, rows: int = ROWS) -> pd.DataFra
 
 ODD_CASES = {
     "ZEROPRICE_1m": "zero or negative price in data row 51",
-    "OUTAGE_1m": "too few rows for one training window plus validation: 31 usable rows",
+    "OUTAGE_1m": "too few rows for one training window plus validation and test: 31 usable rows",
     "CHOPPED_1m": "gap(s) longer than preprocess.max_gap=15min leave no piece long enough",
 }
 
@@ -333,11 +333,7 @@ def test_every_layout_gives_identical_arrays_through_snakemake(every_layout, lay
         arrays = load_arrays(workdir / "prep" / f"{dataset}.npz")
         for field in ("features", "targets", "feature_mean", "feature_std", "gap_bars"):
             np.testing.assert_array_equal(getattr(arrays, field), getattr(reference, field), err_msg=dataset)
-        assert (arrays.train_end, arrays.val_start, arrays.target_std) == (
-            reference.train_end,
-            reference.val_start,
-            reference.target_std,
-        )
+        assert (arrays.split, arrays.target_std) == (reference.split, reference.target_std)
         read_lines = [line for line in preprocess_log(workdir, dataset).splitlines() if ": read as " in line]
         assert len(read_lines) == 1 and read_as in read_lines[0], (dataset, read_lines)
     assert "epoch timestamps switch unit (ms and us; first at data row 201)" in preprocess_log(workdir, "MIXED_1m")
@@ -361,12 +357,19 @@ def test_no_window_spans_a_weekend_gap(layouts_run):
     # Brute force: a window ending at feature row t touches the steps t-seq_len+1 .. t+horizon.
     ends = range(SEQ_LEN - 1, arrays.rows)
     clean = [t for t in ends if not (t - SEQ_LEN + 1 <= 199 <= t + arrays.horizon)]
-    train = [t for t in clean if t < arrays.train_end]
-    val = [t for t in clean if t >= arrays.val_start]
+    split = arrays.split
+    train = [t for t in clean if t < split.train_end]
+    val = [t for t in clean if split.val_start <= t < split.val_end]
+    test = [t for t in clean if t >= split.test_start]
     metrics = json.loads((workdir / "metrics" / "WEEKEND_1m.json").read_text())
-    assert (metrics["train_windows"], metrics["val_windows"]) == (len(train), len(val))
-    assert len(train) < arrays.train_end - (SEQ_LEN - 1)  # windows were left out
-    lost = arrays.train_end - (SEQ_LEN - 1) - len(train) + arrays.rows - arrays.val_start - len(val)
+    assert (metrics["train_windows"], metrics["val_windows"], metrics["test_windows"]) == (
+        len(train),
+        len(val),
+        len(test),
+    )
+    assert len(train) < split.train_end - (SEQ_LEN - 1)  # windows were left out
+    every_window = split.train_end - (SEQ_LEN - 1) + split.val_end - split.val_start + arrays.rows - split.test_start
+    lost = every_window - len(train) - len(val) - len(test)
     assert f"{lost} window(s) spanning them are not used" in log
 
 

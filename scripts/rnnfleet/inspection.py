@@ -92,7 +92,9 @@ def inspect_datasets(files: dict[str, str], settings: dict, table_path: str) -> 
         print(f"{number}/{len(files)} {dataset}: {rows[-1]['status']}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=list(INSPECT_COLUMNS))
     # Counts stay whole numbers when an unusable file leaves them empty.
-    table = table.astype({column: "Int64" for column in ("bars", "gaps", "train_windows", "val_windows", "test_windows")})
+    table = table.astype(
+        {column: "Int64" for column in ("bars", "gaps", "train_windows", "val_windows", "test_windows")}
+    )
     text = io.StringIO()
     table.to_csv(text, index=False)
     with atomic_write(table_path) as handle:
