@@ -1,0 +1,265 @@
+"""Honest scores: the three-part split and its embargo, the test-period statistics
+(rnnfleet.evaluation) against hand-computed cases, no test bar reaching training, and the
+test skill with its interval through the real workflow."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import snakemake, write_config
+
+from rnnfleet import evaluation
+from rnnfleet.data import DataError, prepare_dataset, split_and_normalise, split_points
+from rnnfleet.errors import UserError
+from rnnfleet.gaps import window_numbers
+from rnnfleet.hooks.config_check import config_problems
+from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
+from rnnfleet.training import score_test_period, train_model
+
+# --- the split ----------------------------------------------------------------------------
+
+
+def touched_bars(window_ends: np.ndarray, seq_len: int, horizon: int, warmup: int) -> set[int]:
+    """Every bar a window (inputs or target) ending at these feature rows touches, by brute force."""
+    return {bar for end in window_ends for bar in range(end - seq_len + 1, end + warmup + horizon + 1)}
+
+
+@pytest.mark.parametrize(
+    ("rows", "seq_len", "horizon", "warmup", "val_fraction", "test_fraction"),
+    [(1000, 10, 3, 1, 0.2, 0.15), (500, 30, 1, 3, 0.1, 0.3), (2000, 60, 5, 2, 0.25, 0.05)],
+)
+def test_no_bar_is_touched_by_windows_of_two_parts(rows, seq_len, horizon, warmup, val_fraction, test_fraction):
+    split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup)
+    parts = window_numbers(rows, split, np.zeros(0, dtype=np.int64), seq_len, horizon, warmup)
+    train, val, test = (touched_bars(part + seq_len - 1, seq_len, horizon, warmup) for part in parts)
+    assert train and val and test
+    assert max(train) < min(val) and max(val) < min(test)
+    assert rows - split.test_start == round(rows * test_fraction)  # the test part is the last test_fraction
+
+
+def test_test_fraction_zero_leaves_no_test_part():
+    split = split_points(1000, 10, 1, 0.2, 0.0)
+    assert split.test_start == split.val_end == 1000
+
+
+def test_too_few_rows_for_the_test_part_says_what_is_needed_and_that_is_enough():
+    seq_len, horizon, warmup = 20, 1, 1
+    with pytest.raises(DataError, match="too few rows for one training window plus validation and test") as raised:
+        split_and_normalise(np.zeros((60, 5)), np.zeros(60), seq_len, horizon, 0.2, 1.0, test_fraction=0.15)
+    message = str(raised.value)
+    assert "preprocess.test_fraction=0.15" in message and "\n" not in message
+    needed_bars = int(message.split("need at least ")[1].split()[0])
+    needed_rows = needed_bars - warmup - horizon  # feature rows: bars without warm-up and last target
+    arrays = split_and_normalise(np.zeros((needed_rows, 5)), np.zeros(needed_rows), seq_len, horizon, 0.2, 1.0)
+    assert arrays.split.test_start < arrays.rows
+    with pytest.raises(DataError, match="too few rows"):
+        split_and_normalise(np.zeros((needed_rows - 1, 5)), np.zeros(needed_rows - 1), seq_len, horizon, 0.2, 1.0)
+
+
+def test_fractions_that_leave_nothing_to_train_are_refused_naming_both_keys():
+    with pytest.raises(UserError, match="preprocess.val_fraction .* preprocess.test_fraction"):
+        split_points(1000, 10, 1, 0.5, 0.5)
+    import yaml
+
+    from conftest import REPO
+
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    problems = config_problems({"preprocess": {"val_fraction": 0.6, "test_fraction": 0.4}}, schema)
+    assert problems == [
+        "config keys 'preprocess.val_fraction' = 0.6 and 'preprocess.test_fraction' = 0.4 add up to 1; "
+        "allowed: a sum below 1 (the rest trains)"
+    ]
+    assert config_problems({"preprocess": {"val_fraction": 0.6}}, schema) == []  # 0.6 + the default 0.15
+
+
+# --- the statistics, by hand --------------------------------------------------------------
+
+
+def test_skill_is_one_minus_the_loss_ratio():
+    assert evaluation.skill(np.array([1.0, 1.0]), np.array([2.0, 2.0])) == 0.5
+    assert evaluation.skill(np.array([3.0]), np.array([2.0])) == -0.5
+    assert math.isnan(evaluation.skill(np.array([1.0]), np.array([0.0])))
+
+
+def test_window_losses_are_squared_error_and_log_loss():
+    np.testing.assert_allclose(evaluation.window_losses(np.array([1.0, -2.0]), np.array([0.5, 1.0]), False), [0.25, 9])
+    # logit 0 -> p = 0.5 -> log 2 either way; logit log(3) -> p = 0.75: -log(0.75) for a 1, -log(0.25) for a 0
+    logits, labels = np.array([0.0, 0.0, math.log(3), math.log(3)]), np.array([1.0, 0.0, 1.0, 0.0])
+    expected = [math.log(2), math.log(2), -math.log(0.75), -math.log(0.25)]
+    np.testing.assert_allclose(evaluation.window_losses(logits, labels, True), expected)
+
+
+def test_diebold_mariano_by_hand():
+    model, baseline = np.array([1.0, 2.0, 3.0, 4.0]), np.zeros(4)  # d = 1, 2, 3, 4; mean 2.5
+    # lag 0: gamma_0 = (2.25 + 0.25 + 0.25 + 2.25) / 4 = 1.25; statistic 2.5 / sqrt(1.25 / 4)
+    statistic, p_value = evaluation.diebold_mariano(model, baseline, lag=0)
+    assert statistic == pytest.approx(2.5 / math.sqrt(1.25 / 4))
+    assert p_value == pytest.approx(math.erfc(statistic / math.sqrt(2)))
+    # lag 1: gamma_1 = (-1.5 * -0.5 + -0.5 * 0.5 + 0.5 * 1.5) / 4 = 0.3125, Bartlett weight 1/2:
+    # variance 1.25 + 2 * 0.5 * 0.3125 = 1.5625; statistic 2.5 / sqrt(1.5625 / 4) = 4
+    assert evaluation.diebold_mariano(model, baseline, lag=1)[0] == pytest.approx(4.0)
+    statistic, p_value = evaluation.diebold_mariano(np.array([1.0, 3.0]), np.array([3.0, 1.0]), lag=0)
+    assert statistic == 0 and p_value == 1
+    assert all(math.isnan(value) for value in evaluation.diebold_mariano(np.ones(5), np.zeros(5), lag=2))
+
+
+def test_block_sums_are_circular():
+    np.testing.assert_array_equal(evaluation.block_sums(np.array([1.0, 2.0, 3.0, 4.0]), 3), [6, 9, 8, 7])
+
+
+def test_bootstrap_with_one_block_of_the_whole_period_gives_the_skill_itself():
+    rng = np.random.default_rng(1)
+    model, baseline = rng.random(50), rng.random(50) + 0.5
+    # Every resample is the whole series rotated: the same sums, the same skill.
+    low, high = evaluation.bootstrap_skill_interval(model, baseline, block=50, resamples=200, seed=3)
+    assert low == pytest.approx(evaluation.skill(model, baseline)) and high == pytest.approx(low)
+
+
+def test_bootstrap_interval_is_deterministic_and_tells_signal_from_noise():
+    rng = np.random.default_rng(2)
+    actual = rng.standard_normal(2000)
+    baseline = actual**2  # the zero forecast
+    signal = (0.5 * actual + 0.5 * rng.standard_normal(2000) - actual) ** 2  # expected skill 1 - 0.5 = 0.5
+    noise = (0.05 * rng.standard_normal(2000) - actual) ** 2  # a forecast of pure noise
+    first = evaluation.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=0)
+    assert first == evaluation.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=0)
+    assert first != evaluation.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=1)
+    assert 0.4 < first[0] < first[1] < 0.6
+    low, high = evaluation.bootstrap_skill_interval(noise, baseline, block=20, resamples=500, seed=0)
+    assert low < 0 < high and evaluation.verdict(low, high) == evaluation.NOT_DISTINGUISHABLE
+    assert evaluation.verdict(*first) == evaluation.BEATS and evaluation.verdict(-0.2, -0.1) == evaluation.WORSE
+
+
+def test_hit_rate_and_sign_trading_by_hand():
+    forecasts, actual = np.array([1.0, -1.0, 2.0, 0.5]), np.array([0.1, 0.2, -0.3, 0.0])
+    assert evaluation.hit_rate(forecasts, actual) == pytest.approx(1 / 3)  # the flat bar counts for neither
+    # long 0.001 and short -0.002: +10 and +20 bps gross, 1 bps cost each; no trade on a 0 forecast
+    trades = evaluation.sign_trading_bps(np.array([1.0, -1.0, 0.0]), np.array([0.001, -0.002, 0.005]), 1.0)
+    assert trades == pytest.approx((9 + 19) / 2)
+    assert math.isnan(evaluation.sign_trading_bps(np.zeros(3), np.ones(3), 1.0))
+
+
+# --- no test bar reaches training ---------------------------------------------------------
+
+SMALL_MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
+SMALL_TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 3, "patience": 3, "seed": 0, "lr": 0.003, "amp": "off"}
+
+
+def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
+    torch.set_num_threads(1)
+    seq_len = SMALL_TRAIN["seq_len"]
+    bars = synthetic_bars(1500, seed=5)
+    bars.to_csv(tmp_path / "A_1m.csv", index=False)
+    arrays, _ = prepare_dataset(tmp_path / "A_1m.csv", seq_len, horizon=2, val_fraction=0.2, test_fraction=0.15)
+    # The first bar any test window touches (the first input of the window ending at test_start);
+    # from there on every price and volume changes.
+    first_test_bar = arrays.split.test_start - seq_len + 1
+    perturbed = bars.copy()
+    rng = np.random.default_rng(0)
+    factor = np.exp(rng.normal(0, 0.01, len(bars) - first_test_bar))
+    for column in ("open", "high", "low", "close", "volume"):
+        perturbed.loc[first_test_bar:, column] = perturbed.loc[first_test_bar:, column] * factor
+    perturbed.to_csv(tmp_path / "B_1m.csv", index=False)
+    arrays_perturbed, _ = prepare_dataset(tmp_path / "B_1m.csv", seq_len, 2, 0.2, 0.15)
+    assert arrays_perturbed.split == arrays.split
+    # The perturbation reached the test windows' inputs and targets, and nothing before them.
+    last_seen_row = arrays.split.val_end - 1
+    assert not np.array_equal(arrays.features[first_test_bar:], arrays_perturbed.features[first_test_bar:])
+    assert not np.array_equal(arrays.targets[arrays.split.test_start :], arrays_perturbed.targets[arrays.split.test_start :])
+    np.testing.assert_array_equal(arrays.features[: last_seen_row + 1], arrays_perturbed.features[: last_seen_row + 1])
+
+    cpu = torch.device("cpu")
+    result = train_model(arrays, SMALL_MODEL, SMALL_TRAIN, cpu)
+    result_perturbed = train_model(arrays_perturbed, SMALL_MODEL, SMALL_TRAIN, cpu)
+    weights, weights_perturbed = result.model.state_dict(), result_perturbed.model.state_dict()
+    assert weights.keys() == weights_perturbed.keys()
+    for name in weights:
+        assert torch.equal(weights[name], weights_perturbed[name]), name
+    assert (result.best_epoch, result.val_loss, result.history) == (
+        result_perturbed.best_epoch,
+        result_perturbed.val_loss,
+        [{**entry, "seconds": old["seconds"]} for entry, old in zip(result_perturbed.history, result.history, strict=True)],
+    )
+    scores = score_test_period(arrays, result, seq_len, cost_bps=1.0, block_bars=10, bootstrap=200)
+    scores_perturbed = score_test_period(arrays_perturbed, result_perturbed, seq_len, 1.0, 10, 200)
+    assert scores["test_windows"] == scores_perturbed["test_windows"] > 0
+    assert scores["test_loss"] != scores_perturbed["test_loss"]  # the same model, other test bars
+
+
+# --- through the real workflow ------------------------------------------------------------
+
+WORKFLOW_ROWS = 4000
+
+
+def write_random_walk_csv(path, rows: int, seed: int) -> None:
+    """Bars of a pure random walk: iid log returns, iid volume: nothing to predict."""
+    rng = np.random.default_rng(seed)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, rows)))
+    open_ = np.concatenate([[100.0], close[:-1]])
+    spread = np.abs(rng.normal(0, 3e-4, rows))
+    pd.DataFrame(
+        {
+            "timestamp": pd.date_range("2024-01-01", periods=rows, freq="min").strftime("%Y-%m-%d %H:%M:%S"),
+            "open": open_,
+            "high": np.maximum(open_, close) * np.exp(spread),
+            "low": np.minimum(open_, close) * np.exp(-spread),
+            "close": close,
+            "volume": np.round(rng.lognormal(7, 0.3, rows), 2),
+        }
+    ).to_csv(path, index=False, float_format="%.6f")
+
+
+@pytest.fixture(scope="module")
+def scored_run(tmp_path_factory):
+    """One real run: structured synthetic bars and a pure random walk, then the report."""
+    workdir = tmp_path_factory.mktemp("scores")
+    write_synthetic_csv(workdir / "data" / "SYNTH_1m.csv", WORKFLOW_ROWS, 21)
+    write_random_walk_csv(workdir / "data" / "WALK_1m.csv", WORKFLOW_ROWS, 22)
+    write_config(
+        workdir,
+        data_dir="data",
+        model={"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0},
+        train={"epochs": 4, "patience": 2, "lr": 0.003},
+    )
+    snakemake(workdir)
+    snakemake(workdir, "--report", "report.html")
+    with open(workdir / "results" / "metrics.csv") as handle:
+        rows = {row["dataset"]: row for row in csv.DictReader(handle)}
+    return workdir, rows
+
+
+def test_structured_data_beat_the_baseline_on_the_test_period_with_an_interval_above_zero(scored_run):
+    workdir, rows = scored_run
+    row = rows["SYNTH_1m"]
+    low, skill, high = (float(row[column]) for column in ("test_skill_low", "test_skill", "test_skill_high"))
+    assert 0 < low <= skill <= high, row
+    assert row["test_verdict"] == "beats the baseline"
+    assert float(row["test_dm_stat"]) < 0 and float(row["test_dm_pvalue"]) < 0.05
+    assert 0.5 < float(row["test_hit_rate"]) <= 1 and row["test_trade_bps"] != ""
+    assert row["skill"] != row["test_skill"]  # the validation skill stays its own column
+    metrics = json.loads((workdir / "metrics" / "SYNTH_1m.json").read_text())
+    assert metrics["test_skill"] == pytest.approx(1 - metrics["test_loss"] / metrics["naive_test_loss"])
+    checkpoint = torch.load(workdir / "models" / "SYNTH_1m.pt", weights_only=True)
+    assert checkpoint["metrics"]["test_skill"] == metrics["test_skill"]
+    assert checkpoint["split"]["test_start"] == metrics["test_start_row"] < checkpoint["split"]["rows"]
+
+
+def test_a_random_walk_is_not_distinguishable_from_the_baseline_and_the_report_says_so(scored_run):
+    workdir, rows = scored_run
+    row = rows["WALK_1m"]
+    assert float(row["test_skill_low"]) < 0 < float(row["test_skill_high"]), row
+    assert row["test_verdict"] == "not distinguishable from the baseline"
+    table_html = (workdir / "results" / "metrics.html").read_text()
+    walk_row = next(line for line in table_html.splitlines() if "<td>WALK_1m</td>" in line)
+    assert 'class="unclear"' in walk_row and "not distinguishable from the baseline" in walk_row
+    assert "1 beat the baseline, 1 not distinguishable from the baseline, 0 worse" in table_html
+    # Ranked by test skill: the structured dataset first.
+    assert table_html.index("<td>SYNTH_1m</td>") < table_html.index("<td>WALK_1m</td>")
+    report = (workdir / "report.html").read_text()
+    assert "not distinguishable from the baseline" in report
