@@ -195,9 +195,9 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
     if not on_test:
         scored = [row for row in ranked if not math.isnan(as_number(row.get("skill")))]
     named = len(scored) <= MAX_NAMED_BARS
-    height = 1.5 + 0.25 * len(scored) if named else 6.0
+    height = 2.0 + 0.25 * len(scored) if named else 6.0
     figure, axes = plt.subplots(figsize=(7.0, height), layout="constrained")
-    axes.axvline(0, color="black", linewidth=0.8)
+    axes.axvline(0, color="black", linewidth=0.8)  # the baseline's skill
     if on_test:
         for verdict, colour in VERDICT_COLOURS.items():
             places = [place for place, row in enumerate(scored) if row.get("test_verdict") == verdict]
@@ -217,7 +217,7 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
             f"Test skill with 95% interval, {len(scored)} dataset(s): {counts[BEATS]} beat the baseline, "
             f"{counts[NOT_DISTINGUISHABLE]} not distinguishable from it, {counts[WORSE]} worse"
         )
-        axes.legend(fontsize="small", loc="best")
+        figure.legend(loc="outside lower center", ncols=len(VERDICT_COLOURS), fontsize="small")
         axes.set_xlabel("test skill = 1 - test_loss / naive_test_loss (> 0: better than the naive baseline)")
     else:
         skills = [as_number(row["skill"]) for row in scored]
