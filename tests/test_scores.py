@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import snakemake, write_config
+import yaml
+from conftest import REPO, snakemake, write_config
 
 from rnnfleet import evaluation
 from rnnfleet.data import DataError, prepare_dataset, split_and_normalise, split_points
@@ -65,10 +66,6 @@ def test_too_few_rows_for_the_test_part_says_what_is_needed_and_that_is_enough()
 def test_fractions_that_leave_nothing_to_train_are_refused_naming_both_keys():
     with pytest.raises(UserError, match="preprocess.val_fraction .* preprocess.test_fraction"):
         split_points(1000, 10, 1, 0.5, 0.5)
-    import yaml
-
-    from conftest import REPO
-
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     problems = config_problems({"preprocess": {"val_fraction": 0.6, "test_fraction": 0.4}}, schema)
     assert problems == [
@@ -171,7 +168,9 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
     # The perturbation reached the test windows' inputs and targets, and nothing before them.
     last_seen_row = arrays.split.val_end - 1
     assert not np.array_equal(arrays.features[first_test_bar:], arrays_perturbed.features[first_test_bar:])
-    assert not np.array_equal(arrays.targets[arrays.split.test_start :], arrays_perturbed.targets[arrays.split.test_start :])
+    assert not np.array_equal(
+        arrays.targets[arrays.split.test_start :], arrays_perturbed.targets[arrays.split.test_start :]
+    )
     np.testing.assert_array_equal(arrays.features[: last_seen_row + 1], arrays_perturbed.features[: last_seen_row + 1])
 
     cpu = torch.device("cpu")
@@ -184,7 +183,10 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
     assert (result.best_epoch, result.val_loss, result.history) == (
         result_perturbed.best_epoch,
         result_perturbed.val_loss,
-        [{**entry, "seconds": old["seconds"]} for entry, old in zip(result_perturbed.history, result.history, strict=True)],
+        [
+            {**entry, "seconds": old["seconds"]}
+            for entry, old in zip(result_perturbed.history, result.history, strict=True)
+        ],
     )
     scores = score_test_period(arrays, result, seq_len, cost_bps=1.0, block_bars=10, bootstrap=200)
     scores_perturbed = score_test_period(arrays_perturbed, result_perturbed, seq_len, 1.0, 10, 200)
