@@ -265,3 +265,29 @@ def test_a_random_walk_is_not_distinguishable_from_the_baseline_and_the_report_s
     assert table_html.index("<td>SYNTH_1m</td>") < table_html.index("<td>WALK_1m</td>")
     report = (workdir / "report.html").read_text()
     assert "not distinguishable from the baseline" in report
+
+
+# --- files of an older rnnfleet -----------------------------------------------------------
+
+
+def test_an_array_file_without_a_test_period_says_to_delete_it(tmp_path):
+    from rnnfleet.data import load_arrays, save_arrays
+
+    arrays, _ = prepare_dataset(write_synthetic_csv(tmp_path / "A_1m.csv", 400, 1), 16, 1, 0.2)
+    save_arrays(arrays, tmp_path / "new.npz")
+    with np.load(tmp_path / "new.npz") as stored:
+        older = {key: stored[key] for key in stored.files if key not in ("val_end", "test_start")}
+    np.savez(tmp_path / "old.npz", **older)
+    assert load_arrays(tmp_path / "new.npz").split == arrays.split
+    with pytest.raises(DataError, match=r"old\.npz: an array file of an older rnnfleet \(no test period\); delete it"):
+        load_arrays(tmp_path / "old.npz")
+
+
+def test_a_model_file_of_format_2_is_refused_saying_to_re_train(tmp_path):
+    from rnnfleet.checkpoint import ModelFileError, load_checkpoint
+
+    torch.save({"format": "rnnfleet", "format_version": 2, "state_dict": {}}, tmp_path / "old.pt")
+    with pytest.raises(
+        ModelFileError, match="version 2, this rnnfleet reads version 3; it was trained before the test"
+    ):
+        load_checkpoint(tmp_path / "old.pt")

@@ -306,7 +306,7 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
     """Read arrays written by save_arrays, never unpickling anything."""
     try:
         with np.load(path, allow_pickle=False) as stored:
-            if "test_start" not in stored.files:
+            if "train_end" in stored.files and "test_start" not in stored.files:
                 raise DataError(f"{path}: an array file of an older rnnfleet (no test period); delete it and re-run")
             return PreparedArrays(
                 features=stored["features"],
