@@ -106,6 +106,10 @@ def test_diebold_mariano_by_hand():
     assert all(math.isnan(value) for value in evaluation.diebold_mariano(np.ones(5), np.zeros(5), lag=2))
 
 
+def test_the_block_is_shortened_on_short_test_periods_to_give_ten_blocks():
+    assert [evaluation.bootstrap_block(60, windows) for windows in (6000, 600, 300, 25, 5)] == [60, 60, 30, 2, 1]
+
+
 def test_block_sums_are_circular():
     np.testing.assert_array_equal(evaluation.block_sums(np.array([1.0, 2.0, 3.0, 4.0]), 3), [6, 9, 8, 7])
 
@@ -291,3 +295,24 @@ def test_a_model_file_of_format_2_is_refused_saying_to_re_train(tmp_path):
         ModelFileError, match="version 2, this rnnfleet reads version 3; it was trained before the test"
     ):
         load_checkpoint(tmp_path / "old.pt")
+
+
+# --- the report's figure --------------------------------------------------------------------
+
+
+def test_the_forest_chart_draws_an_estimate_outside_its_interval_and_falls_back_to_validation(tmp_path):
+    from rnnfleet.plots import best_first, draw_skill_overview
+
+    rows = [
+        {"dataset": "A", "skill": "0.1", "test_skill": "0.05", "test_skill_low": "0.0500000001",
+         "test_skill_high": "0.05", "test_verdict": evaluation.BEATS},
+        {"dataset": "B", "skill": "0.3", "test_skill": "-0.01", "test_skill_low": "-0.02",
+         "test_skill_high": "0.01", "test_verdict": evaluation.NOT_DISTINGUISHABLE},
+        {"dataset": "C", "skill": "", "test_skill": "", "status": "failed"},
+    ]  # fmt: skip
+    assert [row["dataset"] for row in best_first(rows)] == ["A", "B", "C"]  # by test skill, not validation
+    draw_skill_overview(rows, tmp_path / "skill.png")
+    validation_only = [{"dataset": "A", "skill": "0.1"}, {"dataset": "B", "skill": "0.3"}]
+    assert [row["dataset"] for row in best_first(validation_only)] == ["B", "A"]
+    draw_skill_overview(validation_only, tmp_path / "validation.png")
+    assert (tmp_path / "skill.png").stat().st_size > 1000 and (tmp_path / "validation.png").stat().st_size > 1000

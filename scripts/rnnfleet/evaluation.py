@@ -21,6 +21,9 @@ BEATS, NOT_DISTINGUISHABLE, WORSE = (
 )
 # Resamples drawn at once in the bootstrap: bounds its memory on long test periods.
 RESAMPLES_PER_CHUNK = 100
+# A resample joins at least this many blocks: with fewer, resamples barely differ from the
+# test period itself and the interval would be far too narrow.
+MIN_BLOCKS = 10
 
 
 def window_losses(outputs: np.ndarray, targets: np.ndarray, classification: bool) -> np.ndarray:
@@ -43,6 +46,12 @@ def block_sums(values: np.ndarray, block: int) -> np.ndarray:
     wrapped = np.concatenate([values, values[: block - 1]])
     cumulative = np.concatenate([[0.0], np.cumsum(wrapped)])
     return cumulative[block : block + len(values)] - cumulative[: len(values)]
+
+
+def bootstrap_block(block_bars: int, windows: int) -> int:
+    """The block length for `windows` test windows: block_bars, shortened on a short test
+    period so that a resample joins at least MIN_BLOCKS blocks; at least 1."""
+    return max(1, min(block_bars, windows // MIN_BLOCKS))
 
 
 def bootstrap_skill_interval(

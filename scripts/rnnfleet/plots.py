@@ -207,9 +207,10 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
                 [as_number(scored[place][column]) for place in places]
                 for column in ("test_skill", "test_skill_low", "test_skill_high")
             )
+            # A percentile interval need not contain the estimate itself (nor, rounded, its own ends).
             spread = [
-                [s - lo for s, lo in zip(skill, low, strict=True)],
-                [h - s for s, h in zip(skill, high, strict=True)],
+                [max(s - lo, 0.0) for s, lo in zip(skill, low, strict=True)],
+                [max(h - s, 0.0) for s, h in zip(skill, high, strict=True)],
             ]
             axes.errorbar(skill, places, xerr=spread, fmt="o", color=colour, label=verdict, capsize=2)
         counts = {verdict: sum(row.get("test_verdict") == verdict for row in scored) for verdict in VERDICT_COLOURS}

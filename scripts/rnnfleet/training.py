@@ -251,8 +251,9 @@ def score_test_period(
     actual = arrays.targets[ends].astype(np.float64)
     losses = evaluation.window_losses(outputs, actual, target.classification)
     naive_losses = evaluation.window_losses(np.full_like(outputs, result.naive_output), actual, target.classification)
-    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block_bars, bootstrap, seed)
-    statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block_bars)
+    block = evaluation.bootstrap_block(block_bars, len(numbers))
+    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
+    statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
     scores = {
         "test_loss": float(losses.mean()),
         "naive_test_loss": float(naive_losses.mean()),
@@ -263,6 +264,7 @@ def score_test_period(
         "test_dm_stat": statistic,
         "test_dm_pvalue": p_value,
         "test_windows": len(numbers),
+        "test_block_bars": block,
         "test_start_row": arrays.split.test_start,
     }
     if target.measures == "return":
