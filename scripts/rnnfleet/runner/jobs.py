@@ -198,14 +198,14 @@ def train_one(
     finally:
         release_gpu_memory(device)
         gpu_slot.release()
-    log(
-        f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
-        f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
-    )
-    if test_scores:
+    if test_scores:  # before the verdict line, which ends the log
         log(
             f"{dataset}: test period ({test_scores['test_windows']} windows): test skill {test_scores['test_skill']:+.4f}, "
             f"95% interval [{test_scores['test_skill_low']:+.4f}, {test_scores['test_skill_high']:+.4f}]: "
             f"{test_scores['test_verdict']}"
         )
+    log(
+        f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
+        f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
+    )
     return metrics
