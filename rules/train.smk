@@ -23,6 +23,7 @@ rule train:
         model=TRAIN_SETTINGS["model_hparams"],
         train=TRAIN_SETTINGS["train_hparams"],
         columns=TRAIN_SETTINGS["columns"],
+        evaluate=TRAIN_SETTINGS["evaluate"],
     shell:
         job_command(
             "train",

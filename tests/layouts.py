@@ -164,7 +164,7 @@ def gapped_bars(gaps_after: list[int], gap: str, rows: int = ROWS) -> pd.DataFra
 
 ODD_CASES = {
     "ZEROPRICE_1m": "zero or negative price in data row 51",
-    "OUTAGE_1m": "too few rows for one training window plus validation: 31 usable rows",
+    "OUTAGE_1m": "too few rows for one training window plus validation and test: 31 usable rows",
     "CHOPPED_1m": "gap(s) longer than preprocess.max_gap=15min leave no piece long enough",
 }
 

@@ -22,7 +22,7 @@ from typing import IO
 from rnnfleet.errors import WRITE_CAUSES, UserError, one_line, write_error
 from rnnfleet.faults import pause_point, raise_injected_full_disk
 
-FORMAT_VERSION = 2  # 2: builder, feature definition and target recorded
+FORMAT_VERSION = 3  # 2: builder, feature definition and target recorded; 3: the split and test scores
 
 
 def _current_umask() -> int:
@@ -225,9 +225,15 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != "rnnfleet":
         raise ModelFileError(f"{path}: not an rnnfleet model file (no 'format: rnnfleet' entry)")
     if checkpoint.get("format_version") != FORMAT_VERSION:
+        older = isinstance(checkpoint.get("format_version"), int) and checkpoint["format_version"] < FORMAT_VERSION
         raise ModelFileError(
             f"{path}: model file format version {checkpoint.get('format_version')}, "
             f"this rnnfleet reads version {FORMAT_VERSION}"
+            + (
+                "; it was trained before the test period was held out: delete it and re-run to re-train"
+                if older
+                else ""
+            )
         )
     missing = missing_entries(checkpoint)
     if missing:

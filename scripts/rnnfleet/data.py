@@ -16,13 +16,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rnnfleet.errors import DataError
+from rnnfleet.errors import DataError, UserError
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
 from rnnfleet.formats import PRICE_KEYS, read_bars
-from rnnfleet.gaps import check_gap_windows, find_gaps
+from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
 from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
+
+DEFAULT_TEST_FRACTION = 0.15  # as the schema's preprocess.test_fraction
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,9 @@ class PreparedArrays:
     features[t] describes bar t (of the bars after the features' warm-up); targets[t] is the
     target (rnnfleet.targets) from bar t to bar t + horizon, as (value - target_mean) / target_std.
     A window ending at bar t predicts targets[t].
-    Windows ending in [seq_len - 1, train_end) train; windows ending in [val_start, rows) validate,
-    except those that span a gap (rnnfleet.gaps.window_numbers).
+    Windows ending in [seq_len - 1, train_end) train, in [val_start, val_end) validate (early
+    stopping only), in [test_start, rows) test, except those that span a gap
+    (rnnfleet.gaps.window_numbers); normalisation statistics come from the training part.
     """
 
     features: np.ndarray  # (rows, n_features) float32, normalised
@@ -54,10 +57,19 @@ class PreparedArrays:
     warmup: int = 1  # leading bars without features
     # Bar b of the file is followed by a gap (longer than preprocess.max_gap): see rnnfleet.gaps.
     gap_bars: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    val_end: int = -1  # -1: the end of the rows (no test part)
+    test_start: int = -1
 
     @property
     def rows(self) -> int:
         return int(self.features.shape[0])
+
+    @property
+    def split(self) -> SplitPoints:
+        rows = self.rows
+        val_end = rows if self.val_end < 0 else self.val_end
+        test_start = rows if self.test_start < 0 else self.test_start
+        return SplitPoints(self.train_end, self.val_start, val_end, test_start)
 
 
 # How messages name the limit on rows with NaN/inf: the config key, or a tool's own option.
@@ -124,11 +136,50 @@ def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.nd
     return np.divide(centred, feature_std.astype(np.float64), out=np.empty(features.shape, np.float32))
 
 
-def split_points(rows: int, horizon: int, val_fraction: float) -> tuple[int, int]:
-    """(train_end, val_start) of `rows` feature rows: validation is the last val_fraction."""
-    val_start = int(round(rows * (1.0 - val_fraction)))
-    # Training targets look `horizon` bars ahead; stop them before the validation part.
-    return val_start - horizon, val_start
+def embargo_rows(seq_len: int, horizon: int, warmup: int) -> int:
+    """Feature rows from the last window end of one part to the first of the next. A window
+    ending at feature row t touches bars t - seq_len + 1 .. t + warmup + horizon
+    (rnnfleet.gaps), so windows of two parts this far apart share no bar."""
+    return seq_len + horizon + warmup
+
+
+def split_points(
+    rows: int, seq_len: int, horizon: int, val_fraction: float, test_fraction: float, warmup: int = 1
+) -> SplitPoints:
+    """The three chronological parts of `rows` feature rows: the test part is the last
+    test_fraction (none at 0), validation the val_fraction before it, training the rest;
+    an embargo (embargo_rows) before validation and before the test part."""
+    if val_fraction + test_fraction >= 1:
+        raise UserError(
+            f"preprocess.val_fraction ({val_fraction}) + preprocess.test_fraction ({test_fraction}) "
+            "must be below 1: nothing is left to train on"
+        )
+    embargo = embargo_rows(seq_len, horizon, warmup)
+    test_start = int(round(rows * (1.0 - test_fraction))) if test_fraction > 0 else rows
+    val_end = test_start - embargo if test_fraction > 0 else rows
+    val_start = int(round(rows * (1.0 - test_fraction - val_fraction)))
+    return SplitPoints(val_start - embargo, val_start, val_end, test_start)
+
+
+def part_sizes(rows: int, split: SplitPoints, seq_len: int) -> tuple[int, int, int]:
+    """Windows (gaps aside) of the training, validation and test parts."""
+    return split.train_end - (seq_len - 1), split.val_end - split.val_start, rows - split.test_start
+
+
+def long_enough(rows: int, seq_len: int, horizon: int, val_fraction: float, test_fraction: float, warmup: int) -> bool:
+    """Whether `rows` feature rows give each part (the test part only when test_fraction > 0) a window."""
+    split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup)
+    n_train, n_val, n_test = part_sizes(rows, split, seq_len)
+    return n_train >= 1 and n_val >= 1 and (n_test >= 1 or test_fraction == 0)
+
+
+def rows_needed(seq_len: int, horizon: int, val_fraction: float, test_fraction: float, warmup: int) -> int:
+    """The fewest feature rows that give each part a window."""
+    embargo = embargo_rows(seq_len, horizon, warmup)
+    rows = int(np.ceil((seq_len + embargo) / (1.0 - val_fraction - test_fraction)))
+    while not long_enough(rows, seq_len, horizon, val_fraction, test_fraction, warmup):
+        rows += 1
+    return rows
 
 
 def split_and_normalise(
@@ -140,36 +191,43 @@ def split_and_normalise(
     last_close: float,
     name: str = "dataset",
     target: str = DEFAULT_TARGET,
+    test_fraction: float = DEFAULT_TEST_FRACTION,
+    warmup: int = 1,
 ) -> PreparedArrays:
-    """Chronological split; statistics from the training part only; float32, contiguous."""
+    """Chronological split (split_points); statistics from the training part only; float32, contiguous."""
     rows = len(targets)
-    train_end, val_start = split_points(rows, horizon, val_fraction)
-    n_train = train_end - (seq_len - 1)
-    n_val = rows - val_start
-    if n_train < 1 or n_val < 1:
-        needed = int(np.ceil((seq_len + horizon) / (1.0 - val_fraction))) + 2 + horizon
+    split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup)
+    if not long_enough(rows, seq_len, horizon, val_fraction, test_fraction, warmup):
+        extra = warmup + horizon  # bars without features or without a target
+        needed = rows_needed(seq_len, horizon, val_fraction, test_fraction, warmup) + extra
+        parts = "plus validation and test" if test_fraction > 0 else "plus validation"
         raise DataError(
-            f"{name}: too few rows for one training window plus validation: {rows + 1 + horizon} usable rows, "
-            f"train.seq_len={seq_len} with train.horizon={horizon} and preprocess.val_fraction={val_fraction} "
-            f"need about {needed} (lower train.seq_len or give this dataset more rows)"
+            f"{name}: too few rows for one training window {parts}: {rows + extra} usable rows, "
+            f"train.seq_len={seq_len} with train.horizon={horizon}, preprocess.val_fraction={val_fraction} and "
+            f"preprocess.test_fraction={test_fraction} need at least {needed} (the parts lie "
+            f"{embargo_rows(seq_len, horizon, warmup)} bars apart); lower train.seq_len or "
+            "preprocess.test_fraction, or give this dataset more rows"
         )
-    train_features = features[:val_start]
+    train_features = features[: split.train_end]
     feature_mean = train_features.mean(axis=0).astype(np.float32)
     feature_std = train_features.std(axis=0).astype(np.float32)
     feature_std[feature_std == 0] = 1.0
-    target_mean, target_std = TARGETS[target].scaling(targets[:train_end])
+    target_mean, target_std = TARGETS[target].scaling(targets[: split.train_end])
     return PreparedArrays(
         features=normalise(features, feature_mean, feature_std),
         targets=np.ascontiguousarray((targets - target_mean) / target_std, dtype=np.float32),
         feature_mean=feature_mean,
         feature_std=feature_std,
         target_std=target_std,
-        train_end=train_end,
-        val_start=val_start,
+        train_end=split.train_end,
+        val_start=split.val_start,
+        val_end=split.val_end,
+        test_start=split.test_start,
         last_close=last_close,
         horizon=horizon,
         target=target,
         target_mean=target_mean,
+        warmup=warmup,
     )
 
 
@@ -223,6 +281,7 @@ def prepare_dataset(
     seq_len: int,
     horizon: int,
     val_fraction: float,
+    test_fraction: float = DEFAULT_TEST_FRACTION,
     columns: dict[str, str] | None = None,
     max_bad_fraction: float = 0.01,
     features: list[str] | tuple[str, ...] = DEFAULT_FEATURES,
@@ -243,17 +302,17 @@ def prepare_dataset(
     check_one_minute_bars(timestamps_ns, name)
     gap_bars = find_gaps(timestamps_ns, max_gap)
     if len(frame) < 2 + horizon:
-        raise DataError(f"{name}: too few rows for one training window plus validation: only {len(frame)} usable rows")
+        raise DataError(
+            f"{name}: too few rows for one training window plus validation and test: only {len(frame)} usable rows"
+        )
     feature_matrix, targets, matrix, last_close = compute_features(frame, horizon, features, target, name)
     names, warmup = matrix.names, matrix.warmup
     del frame, matrix  # from here on only the numbers are held (a large file is in memory once)
-    arrays = split_and_normalise(feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target)
+    arrays = split_and_normalise(
+        feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target, test_fraction, warmup
+    )
     arrays = replace(
-        arrays,
-        feature_definition=tuple(features),
-        feature_sha256=imported_sha256(features),
-        feature_names=names,
-        warmup=warmup,
+        arrays, feature_definition=tuple(features), feature_sha256=imported_sha256(features), feature_names=names
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
@@ -275,6 +334,8 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             target_std=np.float64(arrays.target_std),
             train_end=np.int64(arrays.train_end),
             val_start=np.int64(arrays.val_start),
+            val_end=np.int64(arrays.split.val_end),
+            test_start=np.int64(arrays.split.test_start),
             last_close=np.float64(arrays.last_close),
             horizon=np.int64(arrays.horizon),
             target=np.str_(arrays.target),
@@ -291,6 +352,8 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
     """Read arrays written by save_arrays, never unpickling anything."""
     try:
         with np.load(path, allow_pickle=False) as stored:
+            if "train_end" in stored.files and "test_start" not in stored.files:
+                raise DataError(f"{path}: an array file of an older rnnfleet (no test period); delete it and re-run")
             return PreparedArrays(
                 features=stored["features"],
                 targets=stored["targets"],
@@ -299,6 +362,8 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 target_std=float(stored["target_std"]),
                 train_end=int(stored["train_end"]),
                 val_start=int(stored["val_start"]),
+                val_end=int(stored["val_end"]),
+                test_start=int(stored["test_start"]),
                 last_close=float(stored["last_close"]),
                 horizon=int(stored["horizon"]),
                 target=str(stored["target"]),
@@ -308,9 +373,10 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 feature_sha256=json.loads(str(stored["feature_sha256"])) if "feature_sha256" in stored.files else {},
                 feature_names=tuple(str(item) for item in stored["feature_names"]),
                 warmup=int(stored["warmup"]),
-                # Files written before gaps were stored have none.
-                gap_bars=stored["gap_bars"] if "gap_bars" in stored.files else np.zeros(0, dtype=np.int64),
+                gap_bars=stored["gap_bars"],
             )
+    except DataError:
+        raise
     except (OSError, ValueError, KeyError) as error:
         import zipfile
 

@@ -1,4 +1,4 @@
-"""Gaps in a series of bars: no training or validation window spans one.
+"""Gaps in a series of bars, and the windows of each part of the split: no window spans a gap.
 
 Promise: a gap is a step between two consecutive bars longer than `preprocess.max_gap`.
 The array file stores where the gaps are (`gap_bars`: bar b when the step from bar b to
@@ -12,6 +12,8 @@ ending at feature row t therefore touches bars t - seq_len + 1 .. t + w + horizo
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -48,15 +50,37 @@ def usable_window_ends(rows: int, gap_bars: np.ndarray, seq_len: int, horizon: i
     return (first_bar >= 0) & (inside == 0)
 
 
+class SplitPoints(NamedTuple):
+    """Where the three chronological parts of a dataset's feature rows are: windows ending
+    in [seq_len - 1, train_end) train, in [val_start, val_end) validate (early stopping
+    only), in [test_start, rows) test (never seen while training or choosing the epoch).
+    Between two parts lies an embargo (rnnfleet.data.embargo_rows), so no bar is touched by
+    windows (inputs or targets) of two parts. test_start == rows: no test part."""
+
+    train_end: int
+    val_start: int
+    val_end: int
+    test_start: int
+
+
+class WindowNumbers(NamedTuple):
+    """Window numbers (int64) of each part; window w ends at feature row w + seq_len - 1."""
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+
+
 def window_numbers(
-    rows: int, train_end: int, val_start: int, gap_bars: np.ndarray, seq_len: int, horizon: int, warmup: int = 1
-):
-    """(training, validation) window numbers as int64 arrays; window w ends at feature row
-    w + seq_len - 1. Training windows end before train_end, validation ones from val_start."""
+    rows: int, split: SplitPoints, gap_bars: np.ndarray, seq_len: int, horizon: int, warmup: int = 1
+) -> WindowNumbers:
+    """The windows of each part (SplitPoints) that span no gap."""
     usable = usable_window_ends(rows, gap_bars, seq_len, horizon, warmup)
     ends = np.nonzero(usable)[0]
-    train_ends, val_ends = ends[ends < train_end], ends[ends >= val_start]
-    return train_ends - (seq_len - 1), val_ends - (seq_len - 1)
+    train_ends = ends[ends < split.train_end]
+    val_ends = ends[(ends >= split.val_start) & (ends < split.val_end)]
+    test_ends = ends[ends >= split.test_start]
+    return WindowNumbers(*(part - (seq_len - 1) for part in (train_ends, val_ends, test_ends)))
 
 
 def describe_gaps(timestamps_ns: np.ndarray, gap_bars: np.ndarray, max_gap: str, windows_lost: int) -> str:
@@ -75,15 +99,16 @@ def describe_gaps(timestamps_ns: np.ndarray, gap_bars: np.ndarray, max_gap: str,
 
 def check_gap_windows(arrays, gap_bars: np.ndarray, timestamps_ns: np.ndarray, seq_len: int, max_gap: str, name: str):
     """The log note on the gaps of `arrays` (PreparedArrays); DataError naming the setting
-    when no training or no validation window is left between them."""
-    args = (arrays.rows, arrays.train_end, arrays.val_start)
-    train, val = window_numbers(*args, gap_bars, seq_len, arrays.horizon, arrays.warmup)
-    all_train, all_val = window_numbers(*args, np.zeros(0, dtype=np.int64), seq_len, arrays.horizon, arrays.warmup)
-    if not len(train) or not len(val):
-        raise DataError(
-            f"{name}: {len(gap_bars)} gap(s) longer than preprocess.max_gap={max_gap} leave no piece long enough "
-            f"for one {'training' if not len(train) else 'validation'} window (train.seq_len={seq_len}, "
-            f"train.horizon={arrays.horizon}); raise preprocess.max_gap, lower train.seq_len, or give it more bars"
-        )
-    lost = len(all_train) + len(all_val) - len(train) - len(val)
+    when no training, validation or (with a test part) test window is left between them."""
+    args = (arrays.rows, arrays.split)
+    windows = window_numbers(*args, gap_bars, seq_len, arrays.horizon, arrays.warmup)
+    all_windows = window_numbers(*args, np.zeros(0, dtype=np.int64), seq_len, arrays.horizon, arrays.warmup)
+    for part, kept, every in zip(("training", "validation", "test"), windows, all_windows, strict=True):
+        if len(every) and not len(kept):
+            raise DataError(
+                f"{name}: {len(gap_bars)} gap(s) longer than preprocess.max_gap={max_gap} leave no piece long enough "
+                f"for one {part} window (train.seq_len={seq_len}, train.horizon={arrays.horizon}); "
+                "raise preprocess.max_gap, lower train.seq_len, or give it more bars"
+            )
+    lost = sum(len(every) - len(kept) for kept, every in zip(windows, all_windows, strict=True))
     return describe_gaps(timestamps_ns, gap_bars, max_gap, lost)

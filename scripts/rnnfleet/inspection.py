@@ -2,8 +2,8 @@
 
 Promise: `inspect_datasets` writes a CSV (results/inspect.csv by `snakemake inspect`) with,
 for every dataset, how its file was read, its bars, first and last time, median bar
-spacing, gaps (preprocess.max_gap), rows dropped and why, and the training and validation
-windows the current train.seq_len leaves; a file that cannot be read gets its one-line
+spacing, gaps (preprocess.max_gap), rows dropped and why, and the training, validation and
+test windows the current train.seq_len leaves; a file that cannot be read gets its one-line
 problem instead. Reading, cleaning, gaps and the split are the preprocess job's own code.
 """
 
@@ -33,6 +33,7 @@ INSPECT_COLUMNS = (
     "cleaning",
     "train_windows",
     "val_windows",
+    "test_windows",
     "long_enough",
     "problem",
 )
@@ -40,7 +41,7 @@ INSPECT_COLUMNS = (
 
 def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict:
     """One row of the table. settings: columns, read_format, max_bad_fraction, max_gap,
-    seq_len, horizon, val_fraction, features (the preprocess job's params)."""
+    seq_len, horizon, val_fraction, test_fraction, features (the preprocess job's params)."""
 
     row = {"dataset": dataset, "file": bars_label(path)}
     try:
@@ -55,9 +56,10 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
     gap_bars = find_gaps(timestamps_ns, settings["max_gap"])
     seq_len, horizon = int(settings["seq_len"]), int(settings["horizon"])
     feature_rows = max(len(frame) - warmup - horizon, 0)
-    train_end, val_start = split_points(feature_rows, horizon, settings["val_fraction"])
-    train, val = window_numbers(feature_rows, train_end, val_start, gap_bars, seq_len, horizon, warmup)
-    long_enough = bool(len(train) and len(val))
+    test_fraction = settings["test_fraction"]
+    split = split_points(feature_rows, seq_len, horizon, settings["val_fraction"], test_fraction, warmup)
+    train, val, test = window_numbers(feature_rows, split, gap_bars, seq_len, horizon, warmup)
+    long_enough = bool(len(train) and len(val) and (len(test) or not test_fraction))
     return {
         **row,
         "status": "ok" if long_enough else "too short",
@@ -71,10 +73,11 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
         "cleaning": "; ".join(frame.attrs.get("notes", [])),
         "train_windows": len(train),
         "val_windows": len(val),
+        "test_windows": len(test),
         "long_enough": long_enough,
         "problem": ""
         if long_enough
-        else f"too few bars for one training and one validation window with train.seq_len={seq_len}"
+        else f"too few bars for one training, one validation and one test window with train.seq_len={seq_len}"
         + (f" between gaps longer than preprocess.max_gap={settings['max_gap']}" if len(gap_bars) else ""),
     }
 
@@ -91,7 +94,9 @@ def inspect_datasets(files: dict[str, str | list[str]], settings: dict, table_pa
         print(f"{number}/{len(files)} {dataset}: {rows[-1]['status']}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=list(INSPECT_COLUMNS))
     # Counts stay whole numbers when an unusable file leaves them empty.
-    table = table.astype({column: "Int64" for column in ("bars", "gaps", "train_windows", "val_windows")})
+    table = table.astype(
+        {column: "Int64" for column in ("bars", "gaps", "train_windows", "val_windows", "test_windows")}
+    )
     text = io.StringIO()
     table.to_csv(text, index=False)
     with atomic_write(table_path) as handle:

@@ -1,4 +1,5 @@
-"""Figures and the HTML table for Snakemake's report: loss curves, skill overview, summary."""
+"""Figures and the HTML table for Snakemake's report: loss curves, the test skill of every
+dataset with its interval (a forest chart), the summary table ranked by test skill."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from itertools import repeat
 from pathlib import Path
 
 from rnnfleet.checkpoint import atomic_write
+from rnnfleet.evaluation import BEATS, NOT_DISTINGUISHABLE, WORSE
 
 LOSS_CURVE_DPI = 100
 # Above this many datasets the overview drops the names (they are in the summary table).
@@ -43,13 +45,20 @@ def as_number(text: str | None) -> float:
 
 
 def best_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Rows by skill, highest first; rows without a skill last."""
+    """Rows by test skill, highest first; then rows with only a validation skill (no test
+    period), by that; rows without either last."""
 
-    def order(row: dict[str, str]) -> tuple[bool, float]:
-        skill = as_number(row.get("skill"))
-        return math.isnan(skill), -skill
+    def order(row: dict[str, str]) -> tuple[int, float]:
+        test_skill, skill = as_number(row.get("test_skill")), as_number(row.get("skill"))
+        if not math.isnan(test_skill):
+            return 0, -test_skill
+        return (1, -skill) if not math.isnan(skill) else (2, 0.0)
 
     return sorted(rows, key=order)
+
+
+VERDICT_COLOURS = {BEATS: "tab:green", NOT_DISTINGUISHABLE: "0.55", WORSE: "tab:red"}
+VERDICT_CLASSES = {BEATS: "good", NOT_DISTINGUISHABLE: "unclear", WORSE: "bad"}
 
 
 def pyplot():
@@ -104,7 +113,7 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         axes.relim()
         axes.autoscale_view()
         axes.set(
-            title=f"{dataset}: skill {metrics['skill']:+.4f}\n{training_description(metrics)}",
+            title=f"{dataset}: {skill_text(metrics)}\n{training_description(metrics)}",
             ylabel=metrics.get("loss", "loss"),
         )
         axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
@@ -113,6 +122,14 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         written.append(path)
     plt.close(figure)
     return written
+
+
+def skill_text(metrics: dict) -> str:
+    """'validation skill +0.1000, test skill +0.0800 [+0.0500, +0.1100]' (no test part: the first only)."""
+    text = f"validation skill {metrics['skill']:+.4f}"
+    if "test_skill" in metrics:
+        text += f", test skill {metrics['test_skill']:+.4f} [{metrics['test_skill_low']:+.4f}, {metrics['test_skill_high']:+.4f}]"
+    return text
 
 
 def training_description(metrics: dict) -> str:
@@ -167,32 +184,67 @@ def drop_stale_snakemake_backup(output_path: str | os.PathLike) -> bool:
 
 
 def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
-    """Skill of every dataset, best first; datasets without a skill are counted in the title."""
+    """Forest chart: every dataset's test skill with its 95% interval, best first, the zero
+    line marked, coloured by verdict (beats, not distinguishable from, worse than the
+    baseline). Without any test scores (preprocess.test_fraction 0): the validation skill,
+    without intervals. Datasets without a score are counted in the title."""
     plt = pyplot()
-    ranked = [(row["dataset"], as_number(row.get("skill"))) for row in best_first(rows)]
-    scored = [(name, skill) for name, skill in ranked if not math.isnan(skill)]
-    without_skill = len(ranked) - len(scored)
+    ranked = best_first(rows)
+    scored = [row for row in ranked if not math.isnan(as_number(row.get("test_skill")))]
+    on_test = bool(scored)
+    if not on_test:
+        scored = [row for row in ranked if not math.isnan(as_number(row.get("skill")))]
     named = len(scored) <= MAX_NAMED_BARS
-    height = 1.5 + 0.25 * len(scored) if named else 6.0
+    height = 2.0 + 0.25 * len(scored) if named else 6.0
     figure, axes = plt.subplots(figsize=(7.0, height), layout="constrained")
-    positions = range(len(scored))
-    colours = ["tab:green" if skill > 0 else "tab:red" for _, skill in scored]
-    axes.barh(positions, [skill for _, skill in scored], color=colours, height=0.8 if named else 1.0)
-    axes.axvline(0, color="black", linewidth=0.8)
+    axes.axvline(0, color="black", linewidth=0.8)  # the baseline's skill
+    if on_test:
+        for verdict, colour in VERDICT_COLOURS.items():
+            places = [place for place, row in enumerate(scored) if row.get("test_verdict") == verdict]
+            if not places:
+                continue
+            skill, low, high = (
+                [as_number(scored[place][column]) for place in places]
+                for column in ("test_skill", "test_skill_low", "test_skill_high")
+            )
+            # A percentile interval need not contain the estimate itself (nor, rounded, its own ends).
+            spread = [
+                [max(s - lo, 0.0) for s, lo in zip(skill, low, strict=True)],
+                [max(h - s, 0.0) for s, h in zip(skill, high, strict=True)],
+            ]
+            axes.errorbar(skill, places, xerr=spread, fmt="o", color=colour, label=verdict, capsize=2)
+        counts = {verdict: sum(row.get("test_verdict") == verdict for row in scored) for verdict in VERDICT_COLOURS}
+        title = (
+            f"Test skill with 95% interval, {len(scored)} dataset(s): {counts[BEATS]} beat the baseline, "
+            f"{counts[NOT_DISTINGUISHABLE]} not distinguishable from it, {counts[WORSE]} worse"
+        )
+        figure.legend(loc="outside lower center", ncols=len(VERDICT_COLOURS), fontsize="small")
+        axes.set_xlabel("test skill = 1 - test_loss / naive_test_loss (> 0: better than the naive baseline)")
+    else:
+        skills = [as_number(row["skill"]) for row in scored]
+        axes.plot(skills, range(len(scored)), "o", color="tab:blue")
+        title = f"Validation skill (no test period): {sum(skill > 0 for skill in skills)} of {len(scored)} above 0"
+        axes.set_xlabel("validation skill = 1 - val_loss / naive_val_loss")
     axes.invert_yaxis()  # best at the top
     if named:
-        axes.set_yticks(list(positions), [name for name, _ in scored])
+        axes.set_yticks(range(len(scored)), [row["dataset"] for row in scored])
     else:
         axes.set_ylabel("datasets, best first")
         axes.set_yticks([])
-    beating = sum(skill > 0 for _, skill in scored)
-    title = f"Skill = 1 - val_loss / naive_val_loss: {beating} of {len(scored)} models beat the naive forecast"
-    if without_skill:
-        title += f"\n{without_skill} dataset(s) without a model"
-    axes.set_title(title, fontsize="medium")
-    axes.set_xlabel("skill (> 0: better than the target's naive baseline; see the summary table)")
+    without = len(rows) - len(scored)
+    if without:
+        title += f"\n{without} dataset(s) without a {'test ' if on_test else ''}score"
+    axes.set_title(title, fontsize="medium", wrap=True)
     save_figure(figure, path, dpi=100)
     plt.close(figure)
+
+
+def row_class(row: dict[str, str]) -> str:
+    """The table row's colour: by the test verdict; without one, by the validation skill."""
+    if row.get("test_verdict") in VERDICT_CLASSES:
+        return VERDICT_CLASSES[row["test_verdict"]]
+    skill = as_number(row.get("skill"))
+    return "good" if skill > 0 else "bad" if skill <= 0 else "none"
 
 
 def format_cell(text: str) -> str:
@@ -220,14 +272,20 @@ def not_done_html(rows: list[dict[str, str]]) -> str:
     )
 
 
+def verdict_counts_text(rows: list[dict[str, str]]) -> str:
+    """'2 beat the baseline, 1 not distinguishable from the baseline, 0 worse than the baseline'."""
+    counts = {verdict: sum(row.get("test_verdict") == verdict for row in rows) for verdict in VERDICT_CLASSES}
+    words = {BEATS: "beat the baseline", NOT_DISTINGUISHABLE: NOT_DISTINGUISHABLE, WORSE: "worse than the baseline"}
+    return ", ".join(f"{count} {words[verdict]}" for verdict, count in counts.items())
+
+
 def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str | os.PathLike) -> None:
-    """The summary table as a small self-contained HTML page, best skill first (the report
+    """The summary table as a small self-contained HTML page, best test skill first (the report
     shows it in a frame; a CSV there would only offer a download)."""
     header = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
     body = []
     for row in best_first(rows):
-        skill = as_number(row.get("skill"))
-        css_class = "good" if skill > 0 else "bad" if skill <= 0 else "none"
+        css_class = row_class(row)
         cells = "".join(f"<td>{format_cell(row.get(column) or '')}</td>" for column in columns)
         body.append(f'<tr class="{css_class}">{cells}</tr>')
     page = f"""<!DOCTYPE html>
@@ -240,11 +298,16 @@ th:first-child, td:first-child {{ text-align: left; }}
 th {{ background: #f0f0f0; position: sticky; top: 0; }}
 tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
+tr.unclear td:first-child {{ border-left: 4px solid #bbbbbb; }}
 tr.none td:first-child {{ border-left: 4px solid #999; }}
 </style></head><body>
 {not_done_html(rows)}
-<p>{len(rows)} dataset(s), best skill first. Green: the model beats its naive baseline
-(column <i>baseline</i>: zero return, training mean or training share of up moves, per target).
+<p>{len(rows)} dataset(s), best test skill first ({verdict_counts_text(rows)}). <i>test_skill</i> is measured on
+the test period, which neither training nor the choice of epoch saw; <i>skill</i> is the validation
+skill (the part that chose the epoch). Green: the 95% interval of the test skill
+(<i>test_skill_low</i> .. <i>test_skill_high</i>) lies above 0, the model beats its naive baseline
+(column <i>baseline</i>: zero return, training mean or training share of up moves, per target);
+grey: the interval includes 0, <b>{NOT_DISTINGUISHABLE}</b>; red: worse than it.
 Columns <i>model</i>, <i>features</i> and <i>target</i> say what each dataset trained with.</p>
 <table><thead><tr>{header}</tr></thead>
 <tbody>

@@ -24,6 +24,7 @@ def preprocess_settings(config: dict) -> dict:
         "seq_len": config["train"]["seq_len"],
         "horizon": config["train"]["horizon"],
         "val_fraction": config["preprocess"]["val_fraction"],
+        "test_fraction": config["preprocess"]["test_fraction"],
         "features": config["features"],
         "target": config["target"],
     }
@@ -36,9 +37,11 @@ def train_hyper_parameters(config: dict) -> dict:
 
 def train_settings(config: dict) -> dict:
     """What a training depends on, as the keyword arguments of the train job: the model's
-    hyper-parameters, the training's, and the column names recorded in the model file."""
+    hyper-parameters, the training's, the column names recorded in the model file, and how
+    the test period is scored (the `evaluate:` settings)."""
     return {
         "model_hparams": config["model"],
         "train_hparams": train_hyper_parameters(config),
         "columns": config["columns"],
+        "evaluate": config["evaluate"],
     }

@@ -15,7 +15,21 @@ SUMMARY_COLUMNS = (
     "dataset",
     "val_loss",
     "naive_val_loss",
-    "skill",  # 1 - val_loss / naive_val_loss
+    "skill",  # validation skill: 1 - val_loss / naive_val_loss (the part that chose the epoch)
+    # The test period (preprocess.test_fraction), never seen in training: rnnfleet.training.score_test_period
+    "test_skill",  # 1 - test_loss / naive_test_loss
+    "test_skill_low",  # its 95% block-bootstrap interval
+    "test_skill_high",
+    "test_verdict",  # beats / not distinguishable from / worse than the baseline (rnnfleet.evaluation)
+    "test_loss",
+    "naive_test_loss",
+    "test_dm_stat",  # Diebold-Mariano test against the baseline (< 0: lower loss) and its p-value
+    "test_dm_pvalue",
+    "test_hit_rate",  # return targets: sign hit rate, mean net return per trade of trading the sign
+    "test_trade_bps",
+    "test_persistence_skill",  # |return| and volatility targets: skill against the last value
+    "test_accuracy",  # direction target
+    "test_windows",
     "model",  # which model, features and target the dataset trained with
     "features",
     "target",

@@ -48,6 +48,9 @@ class Target:
     centred: bool  # regression: subtract the training mean before scaling
     baseline: str  # the naive forecast, in words (metrics, summary table, report)
     forecast_column: str  # the forecasts CSV column, in the target's own units
+    # Which extra test scores it gets (rnnfleet.training.test_period_scores): "return" hit
+    # rate and sign trading, "size" skill against persistence, "class" accuracy.
+    measures: str = "return"
 
     @property
     def loss_name(self) -> str:
@@ -100,6 +103,7 @@ TARGETS: dict[str, Target] = {
             centred=True,
             baseline="training mean",
             forecast_column="forecast_abs_log_return",
+            measures="size",
         ),
         Target(
             "realised_volatility",
@@ -108,6 +112,7 @@ TARGETS: dict[str, Target] = {
             centred=True,
             baseline="training mean",
             forecast_column="forecast_realised_volatility",
+            measures="size",
         ),
         Target(
             "direction",
@@ -116,6 +121,7 @@ TARGETS: dict[str, Target] = {
             centred=False,
             baseline="training share of up moves",
             forecast_column="forecast_up_probability",
+            measures="class",
         ),
     )
 }

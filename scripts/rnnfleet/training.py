@@ -13,11 +13,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from rnnfleet import evaluation
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import UserError, one_line
 from rnnfleet.faults import pause_point
-from rnnfleet.gaps import window_numbers
+from rnnfleet.gaps import WindowNumbers, window_numbers
 from rnnfleet.model import DEFAULT_BUILDER, build_model
 from rnnfleet.plugins import imported_sha256
 from rnnfleet.precision import resolve_amp
@@ -44,6 +45,11 @@ class TrainingResult:
     history: list[dict] = field(default_factory=list)
     val_accuracy: float | None = None  # classification targets only
     naive_val_accuracy: float | None = None
+    naive_output: float = 0.0  # the baseline as a model output (rnnfleet.targets.Target.naive_output)
+    # The test windows (rnnfleet.gaps.WindowNumbers.test) and the best model's outputs on
+    # them, computed once training and the epoch choice are over.
+    test_numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    test_outputs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
 
     @property
     def skill(self) -> float:
@@ -85,6 +91,17 @@ def evaluate(
     return loss_sum.item() / len(numbers), hits.item() / len(numbers)
 
 
+@torch.no_grad()
+def window_outputs(model: nn.Module, windows: torch.Tensor, amp_dtype, numbers: torch.Tensor) -> np.ndarray:
+    """(len(numbers),) float32 outputs of the windows numbered `numbers`, on the CPU."""
+    model.eval()
+    outputs = []
+    for start in range(0, len(numbers), EVAL_BATCH):
+        with _autocast(windows.device, amp_dtype):
+            outputs.append(outputs_of(model, windows[numbers[start : start + EVAL_BATCH]]).cpu())
+    return torch.cat(outputs).numpy() if outputs else np.zeros(0, dtype=np.float32)
+
+
 @contextlib.contextmanager
 def _autocast(device: torch.device, amp_dtype):
     """Autocast to amp_dtype (None: float32). A kernel that refuses that precision on this
@@ -116,18 +133,17 @@ def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float,
     )
 
 
-def usable_windows(arrays: PreparedArrays, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(training, validation) window numbers: those that span no gap (rnnfleet.gaps)."""
-    return window_numbers(
-        arrays.rows, arrays.train_end, arrays.val_start, arrays.gap_bars, seq_len, arrays.horizon, arrays.warmup
-    )
+def usable_windows(arrays: PreparedArrays, seq_len: int) -> WindowNumbers:
+    """Training, validation and test window numbers: those that span no gap (rnnfleet.gaps)."""
+    return window_numbers(arrays.rows, arrays.split, arrays.gap_bars, seq_len, arrays.horizon, arrays.warmup)
 
 
 def train_model(
     arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
 ) -> TrainingResult:
-    """Train on windows ending before arrays.train_end; early-stop on windows from arrays.val_start;
-    windows that span a gap are left out of both."""
+    """Train on the training windows; early-stop on (and keep the best epoch of) the
+    validation windows; then, with the best weights, compute the outputs on the test
+    windows, which nothing before that step reads. Windows that span a gap are left out."""
     entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
     amp_dtype = AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)]
@@ -137,7 +153,8 @@ def train_model(
     features = torch.from_numpy(arrays.features).to(device)
     targets = torch.from_numpy(arrays.targets).to(device)
     windows, window_targets = window_view(features, seq_len), targets[seq_len - 1 :]
-    train_numbers, val_numbers = (torch.from_numpy(numbers).to(device) for numbers in usable_windows(arrays, seq_len))
+    numbers = usable_windows(arrays, seq_len)
+    train_numbers, val_numbers = (torch.from_numpy(part).to(device) for part in (numbers.train, numbers.val))
     n_train = len(train_numbers)
 
     target = TARGETS[arrays.target]
@@ -145,7 +162,8 @@ def train_model(
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     val_targets = window_targets[val_numbers]
-    naive_output = torch.full_like(val_targets, target.naive_output(window_targets[train_numbers]))
+    naive_value = target.naive_output(window_targets[train_numbers])
+    naive_output = torch.full_like(val_targets, naive_value)
     naive_val_loss = target.loss(naive_output, val_targets).item()
     best_val_loss, best_epoch, best_state, history = math.inf, 0, None, []
     n_batches = math.ceil(n_train / batch_size)
@@ -194,6 +212,7 @@ def train_model(
         _, accuracies["val_accuracy"] = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)
         naive_hits = (naive_output > 0) == (val_targets > 0.5)
         accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
+    test_outputs = window_outputs(model, windows, amp_dtype, torch.from_numpy(numbers.test).to(device))
     return TrainingResult(
         model=model,
         val_loss=best_val_loss,
@@ -204,7 +223,63 @@ def train_model(
         setup_seconds=started - entered,
         history=history,
         **accuracies,
+        naive_output=naive_value,
+        test_numbers=numbers.test,
+        test_outputs=test_outputs,
     )
+
+
+def score_test_period(
+    arrays: PreparedArrays,
+    result: TrainingResult,
+    seq_len: int,
+    cost_bps: float,
+    block_bars: int,
+    bootstrap: int,
+    seed: int = 0,
+) -> dict:
+    """The scores of the trained model on the test windows (rnnfleet.evaluation), as
+    metrics entries: test loss, the naive baseline's, test skill with its block-bootstrap
+    interval and verdict, the Diebold-Mariano test against the baseline; return targets
+    also hit rate and sign trading net of cost_bps, |return| and volatility targets skill
+    against persistence (the value over the last `horizon` bars), classification accuracy.
+    {} when there is no test part."""
+    numbers, outputs = result.test_numbers, result.test_outputs.astype(np.float64)
+    if not len(numbers):
+        return {}
+    target = TARGETS[arrays.target]
+    ends = numbers + (seq_len - 1)
+    actual = arrays.targets[ends].astype(np.float64)
+    losses = evaluation.window_losses(outputs, actual, target.classification)
+    naive_losses = evaluation.window_losses(np.full_like(outputs, result.naive_output), actual, target.classification)
+    block = evaluation.bootstrap_block(block_bars, len(numbers))
+    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
+    statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
+    scores = {
+        "test_loss": float(losses.mean()),
+        "naive_test_loss": float(naive_losses.mean()),
+        "test_skill": evaluation.skill(losses, naive_losses),
+        "test_skill_low": low,
+        "test_skill_high": high,
+        "test_verdict": evaluation.verdict(low, high),
+        "test_dm_stat": statistic,
+        "test_dm_pvalue": p_value,
+        "test_windows": len(numbers),
+        "test_block_bars": block,
+        "test_start_row": arrays.split.test_start,
+    }
+    if target.measures == "return":
+        forecasts = target.to_units(outputs, arrays.target_mean, arrays.target_std)
+        returns = target.to_units(actual, arrays.target_mean, arrays.target_std)
+        scores["test_hit_rate"] = evaluation.hit_rate(forecasts, returns)
+        scores["test_trade_bps"] = evaluation.sign_trading_bps(forecasts, returns, cost_bps)
+    elif target.measures == "size":
+        persistence = arrays.targets[ends - arrays.horizon].astype(np.float64)  # known at the window's end
+        persistence_losses = evaluation.window_losses(persistence, actual, classification=False)
+        scores["test_persistence_skill"] = evaluation.skill(losses, persistence_losses)
+    else:
+        scores["test_accuracy"] = float(np.mean((outputs > 0) == (actual > 0.5)))
+    return scores
 
 
 def library_versions() -> dict:
@@ -256,6 +331,8 @@ def build_checkpoint(
             "columns": dict(columns or {}),
         },
         "plugin_sha256": {**arrays.feature_sha256, **imported_sha256([builder])},
+        # Feature rows of the array file; the test part (from test_start) never reached training.
+        "split": {**arrays.split._asdict(), "rows": arrays.rows},
         "metrics": metrics,
         "versions": library_versions(),
     }

@@ -51,13 +51,17 @@ def test_non_positive_prices_are_rejected_with_the_row(bad_price):
 def test_split_is_chronological_and_statistics_come_from_training_rows_only():
     rng = np.random.default_rng(0)
     features, targets = rng.normal(size=(1000, 5)), rng.normal(size=1000)
-    arrays = split_and_normalise(features, targets, seq_len=10, horizon=3, val_fraction=0.2, last_close=1.0)
-    assert arrays.val_start == 800 and arrays.train_end == 797  # train targets stop before validation
+    arrays = split_and_normalise(
+        features, targets, seq_len=10, horizon=3, val_fraction=0.2, last_close=1.0, test_fraction=0.15
+    )
+    # test: the last 15% (from row 850); validation: the 20% before it (from row 650); an embargo
+    # of seq_len + horizon + warm-up = 14 rows before each part
+    assert tuple(arrays.split) == (636, 650, 836, 850)
     shifted = features.copy()
-    shifted[800:] += 1000.0  # validation rows must not move the statistics
-    arrays_shifted = split_and_normalise(shifted, targets, 10, 3, 0.2, 1.0)
+    shifted[636:] += 1000.0  # validation and test rows must not move the statistics
+    arrays_shifted = split_and_normalise(shifted, targets, 10, 3, 0.2, 1.0, test_fraction=0.15)
     np.testing.assert_array_equal(arrays.feature_mean, arrays_shifted.feature_mean)
-    np.testing.assert_allclose(arrays.features[:800].mean(axis=0), 0, atol=1e-5)
+    np.testing.assert_allclose(arrays.features[:636].mean(axis=0), 0, atol=1e-5)
     assert arrays.features.dtype == np.float32 and arrays.features.flags.c_contiguous
 
 
@@ -74,7 +78,7 @@ def test_arrays_round_trip_without_pickle(tmp_path):
     loaded = load_arrays(tmp_path / "A.npz")
     np.testing.assert_array_equal(loaded.features, arrays.features)
     np.testing.assert_array_equal(loaded.targets, arrays.targets)
-    assert (loaded.train_end, loaded.val_start, loaded.horizon) == (arrays.train_end, arrays.val_start, 1)
+    assert (loaded.split, loaded.horizon) == (arrays.split, 1) and arrays.split.test_start < arrays.rows
     assert loaded.rows == TINY_ROWS - 2  # first bar has no previous close, last has no target
     # Stored once (rows x features), not as pre-cut windows.
     assert (tmp_path / "A.npz").stat().st_size < 2 * TINY_ROWS * 6 * 4 + 4096

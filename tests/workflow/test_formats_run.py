@@ -21,11 +21,7 @@ def test_every_layout_gives_identical_arrays_through_snakemake(every_layout, lay
         arrays = load_arrays(workdir / "prep" / f"{dataset}.npz")
         for field in ("features", "targets", "feature_mean", "feature_std", "gap_bars"):
             np.testing.assert_array_equal(getattr(arrays, field), getattr(reference, field), err_msg=dataset)
-        assert (arrays.train_end, arrays.val_start, arrays.target_std) == (
-            reference.train_end,
-            reference.val_start,
-            reference.target_std,
-        )
+        assert (arrays.split, arrays.target_std) == (reference.split, reference.target_std)
         read_lines = [line for line in preprocess_log(workdir, dataset).splitlines() if ": read as " in line]
         assert len(read_lines) == 1 and read_as in read_lines[0], (dataset, read_lines)
     assert "epoch timestamps switch unit (ms and us; first at data row 201)" in preprocess_log(workdir, "MIXED_1m")

@@ -20,10 +20,17 @@ def test_no_window_spans_a_weekend_gap(layouts_run):
     # Brute force: a window ending at feature row t touches the steps t-seq_len+1 .. t+horizon.
     ends = range(SEQ_LEN - 1, arrays.rows)
     clean = [t for t in ends if not (t - SEQ_LEN + 1 <= 199 <= t + arrays.horizon)]
-    train = [t for t in clean if t < arrays.train_end]
-    val = [t for t in clean if t >= arrays.val_start]
+    split = arrays.split
+    train = [t for t in clean if t < split.train_end]
+    val = [t for t in clean if split.val_start <= t < split.val_end]
+    test = [t for t in clean if t >= split.test_start]
     metrics = json.loads((workdir / "metrics" / "WEEKEND_1m.json").read_text())
-    assert (metrics["train_windows"], metrics["val_windows"]) == (len(train), len(val))
-    assert len(train) < arrays.train_end - (SEQ_LEN - 1)  # windows were left out
-    lost = arrays.train_end - (SEQ_LEN - 1) - len(train) + arrays.rows - arrays.val_start - len(val)
+    assert (metrics["train_windows"], metrics["val_windows"], metrics["test_windows"]) == (
+        len(train),
+        len(val),
+        len(test),
+    )
+    assert len(train) < split.train_end - (SEQ_LEN - 1)  # windows were left out
+    every_window = split.train_end - (SEQ_LEN - 1) + split.val_end - split.val_start + arrays.rows - split.test_start
+    lost = every_window - len(train) - len(val) - len(test)
     assert f"{lost} window(s) spanning them are not used" in log

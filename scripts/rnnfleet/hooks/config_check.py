@@ -27,6 +27,7 @@ def config_problems(config: dict, schema: dict) -> list[str]:
     problems = {line for error in errors for line in describe(error)}
     problems.update(non_finite_numbers(config, schema))
     problems.update(timezone_problems(config))
+    problems.update(split_problems(config, schema))
     return sorted(problems)
 
 
@@ -76,6 +77,21 @@ def is_time_zone(zone: str) -> bool:
         return True
     except Exception:  # pytz, zoneinfo and dateutil each raise their own kinds
         return False
+
+
+def split_problems(config: dict, schema: dict) -> list[str]:
+    """The one rule between keys: validation and test part leave something to train on."""
+    given = config.get("preprocess") if isinstance(config.get("preprocess"), dict) else {}
+    defaults = schema["properties"]["preprocess"]["properties"]
+    fractions = [given.get(key, defaults[key]["default"]) for key in ("val_fraction", "test_fraction")]
+    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in fractions):
+        return []  # a wrong type is described above
+    if sum(fractions) < 1:
+        return []
+    return [
+        f"config keys 'preprocess.val_fraction' = {fractions[0]!r} and 'preprocess.test_fraction' = "
+        f"{fractions[1]!r} add up to {sum(fractions):g}; allowed: a sum below 1 (the rest trains)"
+    ]
 
 
 def describe(error) -> list[str]:

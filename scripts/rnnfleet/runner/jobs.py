@@ -31,6 +31,8 @@ from rnnfleet.runner.orphans import run_job_guard
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
 EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
+# The schema's `evaluate:` defaults, for callers that pass no settings (benchmarks, tests).
+EVALUATE_DEFAULTS = {"cost_bps": 1.0, "block_bars": 60, "bootstrap": 1000}
 
 
 def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
@@ -130,7 +132,8 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
         )
     print(
         f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
-        f"target {arrays.target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation from row {arrays.val_start})",
+        f"target {arrays.target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation "
+        f"from row {arrays.val_start} to {arrays.split.val_end}, test from row {arrays.split.test_start})",
         file=sys.stderr,
     )
     return arrays
@@ -147,9 +150,11 @@ def train_one(
     gpu_mem_gb: int,
     columns: dict | None = None,
     process_started_at: float | None = None,
+    evaluate: dict | None = None,
 ) -> dict:
-    """The train job: arrays in; model file and metrics JSON out (each written atomically).
-    Returns the metrics."""
+    """The train job: arrays in; model file and metrics JSON out (each written atomically),
+    the metrics with the test period's scores (evaluate: the `evaluate:` settings, as
+    cost_bps, block_bars, bootstrap). Returns the metrics."""
     # Here, not at the top: a preprocess job run in its own process never loads torch.
     import torch
 
@@ -164,7 +169,14 @@ def train_one(
         placement_note,
         release_gpu_memory,
     )
-    from rnnfleet.training import build_checkpoint, describe_training, log, train_model, usable_windows
+    from rnnfleet.training import (
+        build_checkpoint,
+        describe_training,
+        log,
+        score_test_period,
+        train_model,
+        usable_windows,
+    )
 
     # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
     startup_seconds = time.time() - process_started_at if process_started_at else None
@@ -182,12 +194,17 @@ def train_one(
     load_seconds = time.perf_counter() - load_started
     try:
         result = train_model(arrays, model_hparams, train_hparams, device)
-        train_windows, val_windows = map(len, usable_windows(arrays, int(train_hparams["seq_len"])))
+        seq_len = int(train_hparams["seq_len"])
+        windows = usable_windows(arrays, seq_len)
+        test_scores = score_test_period(
+            arrays, result, seq_len, **(evaluate or EVALUATE_DEFAULTS), seed=int(train_hparams["seed"])
+        )
         metrics = {
             "dataset": dataset,
             "val_loss": result.val_loss,
             "naive_val_loss": result.naive_val_loss,
             "skill": result.skill,
+            **test_scores,
             **describe_training(arrays, model_hparams),
             "best_epoch": result.best_epoch,
             "epochs_run": result.epochs_run,
@@ -197,8 +214,8 @@ def train_one(
             "torch_threads": torch.get_num_threads(),
             **job_process(),  # worker (warm or cold), pid, warm_server_pid
             "rows": arrays.rows,
-            "train_windows": train_windows,
-            "val_windows": val_windows,
+            "train_windows": len(windows.train),
+            "val_windows": len(windows.val),
             "startup_seconds": startup_seconds,
             "process_started_at": process_started_at,
             "load_seconds": load_seconds,
@@ -217,6 +234,12 @@ def train_one(
     finally:
         release_gpu_memory(device)
         gpu_slot.release()
+    if test_scores:  # before the verdict line, which ends the log
+        log(
+            f"{dataset}: test period ({test_scores['test_windows']} windows): test skill {test_scores['test_skill']:+.4f}, "
+            f"95% interval [{test_scores['test_skill_low']:+.4f}, {test_scores['test_skill_high']:+.4f}]: "
+            f"{test_scores['test_verdict']}"
+        )
     log(
         f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"

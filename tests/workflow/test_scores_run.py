@@ -1,0 +1,91 @@
+"""Honest scores through the real workflow: test skill with its interval on structured data
+and on a random walk, and what the table and the report say of each."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import snakemake, write_config
+
+from rnnfleet.synthetic import write_synthetic_csv
+
+# --- the split ----------------------------------------------------------------------------
+
+
+WORKFLOW_ROWS = 4000
+
+
+def write_random_walk_csv(path, rows: int, seed: int) -> None:
+    """Bars of a pure random walk: iid log returns, iid volume: nothing to predict."""
+    rng = np.random.default_rng(seed)
+    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, rows)))
+    open_ = np.concatenate([[100.0], close[:-1]])
+    spread = np.abs(rng.normal(0, 3e-4, rows))
+    pd.DataFrame(
+        {
+            "timestamp": pd.date_range("2024-01-01", periods=rows, freq="min").strftime("%Y-%m-%d %H:%M:%S"),
+            "open": open_,
+            "high": np.maximum(open_, close) * np.exp(spread),
+            "low": np.minimum(open_, close) * np.exp(-spread),
+            "close": close,
+            "volume": np.round(rng.lognormal(7, 0.3, rows), 2),
+        }
+    ).to_csv(path, index=False, float_format="%.6f")
+
+
+@pytest.fixture(scope="module")
+def scored_run(tmp_path_factory):
+    """One real run: structured synthetic bars and a pure random walk, then the report."""
+    workdir = tmp_path_factory.mktemp("scores")
+    write_synthetic_csv(workdir / "data" / "SYNTH_1m.csv", WORKFLOW_ROWS, 21)
+    write_random_walk_csv(workdir / "data" / "WALK_1m.csv", WORKFLOW_ROWS, 22)
+    write_config(
+        workdir,
+        data_dir="data",
+        model={"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0},
+        train={"epochs": 4, "patience": 2, "lr": 0.003},
+    )
+    snakemake(workdir)
+    snakemake(workdir, "--report", "report.html")
+    with open(workdir / "results" / "metrics.csv") as handle:
+        rows = {row["dataset"]: row for row in csv.DictReader(handle)}
+    return workdir, rows
+
+
+def test_structured_data_beat_the_baseline_on_the_test_period_with_an_interval_above_zero(scored_run):
+    workdir, rows = scored_run
+    row = rows["SYNTH_1m"]
+    low, skill, high = (float(row[column]) for column in ("test_skill_low", "test_skill", "test_skill_high"))
+    assert 0 < low <= skill <= high, row
+    assert row["test_verdict"] == "beats the baseline"
+    assert float(row["test_dm_stat"]) < 0 and float(row["test_dm_pvalue"]) < 0.05
+    assert 0.5 < float(row["test_hit_rate"]) <= 1 and row["test_trade_bps"] != ""
+    assert row["skill"] != row["test_skill"]  # the validation skill stays its own column
+    metrics = json.loads((workdir / "metrics" / "SYNTH_1m.json").read_text())
+    assert metrics["test_skill"] == pytest.approx(1 - metrics["test_loss"] / metrics["naive_test_loss"])
+    checkpoint = torch.load(workdir / "models" / "SYNTH_1m.pt", weights_only=True)
+    assert checkpoint["metrics"]["test_skill"] == metrics["test_skill"]
+    assert checkpoint["split"]["test_start"] == metrics["test_start_row"] < checkpoint["split"]["rows"]
+
+
+def test_a_random_walk_is_not_distinguishable_from_the_baseline_and_the_report_says_so(scored_run):
+    workdir, rows = scored_run
+    row = rows["WALK_1m"]
+    assert float(row["test_skill_low"]) < 0 < float(row["test_skill_high"]), row
+    assert row["test_verdict"] == "not distinguishable from the baseline"
+    table_html = (workdir / "results" / "metrics.html").read_text()
+    walk_row = next(line for line in table_html.splitlines() if "<td>WALK_1m</td>" in line)
+    assert 'class="unclear"' in walk_row and "not distinguishable from the baseline" in walk_row
+    assert "1 beat the baseline, 1 not distinguishable from the baseline, 0 worse" in table_html
+    # Ranked by test skill: the structured dataset first.
+    assert table_html.index("<td>SYNTH_1m</td>") < table_html.index("<td>WALK_1m</td>")
+    report = (workdir / "report.html").read_text()
+    assert "not distinguishable from the baseline" in report
+
+
+# --- files of an older rnnfleet -----------------------------------------------------------
