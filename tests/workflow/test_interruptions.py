@@ -175,7 +175,7 @@ def processes_of_run(run: subprocess.Popen, job_pid: int) -> set[int]:
     folder's warm server and its idle children: they serve whichever run comes, and idle
     ones hold no job."""
     processes = psutil.Process(run.pid).children(recursive=True)
-    return {p.pid for p in processes if "rnnfleet.warm" not in " ".join(p.cmdline())} | {job_pid}
+    return {p.pid for p in processes if "rnnfleet.runner.warm" not in " ".join(p.cmdline())} | {job_pid}
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "own-processes"])
@@ -186,7 +186,7 @@ def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own
     run, job_pid = start_paused_run(workdir, "epoch", "--cores", "1")  # one training at a time: the paused one
     job = psutil.Process(job_pid)
     if warm:  # which path ran: a warm child (forked by the server), or the job's own process
-        assert "rnnfleet.warm" in " ".join(job.parent().cmdline())
+        assert "rnnfleet.runner.warm" in " ".join(job.parent().cmdline())
     else:
         assert "scripts/job.py" in " ".join(job.cmdline())
     first_run = processes_of_run(run, job_pid)
@@ -275,7 +275,7 @@ def test_a_job_of_a_killed_run_that_does_not_stop_makes_the_new_run_refuse(one_m
     holder = hold_job_file(workdir, partial)
     try:
         new_run = start_python(
-            "from rnnfleet import recovery\n"
+            "from rnnfleet.hooks import recovery\n"
             "recovery.ORPHAN_WAIT_SECONDS = 0.5\n"
             "recovery.claim_run_folder(['models'])\n",
             workdir,
