@@ -175,7 +175,7 @@ def test_a_forecast_of_an_unknown_dataset_is_one_line_before_any_job(tmp_path):
         output = result.stdout + result.stderr
         assert result.returncode != 0
         assert (
-            f"{arguments[-1]}: no dataset 'NOPE_1m': no file in data_dir 'data' matching '*1m*' has that name; "
+            f"{arguments[-1]}: no dataset 'NOPE_1m': no file in data_dir 'data' matching '*1m*' gives that name; "
             "nothing was run"
         ) in output, output
         assert "KeyError" not in output and "InputFunctionException" not in output
