@@ -196,7 +196,7 @@ def test_each_target_trains_and_beats_its_own_naive_baseline(synthetic_csv, targ
     assert arrays.target == target_name
     torch.set_num_threads(1)
     result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))
-    val_targets = torch.from_numpy(arrays.targets[arrays.val_start :])
+    val_targets = torch.from_numpy(arrays.targets[arrays.split.val_start : arrays.split.val_end])
     train_targets = torch.from_numpy(arrays.targets[TRAIN["seq_len"] - 1 : arrays.train_end])
     if target.classification:  # baseline: the training share of up moves, as a constant probability
         share = train_targets.mean()
