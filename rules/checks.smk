@@ -1,6 +1,7 @@
 # What a run checks before it plans or starts a job: that the targets name datasets that
 # exist, that the output folders can be written, and which model files no longer load
-# (their datasets train again). Applied from rules/handlers.smk.
+# (their datasets train again); once it has planned: which models it re-trains with
+# changed settings. Applied from rules/handlers.smk.
 import errno
 import os
 import re
@@ -10,6 +11,8 @@ from snakemake.logging import logger
 
 from rnnfleet.checkpoint import folder_write_problem, model_file_problem
 from rnnfleet.errors import WRITE_CAUSES
+from rnnfleet.hooks.settings_changes import planned_settings_changes, report_lines
+from rnnfleet.settings import PREPROCESS_CONFIG_KEYS, TRAIN_PARAM_CONFIG_KEYS
 
 # The files of one dataset a user may ask for by name, e.g. snakemake predictions/X.csv.
 PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS]
@@ -110,3 +113,28 @@ def before_building_dag_of_this_run(target_files, target_rules, force_files):
             f"rnnfleet: {path}: does not load: {problem}; a run that needs it trains its dataset again"
         )
         force_files.add(path)
+
+
+def report_changed_settings(dag):
+    """After the DAG is built (dry-runs too): the models this run re-trains with settings
+    other than those they were trained with, in words (rnnfleet.hooks.settings_changes)."""
+    try:
+        changes = planned_settings_changes(
+            dag,
+            workflow.persistence,
+            "train",
+            TRAIN_PARAM_CONFIG_KEYS,
+            "preprocess",
+            PREPROCESS_CONFIG_KEYS,
+        )
+    # A report must never stop the run: a Snakemake whose DAG or records read otherwise
+    # gets one line instead.
+    except Exception as error:
+        logger.warning(
+            f"rnnfleet: WARNING: cannot tell which settings changed since the models were trained "
+            f"({type(error).__name__}: {error}); models may be re-trained without notice"
+        )
+        return
+    lines = report_lines(changes)
+    if lines:
+        logger.warning("\n".join(lines))

@@ -20,6 +20,7 @@ from rnnfleet.hooks.recovery import (
 )
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
 from rnnfleet.hooks.snakemake_hooks import (
+    after_building_dag,
     before_building_dag,
     keep_going_past_busy_empty_folders,
     name_write_protected_outputs,
@@ -45,9 +46,15 @@ apply_retry_policy(("train",), warn=workflow.is_main_process)
 if workflow.is_main_process:
     # An empty output folder that is a mount point is left in place; targets and model
     # files are checked before the DAG is built (rules/checks.smk); outputs Snakemake calls
-    # write-protected get one line naming the folder's problem.
+    # write-protected get one line naming the folder's problem; once the DAG is built,
+    # models to be re-trained with changed settings are named (dry-runs too).
     keep_going_past_busy_empty_folders()
     before_building_dag(before_building_dag_of_this_run)
+    after_building_dag(
+        report_changed_settings,
+        "rnnfleet: WARNING: this Snakemake has no Workflow._build_dag: models re-trained "
+        "because settings changed are not named before the run",
+    )
     name_write_protected_outputs(write_protected_line)
 
 if workflow.is_main_process:

@@ -13,21 +13,38 @@ from __future__ import annotations
 RUNTIME_ONLY_TRAIN_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
 
 
+# The config key of each preprocess setting, by its name as a keyword argument of
+# rnnfleet.data.prepare_dataset (and as a param of the preprocess rule).
+PREPROCESS_CONFIG_KEYS = {
+    "columns": "columns",
+    "read_format": "format",
+    "max_bad_fraction": "preprocess.max_bad_fraction",
+    "max_gap": "preprocess.max_gap",
+    "seq_len": "train.seq_len",
+    "horizon": "train.horizon",
+    "val_fraction": "preprocess.val_fraction",
+    "test_fraction": "preprocess.test_fraction",
+    "features": "features",
+    "target": "target",
+}
+
+# The config section of each param of the train rule (named after its section); the
+# train section without RUNTIME_ONLY_TRAIN_KEYS.
+TRAIN_PARAM_CONFIG_KEYS = {"model": "model", "train": "train", "columns": "columns", "evaluate": "evaluate"}
+
+
+def config_value(config: dict, key: str):
+    """The value of a dotted config key (train.seq_len)."""
+    value = config
+    for part in key.split("."):
+        value = value[part]
+    return value
+
+
 def preprocess_settings(config: dict) -> dict:
     """What reading, cleaning, featurising and splitting a dataset depend on, as the keyword
     arguments of rnnfleet.data.prepare_dataset (and of the preprocess job)."""
-    return {
-        "columns": config["columns"],
-        "read_format": config["format"],
-        "max_bad_fraction": config["preprocess"]["max_bad_fraction"],
-        "max_gap": config["preprocess"]["max_gap"],
-        "seq_len": config["train"]["seq_len"],
-        "horizon": config["train"]["horizon"],
-        "val_fraction": config["preprocess"]["val_fraction"],
-        "test_fraction": config["preprocess"]["test_fraction"],
-        "features": config["features"],
-        "target": config["target"],
-    }
+    return {name: config_value(config, key) for name, key in PREPROCESS_CONFIG_KEYS.items()}
 
 
 def train_hyper_parameters(config: dict) -> dict:

@@ -4,6 +4,9 @@ directive offers (the main Snakemake process installs them while parsing the Sna
 - before_building_dag: a function called with the run's target files and rules, and the
   set of files to force (--forcerun), right before the DAG is built: the targets are
   known only then (not while the Snakefile is parsed), in real runs and dry-runs alike.
+- after_building_dag: a function called with the DAG right after it is built (the jobs to
+  run and their reasons known), before a dry-run lists them and before a real run's
+  onstart handler and first job (Snakemake runs no onstart in a dry-run).
 - keep_going_past_busy_empty_folders: Snakemake's clean-up of empty folders after a run
   leaves a folder it cannot remove (a mount point) instead of ending the run there.
 - name_write_protected_outputs: outputs this user cannot write are named in one line.
@@ -44,6 +47,29 @@ def before_building_dag(callback: BeforeDag) -> None:
 
     init.__rnnfleet_stock__ = stock_init
     DAG.__init__ = init
+
+
+def after_building_dag(callback: Callable[[object], None], warn_line: str) -> bool:
+    """callback(the DAG) runs each time the workflow has built its DAG (Workflow._build_dag),
+    in real runs and dry-runs alike; True when installed. Where this Snakemake has no such
+    step, nothing is installed and warn_line is printed (one line, on stderr)."""
+    import sys
+
+    from snakemake.workflow import Workflow
+
+    if not callable(getattr(Workflow, "_build_dag", None)):
+        print(warn_line, file=sys.stderr)
+        return False
+    stock_build_dag = _stock(Workflow._build_dag)
+
+    def build_dag(self, *args, **kwargs):
+        result = stock_build_dag(self, *args, **kwargs)
+        callback(self.dag)
+        return result
+
+    build_dag.__rnnfleet_stock__ = stock_build_dag
+    Workflow._build_dag = build_dag
+    return True
 
 
 def keep_going_past_busy_empty_folders() -> None:
