@@ -117,7 +117,8 @@ def before_building_dag_of_this_run(target_files, target_rules, force_files):
 
 def report_changed_settings(dag):
     """After the DAG is built (dry-runs too): the models this run re-trains with settings
-    other than those they were trained with, in words (rnnfleet.hooks.settings_changes)."""
+    other than those they were trained with, in words (rnnfleet.hooks.settings_changes).
+    """
     try:
         changes = planned_settings_changes(
             dag,

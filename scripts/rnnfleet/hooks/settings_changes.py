@@ -188,7 +188,9 @@ def planned_settings_changes(
 
 def _described(changes: tuple[Change, ...]) -> str:
     return "; ".join(
-        f"{change.key} {change.before} -> {change.now}" if change.before is not None else f"{change.key} now {change.now}"
+        f"{change.key} {change.before} -> {change.now}"
+        if change.before is not None
+        else f"{change.key} now {change.now}"
         for change in changes
     )
 
@@ -215,7 +217,9 @@ def report_lines(changes_by_dataset: Mapping[str, tuple[Change, ...]]) -> list[s
         return [f"{head}: {_described(changes)} ({_dataset_list(datasets)})", hint]
     largest_first = sorted(groups.items(), key=lambda group: (-len(group[1]), group[1]))
     lines = [f"{head}:"]
-    lines += [f"  {_described(changes)} ({_dataset_list(datasets)})" for changes, datasets in largest_first[:SHOWN_GROUPS]]
+    lines += [
+        f"  {_described(changes)} ({_dataset_list(datasets)})" for changes, datasets in largest_first[:SHOWN_GROUPS]
+    ]
     if len(groups) > SHOWN_GROUPS:
         lines.append(f"  ... and {len(groups) - SHOWN_GROUPS} more different sets of changes")
     return [*lines, hint]
