@@ -22,6 +22,7 @@ without anyone noticing. What this module promises:
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -61,15 +62,21 @@ def shown(value: Any) -> str:
         return repr(value)
 
 
-def recorded_values(reprs: Iterable[str]) -> list[Any]:
-    """The values Snakemake recorded (their reprs), those that read back as plain literals."""
+@functools.lru_cache(maxsize=64)  # the jobs of a run mostly share their recorded values
+def _recorded_values(reprs: tuple[str, ...]) -> tuple[Any, ...]:
     values = []
     for text in reprs:
         try:
             values.append(ast.literal_eval(text))
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             continue  # not a literal (e.g. inf, an object): it tells nothing
-    return values
+    return tuple(values)
+
+
+def recorded_values(reprs: Iterable[str]) -> list[Any]:
+    """The values Snakemake recorded (their reprs), those that read back as plain literals
+    (shared between calls: read them, do not change them)."""
+    return list(_recorded_values(tuple(sorted(reprs))))
 
 
 def _match_recorded(changed: Mapping[str, Any], gone: list[Any]) -> dict[str, Any]:
