@@ -128,23 +128,37 @@ def fold_arrays(arrays: PreparedArrays, fold: Fold) -> PreparedArrays:
     )
 
 
+def absolute_rows(fold: Fold) -> tuple[int, int, int, int, int, int]:
+    """The fold's parts in the dataset's feature rows: train start and end, validation start
+    and end, test start and end (each end exclusive)."""
+    first, split = fold.first_row, fold.split
+    return (
+        first,
+        first + split.train_end,
+        first + split.val_start,
+        first + split.val_end,
+        first + split.test_start,
+        fold.end_row,
+    )
+
+
 def fold_entry(fold: Fold, result, test_scores: dict) -> dict:
     """One fold's line of the metrics: where it lies (feature rows of the dataset), its
     training, its validation skill, and its test period's scores."""
-    first = fold.first_row
+    train_start, train_end, val_start, val_end, test_start, test_end = absolute_rows(fold)
     return {
         "fold": fold.number,
-        "train_start_row": first,
-        "train_end_row": first + fold.split.train_end,
-        "val_start_row": first + fold.split.val_start,
-        "val_end_row": first + fold.split.val_end,
-        "test_end_row": fold.end_row,
+        "train_start_row": train_start,
+        "train_end_row": train_end,
+        "val_start_row": val_start,
+        "val_end_row": val_end,
+        "test_end_row": test_end,
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
         "train_seconds": result.train_seconds,
         "skill": result.skill,
         **test_scores,
-        "test_start_row": first + fold.split.test_start,
+        "test_start_row": test_start,
     }
 
 
@@ -206,9 +220,10 @@ def run_folds(
         if entry is not None:
             log(f"fold {fold.number}: scores read back from {path} (finished by an earlier attempt)")
         else:
-            started_at = fold.first_row + fold.split.test_start
+            parts = absolute_rows(fold)
             log(
-                f"fold {fold.number}: training rows {fold.first_row} to {fold.first_row + fold.split.val_end}, test from row {started_at}"
+                f"fold {fold.number}: training on rows {parts[0]}-{parts[1]}, validation {parts[2]}-{parts[3]}, "
+                f"test {parts[4]}-{parts[5]}"
             )
             arrays_of_fold = fold_arrays(arrays, fold)
             check_fold_windows(arrays_of_fold, fold, seq_len, name)
@@ -260,8 +275,12 @@ def walk_forward(
     )
     folder = FOLDS_DIR / dataset / folds_key(arrays, model_hparams, train_hparams, evaluate)
     others = [fold for fold in plan if not is_own_split(fold, arrays.rows, arrays.split)]
-    log(f"{dataset}: walk-forward, {len(plan)} {evaluate['window']} fold(s), {len(others)} trained apart")
-    return plan, run_folds(others, arrays, seq_len, folder, train_and_score, log, dataset)
+    log(f"{dataset}: walk-forward, {len(plan)} {evaluate['window']} fold(s)")
+    entries = run_folds(others, arrays, seq_len, folder, train_and_score, log, dataset)
+    for fold in plan:
+        if fold not in others:
+            log(f"fold {fold.number}: the dataset's own split, whose scores are the scored model's (trained next)")
+    return plan, entries
 
 
 def folds_metrics(plan: list[Fold], entries: dict[int, dict], scored_result, scored_test_scores: dict) -> dict:

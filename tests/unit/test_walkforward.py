@@ -18,6 +18,7 @@ from rnnfleet.gaps import window_numbers
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.training import all_rows_train, refit_on_all_rows, score_test_period, train_model
 from rnnfleet.walkforward import (
+    absolute_rows,
     fold_arrays,
     fold_plan,
     folds_summary,
@@ -40,25 +41,12 @@ def plan_of(arrays, folds, window="expanding", step=0):
     return fold_plan(arrays.rows, arrays.split, folds, window, step, SEQ_LEN, HORIZON, arrays.warmup, "A_1m")
 
 
-def absolute_parts(fold):
-    """(train_start, train_end, val_start, val_end, test_start, test_end) in the dataset's rows."""
-    first, split = fold.first_row, fold.split
-    return (
-        first,
-        first + split.train_end,
-        first + split.val_start,
-        first + split.val_end,
-        first + split.test_start,
-        fold.end_row,
-    )
-
-
 @pytest.mark.parametrize("window", ["expanding", "sliding"])
 def test_folds_test_periods_follow_their_training_back_to_back_the_latest_ending_at_the_last_row(arrays, window):
     plan = plan_of(arrays, 3, window)
     test_rows = arrays.rows - arrays.split.test_start
     embargo = embargo_rows(SEQ_LEN, HORIZON, arrays.warmup)
-    parts = [absolute_parts(fold) for fold in plan]
+    parts = [absolute_rows(fold) for fold in plan]
     assert [fold.number for fold in plan] == [1, 2, 3]
     assert parts[-1][4:] == (arrays.split.test_start, arrays.rows)  # the latest is the test part
     for (_, train_end, val_start, val_end, test_start, test_end), later in zip(parts, parts[1:] + [None], strict=True):
@@ -79,7 +67,7 @@ def test_folds_test_periods_follow_their_training_back_to_back_the_latest_ending
 
 def test_a_step_moves_the_origins_that_many_rows(arrays):
     plan = plan_of(arrays, 4, step=25)
-    origins = [absolute_parts(fold)[4] for fold in plan]
+    origins = [absolute_rows(fold)[4] for fold in plan]
     assert np.diff(origins).tolist() == [25, 25, 25] and origins[-1] == arrays.split.test_start
 
 

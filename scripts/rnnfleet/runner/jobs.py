@@ -280,5 +280,6 @@ def train_one(
     log(
         f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
+        + (" (re-fitted on all rows: evaluate.production refit)" if product is not result else "")
     )
     return metrics
