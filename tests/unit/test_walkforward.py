@@ -11,10 +11,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+import yaml
+from conftest import REPO
 
 from rnnfleet.data import embargo_rows, prepare_dataset
 from rnnfleet.errors import DataError
 from rnnfleet.gaps import window_numbers
+from rnnfleet.hooks.config_check import config_problems
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.training import all_rows_train, refit_on_all_rows, score_test_period, train_model
 from rnnfleet.walkforward import (
@@ -173,3 +176,14 @@ def test_a_refit_trains_its_epochs_on_every_row_without_validation(arrays):
     )
     scores = score_test_period(arrays, scored, SEQ_LEN, 1.0, 10, 200)
     assert scores["test_windows"] > 0
+
+
+def test_folds_without_a_test_part_are_refused_before_any_job():
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    problems = config_problems({"preprocess": {"test_fraction": 0}, "evaluate": {"folds": 3}}, schema)
+    assert problems == [
+        "config key 'evaluate.folds' = 3 needs a test part, and 'preprocess.test_fraction' is 0; "
+        "allowed: evaluate.folds 0, or a test_fraction above 0"
+    ]
+    assert config_problems({"evaluate": {"folds": 3, "window": "sliding", "step": 100}}, schema) == []
+    assert config_problems({"evaluate": {"window": "rolling"}}, schema)  # not a window
