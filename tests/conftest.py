@@ -40,6 +40,7 @@ PROGRAMS = TESTS / "programs"
 WORKFLOW_TIER = TESTS / "workflow"
 sys.path.insert(0, str(REPO / "scripts"))
 
+from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME  # noqa: E402
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -206,6 +207,31 @@ def kill_hard(run: subprocess.Popen, job_pid: int) -> None:
         pass
     run.wait(timeout=30)
     wait_until_gone(job_pid)
+
+
+def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.Popen, int]:
+    """Start snakemake (with args) in its own session (like a shell job) with the first job that
+    reaches `point` paused there; return the run and the paused job's pid."""
+    marker = workdir.parent / f"paused-at-{point}"
+    output = open(workdir.parent / "snakemake-output.txt", "w")
+    run = subprocess.Popen(
+        snakemake_command(workdir, *args),
+        cwd=workdir,
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, PAUSE_AT: point, PAUSE_FILE: str(marker)},
+    )
+    deadline = time.monotonic() + 180
+    while not (marker.exists() and marker.read_text().isdigit()):
+        assert run.poll() is None, (workdir.parent / "snakemake-output.txt").read_text()
+        assert time.monotonic() < deadline, f"no job reached {point}"
+        time.sleep(0.05)
+    return run, int(marker.read_text())
+
+
+def resume(workdir: Path, point: str) -> None:
+    (workdir.parent / f"paused-at-{point}").write_text(RESUME)
 
 
 def trained_folder(workdir: Path, datasets: list[str]) -> Path:

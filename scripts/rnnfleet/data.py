@@ -182,6 +182,18 @@ def rows_needed(seq_len: int, horizon: int, val_fraction: float, test_fraction: 
     return rows
 
 
+def fit_normalisation(
+    train_features: np.ndarray, train_targets: np.ndarray, target: str
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(feature_mean, feature_std (float32; 1 where a feature is constant), target_mean,
+    target_std) of a training part's rows."""
+    feature_mean = train_features.mean(axis=0).astype(np.float32)
+    feature_std = train_features.std(axis=0).astype(np.float32)
+    feature_std[feature_std == 0] = 1.0
+    target_mean, target_std = TARGETS[target].scaling(train_targets)
+    return feature_mean, feature_std, target_mean, target_std
+
+
 def split_and_normalise(
     features: np.ndarray,
     targets: np.ndarray,
@@ -208,11 +220,9 @@ def split_and_normalise(
             f"{embargo_rows(seq_len, horizon, warmup)} bars apart); lower train.seq_len or "
             "preprocess.test_fraction, or give this dataset more rows"
         )
-    train_features = features[: split.train_end]
-    feature_mean = train_features.mean(axis=0).astype(np.float32)
-    feature_std = train_features.std(axis=0).astype(np.float32)
-    feature_std[feature_std == 0] = 1.0
-    target_mean, target_std = TARGETS[target].scaling(targets[: split.train_end])
+    feature_mean, feature_std, target_mean, target_std = fit_normalisation(
+        features[: split.train_end], targets[: split.train_end], target
+    )
     return PreparedArrays(
         features=normalise(features, feature_mean, feature_std),
         targets=np.ascontiguousarray((targets - target_mean) / target_std, dtype=np.float32),

@@ -30,6 +30,12 @@ SUMMARY_COLUMNS = (
     "test_persistence_skill",  # |return| and volatility targets: skill against the last value
     "test_accuracy",  # direction target
     "test_windows",
+    # Walk-forward (evaluate.folds): the folds' test skills (rnnfleet.walkforward.folds_summary)
+    "folds_skill_mean",
+    "folds_skill_sd",
+    "folds_positive",  # folds whose test skill is above 0, of folds_scored
+    "folds_scored",
+    "product",  # which model the model file holds: scored, or refit on all rows (evaluate.production)
     "model",  # which model, features and target the dataset trained with
     "features",
     "target",

@@ -7,7 +7,7 @@ import math
 import platform
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -143,7 +143,8 @@ def train_model(
 ) -> TrainingResult:
     """Train on the training windows; early-stop on (and keep the best epoch of) the
     validation windows; then, with the best weights, compute the outputs on the test
-    windows, which nothing before that step reads. Windows that span a gap are left out."""
+    windows, which nothing before that step reads. Windows that span a gap are left out.
+    Without validation windows (a re-fit on all rows) every epoch runs and the last is kept."""
     entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
     amp_dtype = AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)]
@@ -156,6 +157,7 @@ def train_model(
     numbers = usable_windows(arrays, seq_len)
     train_numbers, val_numbers = (torch.from_numpy(part).to(device) for part in (numbers.train, numbers.val))
     n_train = len(train_numbers)
+    validating = len(val_numbers) > 0  # else a re-fit on all rows: every epoch runs, the last is kept
 
     target = TARGETS[arrays.target]
     model = build_model(model_hparams, features.shape[1], seq_len).to(device)
@@ -164,7 +166,7 @@ def train_model(
     val_targets = window_targets[val_numbers]
     naive_value = target.naive_output(window_targets[train_numbers])
     naive_output = torch.full_like(val_targets, naive_value)
-    naive_val_loss = target.loss(naive_output, val_targets).item()
+    naive_val_loss = target.loss(naive_output, val_targets).item() if validating else math.nan
     best_val_loss, best_epoch, best_state, history = math.inf, 0, None, []
     n_batches = math.ceil(n_train / batch_size)
     started = time.perf_counter()
@@ -188,7 +190,9 @@ def train_model(
                 last_progress = time.perf_counter()
                 log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
-        val_loss, _ = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)
+        val_loss = (
+            evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)[0] if validating else math.nan
+        )
         seconds = time.perf_counter() - epoch_started
         history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
         log(
@@ -198,7 +202,7 @@ def train_model(
         pause_point("epoch")
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"training diverged at epoch {epoch} (train loss {train_loss})")
-        if val_loss < best_val_loss:
+        if not validating or val_loss < best_val_loss:
             best_val_loss, best_epoch = val_loss, epoch
             best_state = {key: value.detach().clone() for key, value in model.state_dict().items()}
         elif epoch - best_epoch >= int(train_hparams["patience"]):
@@ -208,7 +212,7 @@ def train_model(
     model.load_state_dict(best_state)
     model.eval()
     accuracies = {}
-    if target.classification:
+    if target.classification and validating:
         _, accuracies["val_accuracy"] = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)
         naive_hits = (naive_output > 0) == (val_targets > 0.5)
         accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
@@ -227,6 +231,22 @@ def train_model(
         test_numbers=numbers.test,
         test_outputs=test_outputs,
     )
+
+
+def all_rows_train(arrays: PreparedArrays) -> PreparedArrays:
+    """The arrays with every row in the training part: no validation or test part."""
+    rows = arrays.rows
+    return replace(arrays, train_end=rows, val_start=rows, val_end=rows, test_start=rows)
+
+
+def refit_on_all_rows(
+    arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device, epochs: int
+) -> TrainingResult:
+    """The production model of `evaluate.production: refit`: the same hyper-parameters and
+    seed trained for `epochs` epochs (the scored model's best epoch) on every window of the
+    dataset, test part included, without early stopping. The normalisation stays the
+    training part's (the array file's), so forecasts see the inputs training saw."""
+    return train_model(all_rows_train(arrays), model_hparams, {**train_hparams, "epochs": epochs}, device)
 
 
 def score_test_period(
@@ -298,9 +318,13 @@ def build_checkpoint(
     train_hparams: dict,
     metrics: dict,
     columns: dict | None = None,
+    product: str = "scored",
 ) -> dict:
     """Everything needed to rebuild the model and use it on new bars (columns: the CSV's
-    column names, as the config maps them); loads with weights_only=True. plugin_sha256:
+    column names, as the config maps them); loads with weights_only=True. product: which
+    model `result` is (evaluate.production: "scored", trained on the training part and
+    early-stopped on validation, or "refit" on all rows); split and metrics are the scored
+    model's in both cases, the scores the product descends from. plugin_sha256:
     the content hash of each user file the model and its features ran (rnnfleet.plugins:
     forecasts import such a file from the working folder only with that content)."""
     builder = str(model_hparams.get("builder", DEFAULT_BUILDER))
@@ -308,6 +332,7 @@ def build_checkpoint(
         "format": "rnnfleet",
         "format_version": FORMAT_VERSION,
         "dataset": dataset,
+        "product": product,
         "state_dict": {key: value.detach().cpu() for key, value in result.model.state_dict().items()},
         "model_config": {
             "builder": DEFAULT_BUILDER,
@@ -331,7 +356,8 @@ def build_checkpoint(
             "columns": dict(columns or {}),
         },
         "plugin_sha256": {**arrays.feature_sha256, **imported_sha256([builder])},
-        # Feature rows of the array file; the test part (from test_start) never reached training.
+        # Feature rows of the array file; the test part (from test_start) never reached the
+        # scored model's training (a refit's trained on every row).
         "split": {**arrays.split._asdict(), "rows": arrays.rows},
         "metrics": metrics,
         "versions": library_versions(),

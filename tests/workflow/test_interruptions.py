@@ -23,15 +23,16 @@ from conftest import (
     add_datasets,
     kill_hard,
     process_alive,
+    resume,
     snakemake,
     snakemake_command,
+    start_paused_run,
     trained_folder,
     wait_until_gone,
     write_config,
 )
 
 from rnnfleet.checkpoint import load_checkpoint, write_json
-from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME
 from rnnfleet.hooks.recovery import RUN_VARIABLE, RUNS_DIR
 from rnnfleet.model import load_model
 from rnnfleet.runner.orphans import RunGone, run_job_guard
@@ -51,31 +52,6 @@ def with_new_dataset(one_model, tmp_path) -> Path:
     shutil.copytree(one_model, workdir, symlinks=True)
     add_datasets(workdir, ["B_1m"], seed=7)
     return workdir
-
-
-def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.Popen, int]:
-    """Start snakemake (with args) in its own session (like a shell job) with the first job that
-    reaches `point` paused there; return the run and the paused job's pid."""
-    marker = workdir.parent / f"paused-at-{point}"
-    output = open(workdir.parent / "snakemake-output.txt", "w")
-    run = subprocess.Popen(
-        snakemake_command(workdir, *args),
-        cwd=workdir,
-        stdout=output,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        env={**os.environ, PAUSE_AT: point, PAUSE_FILE: str(marker)},
-    )
-    deadline = time.monotonic() + 180
-    while not (marker.exists() and marker.read_text().isdigit()):
-        assert run.poll() is None, (workdir.parent / "snakemake-output.txt").read_text()
-        assert time.monotonic() < deadline, f"no job reached {point}"
-        time.sleep(0.05)
-    return run, int(marker.read_text())
-
-
-def resume(workdir: Path, point: str) -> None:
-    (workdir.parent / f"paused-at-{point}").write_text(RESUME)
 
 
 def hidden_files(workdir: Path) -> list[Path]:

@@ -80,12 +80,20 @@ def is_time_zone(zone: str) -> bool:
 
 
 def split_problems(config: dict, schema: dict) -> list[str]:
-    """The one rule between keys: validation and test part leave something to train on."""
+    """The rules between keys: validation and test part leave something to train on, and
+    walk-forward folds have a test part to measure."""
     given = config.get("preprocess") if isinstance(config.get("preprocess"), dict) else {}
     defaults = schema["properties"]["preprocess"]["properties"]
     fractions = [given.get(key, defaults[key]["default"]) for key in ("val_fraction", "test_fraction")]
     if not all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in fractions):
         return []  # a wrong type is described above
+    evaluate = config.get("evaluate") if isinstance(config.get("evaluate"), dict) else {}
+    folds = evaluate.get("folds", 0)
+    if isinstance(folds, int) and folds > 0 and fractions[1] == 0:
+        return [
+            f"config key 'evaluate.folds' = {folds!r} needs a test part, and 'preprocess.test_fraction' is 0; "
+            "allowed: evaluate.folds 0, or a test_fraction above 0"
+        ]
     if sum(fractions) < 1:
         return []
     return [

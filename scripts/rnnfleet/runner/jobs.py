@@ -32,7 +32,17 @@ from rnnfleet.runner.orphans import run_job_guard
 # for the next attempt, which copies it to the top of its own log.
 EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
 # The schema's `evaluate:` defaults, for callers that pass no settings (benchmarks, tests).
-EVALUATE_DEFAULTS = {"cost_bps": 1.0, "block_bars": 60, "bootstrap": 1000}
+EVALUATE_DEFAULTS = {
+    "cost_bps": 1.0,
+    "block_bars": 60,
+    "bootstrap": 1000,
+    "production": "scored",
+    "folds": 0,
+    "window": "expanding",
+    "step": 0,
+}
+# The evaluate settings of rnnfleet.training.score_test_period.
+SCORING_KEYS = ("cost_bps", "block_bars", "bootstrap")
 
 
 def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
@@ -153,8 +163,10 @@ def train_one(
     evaluate: dict | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
-    the metrics with the test period's scores (evaluate: the `evaluate:` settings, as
-    cost_bps, block_bars, bootstrap). Returns the metrics."""
+    the metrics with the test period's scores (evaluate: the `evaluate:` settings). With
+    evaluate folds > 0, first the walk-forward folds (rnnfleet.walkforward: those an earlier
+    attempt finished are read back), then the scored model; with production "refit", last
+    the re-fit on all rows, which the model file then holds. Returns the metrics."""
     # Here, not at the top: a preprocess job run in its own process never loads torch.
     import torch
 
@@ -170,13 +182,16 @@ def train_one(
         release_gpu_memory,
     )
     from rnnfleet.training import (
+        all_rows_train,
         build_checkpoint,
         describe_training,
         log,
+        refit_on_all_rows,
         score_test_period,
         train_model,
         usable_windows,
     )
+    from rnnfleet.walkforward import folds_metrics, walk_forward
 
     # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
     startup_seconds = time.time() - process_started_at if process_started_at else None
@@ -192,13 +207,18 @@ def train_one(
     load_started = time.perf_counter()
     arrays = load_arrays(arrays_path)
     load_seconds = time.perf_counter() - load_started
+    evaluate = {**EVALUATE_DEFAULTS, **(evaluate or {})}
+    seq_len, seed = int(train_hparams["seq_len"]), int(train_hparams["seed"])
+    scoring = {key: evaluate[key] for key in SCORING_KEYS}
+
+    def train_and_score(part: PreparedArrays):
+        trained = train_model(part, model_hparams, train_hparams, device)
+        return trained, score_test_period(part, trained, seq_len, **scoring, seed=seed)
+
     try:
-        result = train_model(arrays, model_hparams, train_hparams, device)
-        seq_len = int(train_hparams["seq_len"])
+        plan, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
+        result, test_scores = train_and_score(arrays)
         windows = usable_windows(arrays, seq_len)
-        test_scores = score_test_period(
-            arrays, result, seq_len, **(evaluate or EVALUATE_DEFAULTS), seed=int(train_hparams["seed"])
-        )
         metrics = {
             "dataset": dataset,
             "val_loss": result.val_loss,
@@ -224,10 +244,20 @@ def train_one(
         }
         if result.val_accuracy is not None:
             metrics |= {"val_accuracy": result.val_accuracy, "naive_val_accuracy": result.naive_val_accuracy}
+        if plan:
+            metrics |= folds_metrics(plan, fold_entries, result, test_scores)
+        product = result
+        metrics["product"] = evaluate["production"]
+        if evaluate["production"] == "refit":
+            log(f"{dataset}: refit for production: {result.best_epoch} epoch(s) (the scored model's best) on all rows")
+            product = refit_on_all_rows(arrays, model_hparams, train_hparams, device, result.best_epoch)
+            metrics |= {"refit_epochs": product.epochs_run, "refit_seconds": product.train_seconds}
+            metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
         save_started = time.perf_counter()
-        save_checkpoint(
-            build_checkpoint(dataset, result, arrays, model_hparams, train_hparams, metrics, columns), model_path
+        checkpoint = build_checkpoint(
+            dataset, product, arrays, model_hparams, train_hparams, metrics, columns, product=evaluate["production"]
         )
+        save_checkpoint(checkpoint, model_path)
         metrics["save_seconds"] = time.perf_counter() - save_started
         metrics["finished_at"] = time.time()
         write_json(metrics, metrics_path)
@@ -240,8 +270,16 @@ def train_one(
             f"95% interval [{test_scores['test_skill_low']:+.4f}, {test_scores['test_skill_high']:+.4f}]: "
             f"{test_scores['test_verdict']}"
         )
+    if plan:
+        sd = metrics["folds_skill_sd"]
+        log(
+            f"{dataset}: walk-forward over {len(plan)} fold(s): test skill mean {metrics['folds_skill_mean']:+.4f}"
+            + (f", sd {sd:.4f}" if sd is not None else "")
+            + f"; {metrics['folds_positive']} above 0, {metrics['folds_beat']} beat the baseline"
+        )
     log(
         f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
+        + (" (re-fitted on all rows: evaluate.production refit)" if product is not result else "")
     )
     return metrics
