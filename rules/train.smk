@@ -1,3 +1,14 @@
+def train_params(settings_config):
+    """The train rule's params: what a model learns from (rnnfleet.settings.train_settings)."""
+    settings = train_settings(settings_config)
+    return {
+        "model": settings["model_hparams"],
+        "train": settings["train_hparams"],
+        "columns": settings["columns"],
+        "evaluate": settings["evaluate"],
+    }
+
+
 rule train:
     input:
         arrays=ARRAYS,
@@ -20,10 +31,8 @@ rule train:
         gpu_mem=gpu_mem_for_attempt,
         attempt=attempt_number,
     params:
-        model=TRAIN_SETTINGS["model_hparams"],
-        train=TRAIN_SETTINGS["train_hparams"],
-        columns=TRAIN_SETTINGS["columns"],
-        evaluate=TRAIN_SETTINGS["evaluate"],
+        **dataset_params(train_params),
+        **JOB_SETTINGS_PARAM,
     shell:
         job_command(
             "train",
