@@ -127,7 +127,7 @@ def read_rows(sheet_path: str) -> tuple[SheetRow, list[SheetRow]]:
     except FileNotFoundError:
         raise UserError(
             f"config key 'datasets.sheet' = {sheet_path!r}: no such file; allowed: a TSV or CSV file "
-            "(path relative to the folder snakemake runs in), or \"\" for none"
+            '(path relative to the folder snakemake runs in), or "" for none'
         ) from None
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"config key 'datasets.sheet' = {sheet_path!r}: cannot be read ({error})") from None
@@ -138,7 +138,9 @@ def read_rows(sheet_path: str) -> tuple[SheetRow, list[SheetRow]]:
     ]
     label = f"datasets sheet {sheet_path!r}"
     if not lines:
-        raise UserError(f"{label}: is empty; allowed: a header line with the columns dataset and files, then one row per file")
+        raise UserError(
+            f"{label}: is empty; allowed: a header line with the columns dataset and files, then one row per file"
+        )
     header_number, header_text = lines[0]
     delimiter = "\t" if "\t" in header_text else ","
     columns = cells(header_text, delimiter)
@@ -146,8 +148,10 @@ def read_rows(sheet_path: str) -> tuple[SheetRow, list[SheetRow]]:
     repeated = sorted({name for name in columns if columns.count(name) > 1})
     if missing or repeated or "" in columns:
         problem = (
-            f"has no column {' or '.join(map(repr, missing))}" if missing
-            else f"names the column(s) {', '.join(map(repr, repeated))} twice" if repeated
+            f"has no column {' or '.join(map(repr, missing))}"
+            if missing
+            else f"names the column(s) {', '.join(map(repr, repeated))} twice"
+            if repeated
             else "has a column without a name"
         )
         raise UserError(
