@@ -167,7 +167,7 @@ def read_rows(sheet_path: str) -> tuple[SheetRow, list[SheetRow]]:
                 f"{label} line {number}: has {len(values)} cells, the header {len(columns)}; "
                 f"allowed: one cell per column ({', '.join(columns)}), empty cells for no override"
             )
-        record = dict(zip(columns, values + [""] * (len(columns) - len(values))))
+        record = dict(zip(columns, values + [""] * (len(columns) - len(values)), strict=False))  # empty extra cells
         rows.append(
             SheetRow(
                 line=number,
