@@ -98,6 +98,25 @@ def dataset_params(params_of):
     return {name: param(name) for name in run_wide}
 
 
+def train_params(settings_config):
+    """The train rule's params: what a model learns from (rnnfleet.settings.train_settings)."""
+    settings = train_settings(settings_config)
+    return {
+        "model": settings["model_hparams"],
+        "train": settings["train_hparams"],
+        "columns": settings["columns"],
+        "evaluate": settings["evaluate"],
+    }
+
+
+def predict_read_params(settings_config):
+    """How the predict job reads the recent bars (as preprocess reads the dataset's files)."""
+    return {
+        "max_bad_fraction": settings_config["preprocess"]["max_bad_fraction"],
+        "read_format": settings_config["format"],
+    }
+
+
 def no_such_dataset(name):
     if SHEET_PATH:
         return f"no dataset {name!r} in the datasets sheet {SHEET_PATH!r}"

@@ -1,11 +1,3 @@
-def predict_read_params(settings_config):
-    """How the predict rule reads the recent bars: as preprocess reads the dataset's files."""
-    return {
-        "max_bad_fraction": settings_config["preprocess"]["max_bad_fraction"],
-        "read_format": settings_config["format"],
-    }
-
-
 rule predict:
     input:
         model=MODEL,

@@ -1,14 +1,3 @@
-def train_params(settings_config):
-    """The train rule's params: what a model learns from (rnnfleet.settings.train_settings)."""
-    settings = train_settings(settings_config)
-    return {
-        "model": settings["model_hparams"],
-        "train": settings["train_hparams"],
-        "columns": settings["columns"],
-        "evaluate": settings["evaluate"],
-    }
-
-
 rule train:
     input:
         arrays=ARRAYS,
