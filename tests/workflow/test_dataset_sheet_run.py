@@ -4,6 +4,7 @@ override re-runs exactly that dataset, and a bad row stops the run with one line
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
@@ -43,10 +44,11 @@ def sheet_folder(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """One real run over the sheet's three datasets, and its report."""
+    """One real run over the sheet's three datasets, its report, inspect and one forecast."""
     workdir = sheet_folder(tmp_path_factory.mktemp("sheet"))
     snakemake(workdir)
     snakemake(workdir, "--report", "report.html")
+    snakemake(workdir, "inspect", "predictions/ETH.csv")
     return workdir
 
 
@@ -136,3 +138,14 @@ def test_a_bad_row_stops_the_run_with_one_line_naming_it(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
     assert "Traceback" not in result.stderr
     assert not (workdir / "logs").exists() and not (workdir / "prep").exists()
+
+
+def test_inspect_and_forecasts_read_a_dataset_with_its_own_time_zone(run):
+    with open(run / "results" / "inspect.csv", encoding="utf-8") as table:
+        inspected = {row["dataset"]: row for row in csv.DictReader(table)}
+    assert inspected["ETH"]["read_as"].endswith("naive times in Europe/Athens")
+    assert inspected["ETH"]["first"] == "2023-12-31 22:00:00+00:00"
+    assert inspected["EUR"]["first"] == "2024-01-01 00:00:00+00:00"
+    assert (
+        "naive times in Europe/Athens; 200 bars, 2023-12-31 22:00" in (run / "logs" / "predict" / "ETH.log").read_text()
+    )
