@@ -48,12 +48,12 @@ JOB_SETTINGS = job_settings(config)
 RUN_SETTINGS_FILE = settings_path(JOB_SETTINGS).as_posix()
 # A dataset with settings of its own (the sheet's overrides) gets a file of its own: one
 # per distinct configuration, {dataset: (its file, its settings)}.
-DATASET_SETTINGS_FILES = per_distinct_config(
-    lambda settings_config: (
-        settings_path(job_settings(settings_config)).as_posix(),
-        job_settings(settings_config),
-    )
-)
+def settings_file_and_settings(settings_config):
+    settings = job_settings(settings_config)
+    return settings_path(settings).as_posix(), settings
+
+
+DATASET_SETTINGS_FILES = per_distinct_config(settings_file_and_settings)
 
 
 def job_settings_file(wildcards, input):
