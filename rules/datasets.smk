@@ -6,12 +6,29 @@ import sys
 from rnnfleet.discovery import DATASET_NAME, discover_datasets
 from rnnfleet.errors import UserError
 from rnnfleet.hooks.after_failures import not_done_list_if_stale
+from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
 
-# One walk of data_dir (rnnfleet.discovery): {dataset: its files}, their fingerprints.
+SHEET_PATH = config["datasets"]["sheet"]
+SHEET_SCHEMA_PATH = RNNFLEET_DIR / "schemas" / "datasets.schema.yaml"
+# {dataset: its files} and their fingerprints: from the datasets sheet
+# (rnnfleet.hooks.dataset_sheet), else one walk of data_dir (rnnfleet.discovery).
+# DATASET_CONFIGS: {dataset: its configuration with the sheet's overrides}, only for the
+# datasets that have any ({} without a sheet: no per-dataset work anywhere).
 try:
-    FOUND = discover_datasets(
-        config["data_dir"], config["pattern"], config["datasets"]["files"]
-    )
+    if SHEET_PATH:
+        SHEET = read_dataset_sheet(
+            SHEET_PATH,
+            config["data_dir"],
+            config,
+            CONFIG_SCHEMA,
+            yaml.safe_load(SHEET_SCHEMA_PATH.read_text()),
+        )
+        FOUND, DATASET_CONFIGS = SHEET.found, SHEET.configs
+    else:
+        FOUND = discover_datasets(
+            config["data_dir"], config["pattern"], config["datasets"]["files"]
+        )
+        DATASET_CONFIGS = {}
 except UserError as error:
     raise WorkflowError(str(error)) from None
 if workflow.is_main_process:
@@ -47,7 +64,62 @@ def benchmark_path(rule_name):
     return f"{PATHS['benchmarks']}/{rule_name}/{{dataset}}.tsv"
 
 
+def per_distinct_config(build):
+    """{dataset: build(its configuration)} for the datasets with settings of their own;
+    build is called once per distinct configuration (datasets with the same overrides share
+    one object, rnnfleet.hooks.dataset_sheet)."""
+    built = {}
+    for dataset_config in DATASET_CONFIGS.values():
+        if id(dataset_config) not in built:
+            built[id(dataset_config)] = build(dataset_config)
+    return {
+        dataset: built[id(dataset_config)]
+        for dataset, dataset_config in DATASET_CONFIGS.items()
+    }
+
+
+def dataset_params(params_of):
+    """A rule's params {name: value} as params_of(configuration) gives them: the run's
+    values where no dataset has settings of its own (no per-dataset work), else one
+    function of the dataset per name, giving each dataset the values of its own
+    configuration, so that a change to one row's overrides re-runs exactly that dataset.
+    """
+    run_wide = params_of(config)
+    if not DATASET_CONFIGS:
+        return run_wide
+    own = per_distinct_config(params_of)
+
+    def param(name):
+        def value(wildcards):
+            return own.get(wildcards.dataset, run_wide)[name]
+
+        return value
+
+    return {name: param(name) for name in run_wide}
+
+
+def train_params(settings_config):
+    """The train rule's params: what a model learns from (rnnfleet.settings.train_settings)."""
+    settings = train_settings(settings_config)
+    return {
+        "model": settings["model_hparams"],
+        "train": settings["train_hparams"],
+        "columns": settings["columns"],
+        "evaluate": settings["evaluate"],
+    }
+
+
+def predict_read_params(settings_config):
+    """How the predict job reads the recent bars (as preprocess reads the dataset's files)."""
+    return {
+        "max_bad_fraction": settings_config["preprocess"]["max_bad_fraction"],
+        "read_format": settings_config["format"],
+    }
+
+
 def no_such_dataset(name):
+    if SHEET_PATH:
+        return f"no dataset {name!r} in the datasets sheet {SHEET_PATH!r}"
     return (
         f"no dataset {name!r}: no file in data_dir {config['data_dir']!r} "
         f"matching {config['datasets']['files'] or config['pattern']!r} gives that name"

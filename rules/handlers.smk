@@ -83,7 +83,7 @@ def back_up_models_to_retrain():
 onstart:
     check_output_folders_writable()
     check_plugin_files()
-    write_settings(JOB_SETTINGS)
+    write_job_settings()
     stop_jobs_on_signals()
     back_up_models_to_retrain()
     start_mps_if_on()

@@ -12,5 +12,6 @@ rule inspect:
     params:
         files=DATA_FILES,
         settings=PREPROCESS_SETTINGS,
+        dataset_settings=per_distinct_config(preprocess_settings),
     script:
         "../scripts/inspect_data.py"

@@ -1,6 +1,6 @@
 # The job command: how the preprocess and train rules hand their jobs to the job runner
 # (scripts/job.py -> rnnfleet.runner.job_client -> a warm worker or the job's own process
-# -> rnnfleet.runner.jobs), the run's settings file they read, their resources.
+# -> rnnfleet.runner.jobs), the settings files they read, their resources.
 import os
 import shlex
 import sys
@@ -26,28 +26,70 @@ def job_python():
     return quoted(Path(sys.executable).as_posix())
 
 
-# What every preprocess and train job of the run gets (the rules' params, and the run-time
-# settings that are not params): in a settings file only this user can read, written in
-# onstart (rnnfleet.runner.job_client); the job commands name it.
-JOB_SETTINGS = {
-    "preprocess": {
-        **PREPROCESS_SETTINGS,
-        "warm_workers": config["train"]["warm_workers"],
-    },
-    "train": {
-        **TRAIN_SETTINGS,
-        "device": config["train"]["device"],
-        "warm_workers": config["train"]["warm_workers"],
-    },
-}
+def job_settings(settings_config):
+    """What a preprocess and a train job get from a configuration: the rules' params and
+    the run-time settings that are not params."""
+    return {
+        "preprocess": {
+            **preprocess_settings(settings_config),
+            "warm_workers": config["train"]["warm_workers"],
+        },
+        "train": {
+            **train_settings(settings_config),
+            "device": config["train"]["device"],
+            "warm_workers": config["train"]["warm_workers"],
+        },
+    }
+
+
+# What every preprocess and train job of the run gets: in a settings file only this user
+# can read, written in onstart (rnnfleet.runner.job_client); the job commands name it.
+JOB_SETTINGS = job_settings(config)
+RUN_SETTINGS_FILE = settings_path(JOB_SETTINGS).as_posix()
+# A dataset with settings of its own (the sheet's overrides) gets a file of its own: one
+# per distinct configuration, {dataset: (its file, its settings)}.
+def settings_file_and_settings(settings_config):
+    settings = job_settings(settings_config)
+    return settings_path(settings).as_posix(), settings
+
+
+DATASET_SETTINGS_FILES = per_distinct_config(settings_file_and_settings)
+
+
+def job_settings_file(wildcards, input):
+    """The settings file of the dataset's jobs (a function of input: Snakemake does not
+    compare it as a param; the settings in it are the rules' other params)."""
+    own = DATASET_SETTINGS_FILES.get(wildcards.dataset)
+    return own[0] if own else RUN_SETTINGS_FILE
+
+
+def write_job_settings():
+    """Write the run's settings file and those of the datasets with settings of their own."""
+    write_settings(JOB_SETTINGS)
+    for settings in {
+        path: settings for path, settings in DATASET_SETTINGS_FILES.values()
+    }.values():
+        write_settings(settings)
+
+
+# Without datasets of their own settings the run's file is a word of the command itself
+# (no function called per job); with them, a param of the preprocess and train rules.
+JOB_SETTINGS_PARAM = (
+    {"job_settings": job_settings_file} if DATASET_SETTINGS_FILES else {}
+)
+SETTINGS_OPTION = (
+    "--settings {params.job_settings:q}"
+    if DATASET_SETTINGS_FILES
+    else f"--settings {quoted(RUN_SETTINGS_FILE)}"
+)
 JOB_CLIENT = (
     f"{job_python()} {quoted((RNNFLEET_DIR / 'scripts' / 'job.py').as_posix())}"
 )
-# Options of every job's command: its log, the run's settings file, its dataset.
+# Options of every job's command: its log, its settings file, its dataset.
 JOB_OPTIONS = " ".join(
     [
         "--log {log:q}",
-        f"--settings {quoted(settings_path(JOB_SETTINGS).as_posix())}",
+        SETTINGS_OPTION,
         "--text dataset {wildcards.dataset:q}",
     ]
 )

@@ -9,10 +9,9 @@ rule predict:
     conda:
         "../envs/rnnfleet.yaml"
     params:
-        last=config["predict"]["last"] or None,
-        max_bad_fraction=config["preprocess"]["max_bad_fraction"],
-        read_format=config["format"],
+        **dataset_params(predict_read_params),
         # The user named these in the config: a model file may run them (rnnfleet.plugins).
+        last=config["predict"]["last"] or None,
         trusted_plugins=MODEL_CODE + FEATURE_CODE,
     script:
         "../scripts/predict.py"

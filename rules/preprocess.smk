@@ -12,7 +12,8 @@ rule preprocess:
         "../envs/rnnfleet.yaml"
     threads: 1
     params:
-        **PREPROCESS_SETTINGS,
+        **dataset_params(preprocess_settings),
+        **JOB_SETTINGS_PARAM,
         files_fingerprint=files_fingerprint,
         files_json=files_json,
     shell:

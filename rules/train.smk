@@ -20,10 +20,8 @@ rule train:
         gpu_mem=gpu_mem_for_attempt,
         attempt=attempt_number,
     params:
-        model=TRAIN_SETTINGS["model_hparams"],
-        train=TRAIN_SETTINGS["train_hparams"],
-        columns=TRAIN_SETTINGS["columns"],
-        evaluate=TRAIN_SETTINGS["evaluate"],
+        **dataset_params(train_params),
+        **JOB_SETTINGS_PARAM,
     shell:
         job_command(
             "train",

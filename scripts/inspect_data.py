@@ -9,5 +9,6 @@ with run_job_guard("inspect"):
     inspect_datasets(
         files=dict(snakemake.params.files),
         settings=dict(snakemake.params.settings),
+        dataset_settings=dict(snakemake.params.dataset_settings),
         table_path=snakemake.output.table,
     )

@@ -146,21 +146,30 @@ def names_one_minute(file_name: str, pattern: str) -> bool:
 def fingerprint(entries: list[os.DirEntry]) -> str:
     """Short digest of the files' names, sizes and modification times: changes when a file is
     added, removed or replaced, even by one with an older time (`cp -p`, `rsync -a`)."""
+    return fingerprint_of([(entry.path, entry.stat()) for entry in entries])
+
+
+def fingerprint_of(files: list[tuple[str, os.stat_result]]) -> str:
+    """fingerprint() of (path, its os.stat) pairs."""
     digest = hashlib.sha256()
-    for entry in entries:
-        status = entry.stat()
-        digest.update(f"{entry.path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
+    for path, status in files:
+        digest.update(f"{path}\0{status.st_size}\0{status.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 
-def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> Datasets:
-    """The datasets in data_dir (see the module doc); UserError naming the config key when
-    none is found, two files give one name, or a name cannot be an output path."""
+def check_data_dir(data_dir: str) -> None:
+    """UserError naming the config key when data_dir is not a folder."""
     if not os.path.isdir(data_dir):
         raise UserError(
             f"config key 'data_dir' = {data_dir!r} is not a folder; allowed: an existing folder holding "
             "the bar files (set data_dir in config.yaml or --config data_dir=...)"
         )
+
+
+def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> Datasets:
+    """The datasets in data_dir (see the module doc); UserError naming the config key when
+    none is found, two files give one name, or a name cannot be an output path."""
+    check_data_dir(data_dir)
     if files_pattern:
         check_files_pattern(files_pattern)
         regex = path_regex(files_pattern)

@@ -82,15 +82,20 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
     }
 
 
-def inspect_datasets(files: dict[str, str | list[str]], settings: dict, table_path: str) -> None:
-    """The table of every dataset in `files` ({dataset: its path or paths}), written atomically."""
+def inspect_datasets(
+    files: dict[str, str | list[str]], settings: dict, table_path: str, dataset_settings: dict | None = None
+) -> None:
+    """The table of every dataset in `files` ({dataset: its path or paths}), written atomically;
+    each read with `settings`, or with its own from dataset_settings ({dataset: settings}, the
+    datasets sheet's overrides)."""
+    dataset_settings = dataset_settings or {}
     import pandas as pd
 
     from rnnfleet.checkpoint import atomic_write
 
     rows = []
     for number, (dataset, path) in enumerate(files.items(), 1):
-        rows.append(inspect_dataset(dataset, path, settings))
+        rows.append(inspect_dataset(dataset, path, dataset_settings.get(dataset, settings)))
         print(f"{number}/{len(files)} {dataset}: {rows[-1]['status']}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=list(INSPECT_COLUMNS))
     # Counts stay whole numbers when an unusable file leaves them empty.

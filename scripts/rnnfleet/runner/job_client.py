@@ -13,7 +13,8 @@ What it promises:
   device; warm workers or not) is in a JSON settings file named by its content's hash,
   which the run writes before its first job in a folder of the user's alone
   (.snakemake/rnnfleet-jobs, mode 0700; the file 0600): other local users see neither the
-  settings nor their values in `ps`.
+  settings nor their values in `ps`. Datasets that a datasets sheet gives settings of their
+  own get such a file per distinct configuration (rules/jobs.smk), named the same way.
 - From there the job runs as it did from a `script:`: rnnfleet.runner.warm_client.run_job with the
   same arguments, its stderr in the job's log, a failure as one line (rnnfleet.errors.job_guard).
 """
