@@ -46,6 +46,8 @@ def job_settings(settings_config):
 # can read, written in onstart (rnnfleet.runner.job_client); the job commands name it.
 JOB_SETTINGS = job_settings(config)
 RUN_SETTINGS_FILE = settings_path(JOB_SETTINGS).as_posix()
+
+
 # A dataset with settings of its own (the sheet's overrides) gets a file of its own: one
 # per distinct configuration, {dataset: (its file, its settings)}.
 def settings_file_and_settings(settings_config):
