@@ -83,9 +83,9 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     plt = pyplot()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(8.0, 3.6))
+    figure, (axes, test_axes) = plt.subplots(2, 1, figsize=(8.0, 6.4), height_ratios=(1.0, 0.8))
     # Fixed margins, legend on the right: an automatic layout would draw every figure twice.
-    figure.subplots_adjust(left=0.09, right=0.70, top=0.85, bottom=0.14)
+    figure.subplots_adjust(left=0.09, right=0.70, top=0.90, bottom=0.08, hspace=0.62)
     # One figure and one set of lines for all curves, their data replaced per dataset:
     # clearing the axes would rebuild lines, axis and ticks for every curve.
     (training,) = axes.plot([], [], "o-", label="training")
@@ -94,6 +94,9 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     best = axes.axvline(1, color="0.8", linestyle=":")
     axes.set_xlabel("epoch")
     axes.xaxis.get_major_locator().set_params(integer=True)
+    (actual,) = test_axes.plot([], [], "-", color="0.55", linewidth=0.8, label="actual")
+    (forecast,) = test_axes.plot([], [], "-", color="tab:red", linewidth=1.0, label="forecast")
+    test_axes.set_xlabel("test window")
     written = []
     for metrics_path in metrics_paths:
         with open(metrics_path) as handle:
@@ -117,11 +120,37 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
             ylabel=metrics.get("loss", "loss"),
         )
         axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        draw_test_period(test_axes, actual, forecast, metrics)
         path = folder / f"{dataset}.png"
         save_figure(figure, path, LOSS_CURVE_DPI)
         written.append(path)
     plt.close(figure)
     return written
+
+
+def draw_test_period(test_axes, actual, forecast, metrics: dict) -> None:
+    """The lower panel: forecast against actual over the test period (metrics' test_series),
+    titled with the walk-forward folds' test skills where there are folds."""
+    series = metrics.get("test_series") or {"window": [], "actual": [], "forecast": [], "units": ""}
+    actual.set_data(series["window"], series["actual"])
+    forecast.set_data(series["window"], series["forecast"])
+    test_axes.relim()
+    test_axes.autoscale_view()
+    title = "test period: forecast vs actual" if series["window"] else "no test period"
+    test_axes.set(title=f"{title}\n{folds_text(metrics)}".rstrip(), ylabel=series["units"])
+    test_axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
+
+
+def folds_text(metrics: dict) -> str:
+    """'walk-forward: fold 1: +0.0300 [-0.0100, +0.0700]; ...' ('' without folds)."""
+    folds = metrics.get("folds") or []
+    if not folds:
+        return ""
+    scores = [
+        f"fold {fold['fold']}: {fold['test_skill']:+.4f} [{fold['test_skill_low']:+.4f}, {fold['test_skill_high']:+.4f}]"
+        for fold in folds
+    ]
+    return "walk-forward: " + "; ".join(scores)
 
 
 def skill_text(metrics: dict) -> str:

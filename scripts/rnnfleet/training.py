@@ -287,6 +287,7 @@ def score_test_period(
         "test_windows": len(numbers),
         "test_block_bars": block,
         "test_start_row": arrays.split.test_start,
+        "test_series": test_series(numbers, outputs, actual, target, arrays),
     }
     if target.measures == "return":
         forecasts = target.to_units(outputs, arrays.target_mean, arrays.target_std)
@@ -300,6 +301,29 @@ def score_test_period(
     else:
         scores["test_accuracy"] = float(np.mean((outputs > 0) == (actual > 0.5)))
     return scores
+
+
+# The report's forecast-vs-actual panel: enough points to see the fit, few enough to keep
+# the metrics file and the model file small.
+TEST_SERIES_POINTS = 400
+
+
+def test_series(numbers: np.ndarray, outputs: np.ndarray, actual: np.ndarray, target: Target, arrays) -> dict:
+    """At most TEST_SERIES_POINTS evenly spaced test windows: their numbers, the actual target
+    and the forecast, in the target's own units (classification: 0/1 and the probability of 1)."""
+    picked = np.unique(np.linspace(0, len(numbers) - 1, min(len(numbers), TEST_SERIES_POINTS)).round().astype(int))
+    forecasts = target.to_units(outputs[picked], arrays.target_mean, arrays.target_std)
+    actuals = (
+        actual[picked]
+        if target.classification
+        else target.to_units(actual[picked], arrays.target_mean, arrays.target_std)
+    )
+    return {
+        "window": numbers[picked].tolist(),
+        "actual": np.asarray(actuals, dtype=np.float64).tolist(),
+        "forecast": np.asarray(forecasts, dtype=np.float64).tolist(),
+        "units": target.forecast_column.removeprefix("forecast_"),
+    }
 
 
 def library_versions() -> dict:

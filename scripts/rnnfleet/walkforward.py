@@ -144,7 +144,8 @@ def absolute_rows(fold: Fold) -> tuple[int, int, int, int, int, int]:
 
 def fold_entry(fold: Fold, result, test_scores: dict) -> dict:
     """One fold's line of the metrics: where it lies (feature rows of the dataset), its
-    training, its validation skill, and its test period's scores."""
+    training, its validation skill, and its test period's scores (without the series the
+    report draws: that is the dataset's own test period)."""
     train_start, train_end, val_start, val_end, test_start, test_end = absolute_rows(fold)
     return {
         "fold": fold.number,
@@ -157,7 +158,7 @@ def fold_entry(fold: Fold, result, test_scores: dict) -> dict:
         "epochs_run": result.epochs_run,
         "train_seconds": result.train_seconds,
         "skill": result.skill,
-        **test_scores,
+        **{name: value for name, value in test_scores.items() if name != "test_series"},
         "test_start_row": test_start,
     }
 

@@ -95,3 +95,35 @@ def test_figures_tolerate_datasets_without_a_model(tmp_path):
     assert (tmp_path / "skill.png").read_bytes().startswith(PNG_SIGNATURE)
     table_html = (tmp_path / "table.html").read_text()
     assert table_html.index("GOOD_1m") < table_html.index("BAD_1m") and "<td>diverged</td>" in table_html
+
+
+def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path, monkeypatch):
+    """The per-dataset figure's lower panel: forecast against actual over the test period,
+    titled with each walk-forward fold's test skill; a dataset without them shows none."""
+    history = [{"epoch": e, "train_loss": 1 / e, "val_loss": 0.9, "seconds": 1} for e in (1, 2)]
+    base = {"naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 2, "history": history}
+    series = {"window": [0, 5, 10], "actual": [0.1, -0.2, 0.3], "forecast": [0.05, -0.1, 0.2], "units": "log_return"}
+    folds = [
+        {"fold": 1, "test_skill": 0.03, "test_skill_low": -0.01, "test_skill_high": 0.07},
+        {"fold": 2, "test_skill": 0.05, "test_skill_low": 0.01, "test_skill_high": 0.09},
+    ]
+    scored = {**base, "test_skill": 0.04, "test_skill_low": 0.0, "test_skill_high": 0.08, "test_series": series}
+    (tmp_path / "WITH.json").write_text(json.dumps({**scored, "folds": folds}))
+    (tmp_path / "WITHOUT.json").write_text(json.dumps(base))
+    panels = {}
+    save_figure = rnnfleet.plots.save_figure
+
+    def save_and_record_panel(figure, path, dpi):
+        lower = figure.axes[1]
+        panels[Path(path).stem] = (lower.get_title(), [line.get_xydata().tolist() for line in lower.lines])
+        save_figure(figure, path, dpi)
+
+    monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record_panel)
+    draw_loss_curves([str(tmp_path / "WITH.json"), str(tmp_path / "WITHOUT.json")], tmp_path / "curves")
+    title, lines = panels["WITH"]
+    assert title == (
+        "test period: forecast vs actual\n"
+        "walk-forward: fold 1: +0.0300 [-0.0100, +0.0700]; fold 2: +0.0500 [+0.0100, +0.0900]"
+    )
+    assert lines == [[[0, 0.1], [5, -0.2], [10, 0.3]], [[0, 0.05], [5, -0.1], [10, 0.2]]]
+    assert panels["WITHOUT"] == ("no test period", [[], []])  # nothing left of the dataset drawn before

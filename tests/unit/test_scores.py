@@ -195,6 +195,35 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
     assert scores["test_loss"] != scores_perturbed["test_loss"]  # the same model, other test bars
 
 
+def test_the_test_series_for_the_report_is_the_test_period_in_the_targets_units(tmp_path):
+    """At most TEST_SERIES_POINTS test windows, evenly spread from the first to the last, with
+    the actual target and the forecast in the target's units (the report's lower panel)."""
+    from rnnfleet.targets import TARGETS
+    from rnnfleet.training import TEST_SERIES_POINTS
+
+    torch.set_num_threads(1)
+    write_synthetic_csv(tmp_path / "A_1m.csv", 4000, 3)
+    seq_len = SMALL_TRAIN["seq_len"]
+    arrays, _ = prepare_dataset(tmp_path / "A_1m.csv", seq_len, horizon=1, val_fraction=0.2, test_fraction=0.15)
+    result = train_model(arrays, SMALL_MODEL, {**SMALL_TRAIN, "epochs": 1}, torch.device("cpu"))
+    series = score_test_period(arrays, result, seq_len, cost_bps=1.0, block_bars=10, bootstrap=50)["test_series"]
+    numbers = result.test_numbers
+    assert len(numbers) > TEST_SERIES_POINTS and len(series["window"]) == TEST_SERIES_POINTS
+    assert series["window"][0] == numbers[0] and series["window"][-1] == numbers[-1]
+    assert set(series["window"]) <= set(numbers.tolist())
+    target = TARGETS[arrays.target]
+    picked = np.searchsorted(numbers, series["window"])
+    expected_actual = target.to_units(
+        arrays.targets[numbers[picked] + seq_len - 1].astype(np.float64), arrays.target_mean, arrays.target_std
+    )
+    expected_forecast = target.to_units(
+        result.test_outputs[picked].astype(np.float64), arrays.target_mean, arrays.target_std
+    )
+    np.testing.assert_allclose(series["actual"], expected_actual)
+    np.testing.assert_allclose(series["forecast"], expected_forecast)
+    assert series["units"] == "log_return"
+
+
 # --- through the real workflow ------------------------------------------------------------
 
 

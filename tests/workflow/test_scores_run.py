@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import snakemake, write_config
+from conftest import PNG_SIGNATURE, decoded, report_results, snakemake, write_config
 
 from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.training import TEST_SERIES_POINTS
 
 # --- the split ----------------------------------------------------------------------------
 
@@ -89,3 +90,17 @@ def test_a_random_walk_is_not_distinguishable_from_the_baseline_and_the_report_s
 
 
 # --- files of an older rnnfleet -----------------------------------------------------------
+
+
+def test_each_datasets_page_in_the_report_shows_its_test_period(scored_run):
+    """The loss curve of each dataset (its page under Results -> Loss curves) carries the test
+    period's forecast against actual, from the series its metrics record."""
+    workdir, _ = scored_run
+    entries = report_results((workdir / "report.html").read_text())
+    for dataset in ("SYNTH_1m", "WALK_1m"):
+        metrics = json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
+        series = metrics["test_series"]
+        assert len(series["window"]) == min(metrics["test_windows"], TEST_SERIES_POINTS)
+        assert len(series["actual"]) == len(series["forecast"]) == len(series["window"])
+        (entry,) = [entry for path, entry in entries.items() if path.endswith(f"loss_curves/{dataset}.png")]
+        assert decoded(entry).startswith(PNG_SIGNATURE)
