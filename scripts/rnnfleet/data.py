@@ -22,6 +22,7 @@ from rnnfleet.formats import PRICE_KEYS, read_bars
 from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
 from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
+from rnnfleet.quality import check_quality
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
 
 DEFAULT_TEST_FRACTION = 0.15  # as the schema's preprocess.test_fraction
@@ -59,6 +60,8 @@ class PreparedArrays:
     gap_bars: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     val_end: int = -1  # -1: the end of the rows (no test part)
     test_start: int = -1
+    # The bars' data-quality row (rnnfleet.quality.check_quality): measures and the flags warned of.
+    quality: dict = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -265,6 +268,7 @@ def read_clean_bars(
         read_as = "; ".join(dict.fromkeys(part.attrs["read_as"] for _, part in frames))
         frame = join_bars(frames)
         frame.attrs["read_as"] = f"{len(frames)} files joined: {read_as}"
+        frame.attrs["conflicting_duplicates"] = sum(part.attrs.get("conflicting_duplicates", 0) for _, part in frames)
     else:
         frame = frames[0][1]
     frame.attrs["sources"] = sources
@@ -299,10 +303,12 @@ def prepare_dataset(
     read_format: dict | None = None,
     max_gap: str | None = None,
     dataset: str = "",
+    quality: dict | None = None,
 ) -> tuple[PreparedArrays, list[str]]:
     """Bars file(s) -> PreparedArrays, plus notes on what was cleaned and split (for the log);
-    says on stderr how each file was read and which times it holds. dataset: its name, for
-    the lines about a dataset of several files."""
+    says on stderr how each file was read and which times it holds, and each data-quality
+    warning (quality: the `quality:` thresholds; a failing flag is a DataError). dataset: its
+    name, for the lines about a dataset of several files."""
     name = bars_label(csv_path, dataset)
     frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
     for line in frame.attrs["sources"]:
@@ -310,6 +316,9 @@ def prepare_dataset(
     notes = list(frame.attrs.get("notes", []))
     timestamps_ns = frame["timestamp"].array.asi8
     check_one_minute_bars(timestamps_ns, name)
+    quality_row, warnings = check_quality(frame, max_gap, quality, name)
+    for line in warnings:
+        print(line, file=sys.stderr)
     gap_bars = find_gaps(timestamps_ns, max_gap)
     if len(frame) < 2 + horizon:
         raise DataError(
@@ -322,7 +331,11 @@ def prepare_dataset(
         feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target, test_fraction, warmup
     )
     arrays = replace(
-        arrays, feature_definition=tuple(features), feature_sha256=imported_sha256(features), feature_names=names
+        arrays,
+        feature_definition=tuple(features),
+        feature_sha256=imported_sha256(features),
+        feature_names=names,
+        quality=quality_row,
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
@@ -355,6 +368,7 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             feature_names=np.array(arrays.feature_names, dtype=np.str_),
             warmup=np.int64(arrays.warmup),
             gap_bars=arrays.gap_bars,
+            quality=np.str_(json.dumps(arrays.quality)),
         )
 
 
@@ -384,6 +398,8 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 feature_names=tuple(str(item) for item in stored["feature_names"]),
                 warmup=int(stored["warmup"]),
                 gap_bars=stored["gap_bars"],
+                # Files written before the quality flags have none.
+                quality=json.loads(str(stored["quality"])) if "quality" in stored.files else {},
             )
     except DataError:
         raise

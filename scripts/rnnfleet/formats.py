@@ -542,16 +542,26 @@ def describe_layout(layout: Layout) -> str:
 
 
 def sorted_unique_by_time(frame, notes: list[str]):
-    """Rows in time order, exact duplicate timestamps dropped keeping the last."""
+    """Rows in time order, exact duplicate timestamps dropped keeping the last;
+    attrs["conflicting_duplicates"]: how many of those timestamps held different bars
+    (rnnfleet.quality flags them)."""
+    from rnnfleet.quality import conflicting_timestamps
+
     if not frame["timestamp"].is_monotonic_increasing:
         frame = frame.sort_values("timestamp", kind="stable")
         notes.append("rows were not in time order and were sorted")
     duplicated = frame["timestamp"].duplicated(keep="last")
+    conflicting = 0
     if duplicated.any():
+        conflicting = conflicting_timestamps(frame)
         frame = frame[~duplicated]
-        notes.append(f"{int(duplicated.sum())} duplicate timestamp(s) dropped, keeping the last")
+        notes.append(
+            f"{int(duplicated.sum())} duplicate timestamp(s) dropped, keeping the last"
+            + (f" ({conflicting} of those timestamps held different bars)" if conflicting else "")
+        )
     frame = frame.reset_index(drop=True)
     frame.attrs["notes"] = notes
+    frame.attrs["conflicting_duplicates"] = conflicting
     return frame
 
 

@@ -3,8 +3,9 @@
 Promise: `inspect_datasets` writes a CSV (results/inspect.csv by `snakemake inspect`) with,
 for every dataset, how its file was read, its bars, first and last time, median bar
 spacing, gaps (preprocess.max_gap), rows dropped and why, and the training, validation and
-test windows the current train.seq_len leaves; a file that cannot be read gets its one-line
-problem instead. Reading, cleaning, gaps and the split are the preprocess job's own code.
+test windows the current train.seq_len leaves, and its data-quality flags (rnnfleet.quality:
+the measures, and in quality_flags those warned of); a file that cannot be read, or whose
+quality fails a `quality:` threshold, gets its one-line problem instead. Reading, cleaning, gaps and the split are the preprocess job's own code.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rnnfleet.data import bar_features, bars_label, read_clean_bars, split_point
 from rnnfleet.errors import UserError
 from rnnfleet.gaps import find_gaps, window_numbers
 from rnnfleet.joining import check_one_minute_bars
+from rnnfleet.quality import QUALITY_COLUMNS, check_quality, measure_quality
 
 INSPECT_COLUMNS = (
     "dataset",
@@ -35,22 +37,27 @@ INSPECT_COLUMNS = (
     "val_windows",
     "test_windows",
     "long_enough",
+    *QUALITY_COLUMNS,
     "problem",
 )
 
 
 def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict:
     """One row of the table. settings: columns, read_format, max_bad_fraction, max_gap,
-    seq_len, horizon, val_fraction, test_fraction, features (the preprocess job's params)."""
+    seq_len, horizon, val_fraction, test_fraction, features, quality (the preprocess job's params)."""
 
     row = {"dataset": dataset, "file": bars_label(path)}
+    frame = None
     try:
         frame = read_clean_bars(path, settings["columns"], settings["max_bad_fraction"], settings["read_format"])
         # the checks preprocess makes on the numbers; the features' warm-up
         check_one_minute_bars(frame["timestamp"].array.asi8, row["file"])
+        quality_row, _ = check_quality(frame, settings["max_gap"], settings.get("quality"), row["file"])
         warmup = bar_features(frame, settings["features"], row["file"]).warmup
     except UserError as error:  # a data error, or a features plug-in that fails on this file
-        return {**row, "status": "unusable", "long_enough": False, "problem": str(error)}
+        # The measures of bars that were read, so the table shows what a failing flag found.
+        measured = measure_quality(frame, settings["max_gap"]) if frame is not None and len(frame) else {}
+        return {**row, **measured, "status": "unusable", "long_enough": False, "problem": str(error)}
     timestamps_ns = frame["timestamp"].array.asi8
     steps = np.diff(timestamps_ns)
     gap_bars = find_gaps(timestamps_ns, settings["max_gap"])
@@ -75,6 +82,7 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
         "val_windows": len(val),
         "test_windows": len(test),
         "long_enough": long_enough,
+        **quality_row,
         "problem": ""
         if long_enough
         else f"too few bars for one training, one validation and one test window with train.seq_len={seq_len}"

@@ -57,6 +57,20 @@ def best_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     return sorted(rows, key=order)
 
 
+def quality_mark(row: dict[str, str]) -> str:
+    """' [data quality: flat_bars 100.0%]' for a dataset flagged by rnnfleet.quality, else ''."""
+    flags = (row.get("quality_flags") or "").strip()
+    return f" [data quality: {flags}]" if flags else ""
+
+
+def flagged_count_text(rows: list[dict[str, str]]) -> str:
+    """The line saying how many datasets are flagged for data quality ('' for none)."""
+    flagged = sum(bool(quality_mark(row)) for row in rows)
+    return (
+        f"{flagged} dataset(s) flagged for data quality: their scores may be artefacts of the data" if flagged else ""
+    )
+
+
 VERDICT_COLOURS = {BEATS: "tab:green", NOT_DISTINGUISHABLE: "0.55", WORSE: "tab:red"}
 VERDICT_CLASSES = {BEATS: "good", NOT_DISTINGUISHABLE: "unclear", WORSE: "bad"}
 
@@ -256,13 +270,18 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
         axes.set_xlabel("validation skill = 1 - val_loss / naive_val_loss")
     axes.invert_yaxis()  # best at the top
     if named:
-        axes.set_yticks(range(len(scored)), [row["dataset"] for row in scored])
+        axes.set_yticks(range(len(scored)), [row["dataset"] + quality_mark(row) for row in scored])
+        for label, row in zip(axes.get_yticklabels(), scored, strict=True):
+            if quality_mark(row):
+                label.set_color("tab:orange")
     else:
         axes.set_ylabel("datasets, best first")
         axes.set_yticks([])
     without = len(rows) - len(scored)
     if without:
         title += f"\n{without} dataset(s) without a {'test ' if on_test else ''}score"
+    if flagged_count_text(scored):
+        title += f"\n{flagged_count_text(scored)}" + (" (marked)" if named else "")
     axes.set_title(title, fontsize="medium", wrap=True)
     save_figure(figure, path, dpi=100)
     plt.close(figure)
@@ -281,6 +300,12 @@ def format_cell(text: str) -> str:
     if math.isnan(number) or text.strip().lstrip("-").isdigit():
         return html.escape(text)
     return f"{number:.5g}"
+
+
+def quality_html(row: dict[str, str]) -> str:
+    """The mark of a dataset flagged for data quality, for its first cell ('' for none)."""
+    mark = quality_mark(row)
+    return f' <span class="quality">&#9888;{html.escape(mark)}</span>' if mark else ""
 
 
 def not_done_html(rows: list[dict[str, str]]) -> str:
@@ -315,7 +340,10 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
     body = []
     for row in best_first(rows):
         css_class = row_class(row)
-        cells = "".join(f"<td>{format_cell(row.get(column) or '')}</td>" for column in columns)
+        cells = "".join(
+            f"<td>{format_cell(row.get(column) or '')}{quality_html(row) if number == 0 else ''}</td>"
+            for number, column in enumerate(columns)
+        )
         body.append(f'<tr class="{css_class}">{cells}</tr>')
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>rnnfleet: all datasets</title>
@@ -329,8 +357,10 @@ tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
 tr.unclear td:first-child {{ border-left: 4px solid #bbbbbb; }}
 tr.none td:first-child {{ border-left: 4px solid #999; }}
+.quality {{ color: #b35900; font-weight: bold; }}
 </style></head><body>
 {not_done_html(rows)}
+{f'<p class="quality">{html.escape(flagged_count_text(rows))} (marked in the first column; column <i>quality_flags</i>, docs/data.md).</p>' if flagged_count_text(rows) else ""}
 <p>{len(rows)} dataset(s), best test skill first ({verdict_counts_text(rows)}). <i>test_skill</i> is measured on
 the test period, which neither training nor the choice of epoch saw; <i>skill</i> is the validation
 skill (the part that chose the epoch). Green: the 95% interval of the test skill

@@ -26,6 +26,7 @@ PREPROCESS_CONFIG_KEYS = {
     "test_fraction": "preprocess.test_fraction",
     "features": "features",
     "target": "target",
+    "quality": "quality",
 }
 
 # The config section of each param of the train rule (named after its section); the

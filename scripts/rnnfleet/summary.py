@@ -10,6 +10,7 @@ import os
 
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, last_marked_line
+from rnnfleet.quality import QUALITY_COLUMNS
 
 SUMMARY_COLUMNS = (
     "dataset",
@@ -21,6 +22,7 @@ SUMMARY_COLUMNS = (
     "test_skill_low",  # its 95% block-bootstrap interval
     "test_skill_high",
     "test_verdict",  # beats / not distinguishable from / worse than the baseline (rnnfleet.evaluation)
+    "quality_flags",  # the data-quality flags warned of (rnnfleet.quality): a score of degenerate data is suspect
     "test_loss",
     "naive_test_loss",
     "test_dm_stat",  # Diebold-Mariano test against the baseline (< 0: lower loss) and its p-value
@@ -48,6 +50,8 @@ SUMMARY_COLUMNS = (
     "train_seconds",
     "device",
     "rows",
+    # The data-quality measures (rnnfleet.quality.QUALITY_COLUMNS), shares of the bars.
+    *(column for column in QUALITY_COLUMNS if column != "quality_flags"),
     "status",  # one of STATUSES
     "error",  # for a dataset that is not ok: the step, and the one line its log ends with
 )

@@ -234,6 +234,7 @@ def train_one(
             "torch_threads": torch.get_num_threads(),
             **job_process(),  # worker (warm or cold), pid, warm_server_pid
             "rows": arrays.rows,
+            **arrays.quality,  # the data-quality flags (rnnfleet.quality)
             "train_windows": len(windows.train),
             "val_windows": len(windows.val),
             "startup_seconds": startup_seconds,

@@ -1,0 +1,163 @@
+"""Data-quality flags of a dataset's bars: degenerate data is named before it trains.
+
+Promises:
+- measure_quality(bars, max_gap) gives, from the bars preprocessing trains on (read_clean_bars'
+  frame), each flag's measure (QUALITY_FLAGS): the share of flat bars (open = high = low =
+  close), of bars with zero volume (None without a volume column), of the price and volume
+  columns holding one value throughout (their names in `constant_column_names`), of bars
+  whose OHLC contradict each other (high < low, or open or close outside [low, high]), of
+  timestamps the file held twice with different bars (identical duplicates are harmless),
+  and of the minutes inside the series (steps up to preprocess.max_gap: a longer step is a
+  gap, rnnfleet.gaps) that have no bar; plus the median step between bars.
+- judge_quality(measures, thresholds): a flag whose measure is above `quality.<flag>.fail`
+  fails, else above `quality.<flag>.warn` warns (1 never: no share is above it).
+- check_quality: the one line of a failure (a DataError naming the file, the flags, their
+  shares and the config keys) or the warning lines for the log.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from rnnfleet.errors import DataError
+from rnnfleet.gaps import max_gap_nanoseconds
+
+# Each flag, with the words a warning or failure line uses for it.
+FLAG_WORDS = {
+    "flat_bars": "flat bars (open = high = low = close)",
+    "zero_volume": "bars with zero volume",
+    "constant_columns": "constant columns (one value throughout)",
+    "ohlc_inconsistent": "inconsistent OHLC (high < low, or open or close outside [low, high])",
+    "conflicting_duplicates": "conflicting duplicates (one timestamp, different bars; the last was kept)",
+    "missing_minutes": "sparse bars (minutes without a bar, gaps aside: one bar ahead is often several minutes)",
+}
+QUALITY_FLAGS = tuple(FLAG_WORDS)
+# As the schema's `quality:` defaults (tests/unit/test_quality.py checks they agree).
+QUALITY_DEFAULTS = {
+    "flat_bars": {"warn": 0.5, "fail": 1.0},
+    "zero_volume": {"warn": 0.25, "fail": 1.0},
+    "constant_columns": {"warn": 0.0, "fail": 1.0},
+    "ohlc_inconsistent": {"warn": 0.0, "fail": 0.001},
+    "conflicting_duplicates": {"warn": 0.0, "fail": 0.001},
+    "missing_minutes": {"warn": 0.25, "fail": 1.0},
+}
+# The columns a quality row has (inspect.csv, results/metrics.csv), flags first.
+QUALITY_COLUMNS = (*QUALITY_FLAGS, "constant_column_names", "median_step", "quality_flags")
+ONE_MINUTE_NS = 60 * 10**9
+SHARE_DIGITS = 6
+
+
+class Finding(NamedTuple):
+    """A flag above one of its thresholds: level is "warn" or "fail"."""
+
+    flag: str
+    level: str
+    share: float
+    threshold: float
+
+    def text(self, measures: dict) -> str:
+        detail = f" ({measures['constant_column_names']})" if self.flag == "constant_columns" else ""
+        of = {"constant_columns": "columns", "missing_minutes": "minutes"}.get(self.flag, "bars")
+        return (
+            f"{FLAG_WORDS[self.flag]}{detail}: {share_text(self.share)} of the {of}, above "
+            f"quality.{self.flag}.{self.level} = {self.threshold:g}"
+        )
+
+
+def share_text(share: float) -> str:
+    """'45.0%', '0.53%', '0.0012%': a share with the digits that tell it from zero."""
+    if share == 0 or share >= 0.01:
+        return f"{share:.1%}"
+    return f"{100 * share:.2g}%"
+
+
+def conflicting_timestamps(frame) -> int:
+    """Timestamps the frame holds more than once with different values (before dropping
+    duplicates: rnnfleet.formats.sorted_unique_by_time)."""
+    repeated = frame[frame["timestamp"].duplicated(keep=False)]
+    if repeated.empty:
+        return 0
+    distinct = repeated.drop_duplicates()
+    return int(distinct.loc[distinct["timestamp"].duplicated(keep=False), "timestamp"].nunique())
+
+
+def has_volume(bars) -> bool:
+    """Whether the bars come with a volume column (some files have none)."""
+    return "volume" in bars.columns and bool(bars["volume"].notna().any())
+
+
+def missing_minutes_share(timestamps_ns: np.ndarray, max_gap: str | None) -> float:
+    """The share of the minutes inside the series' pieces (between gaps longer than max_gap)
+    that have no bar."""
+    steps = np.diff(timestamps_ns)
+    limit = max_gap_nanoseconds(max_gap)
+    inside = steps if limit is None else steps[steps <= limit]
+    missing = int(np.maximum(inside // ONE_MINUTE_NS - 1, 0).sum())
+    return missing / (missing + len(timestamps_ns)) if len(timestamps_ns) else 0.0
+
+
+def measure_quality(bars, max_gap: str | None) -> dict:
+    """Each flag's measure of read_clean_bars' frame (see the module doc), shares rounded to
+    SHARE_DIGITS; zero_volume is None without a volume column."""
+    from rnnfleet.inspection import duration_text
+
+    rows = len(bars)
+    open_, high, low, close = (bars[key].to_numpy(dtype=np.float64) for key in ("open", "high", "low", "close"))
+    flat = (open_ == high) & (high == low) & (low == close)
+    inconsistent = (high < low) | (open_ < low) | (open_ > high) | (close < low) | (close > high)
+    columns = ["open", "high", "low", "close"] + (["volume"] if has_volume(bars) else [])
+    constant = [column for column in columns if rows > 1 and bars[column].nunique(dropna=False) == 1]
+    timestamps_ns = bars["timestamp"].array.asi8
+    steps = np.diff(timestamps_ns)
+
+    def share(count: float) -> float:
+        return round(float(count) / rows, SHARE_DIGITS) if rows else 0.0
+
+    return {
+        "flat_bars": share(flat.sum()),
+        "zero_volume": share((bars["volume"].to_numpy(dtype=np.float64) == 0).sum()) if has_volume(bars) else None,
+        "constant_columns": round(len(constant) / len(columns), SHARE_DIGITS),
+        "ohlc_inconsistent": share(inconsistent.sum()),
+        "conflicting_duplicates": share(bars.attrs.get("conflicting_duplicates", 0)),
+        "missing_minutes": round(missing_minutes_share(timestamps_ns, max_gap), SHARE_DIGITS),
+        "constant_column_names": " ".join(constant),
+        "median_step": duration_text(int(np.median(steps))) if len(steps) else "",
+    }
+
+
+def judge_quality(measures: dict, thresholds: dict | None) -> list[Finding]:
+    """The flags above a threshold (fail before warn for the same flag; a flag fails or warns, never both)."""
+    thresholds = {**QUALITY_DEFAULTS, **(thresholds or {})}
+    findings = []
+    for flag in QUALITY_FLAGS:
+        share = measures.get(flag)
+        if share is None:  # zero_volume of bars without volume
+            continue
+        limits = {**QUALITY_DEFAULTS[flag], **thresholds[flag]}
+        for level in ("fail", "warn"):
+            if share > float(limits[level]):
+                findings.append(Finding(flag, level, share, float(limits[level])))
+                break
+    return findings
+
+
+def flags_text(findings: list[Finding]) -> str:
+    """The quality_flags cell: 'flat_bars 100.0%, zero_volume 45.0%' ('' for none)."""
+    return ", ".join(f"{finding.flag} {share_text(finding.share)}" for finding in findings)
+
+
+def check_quality(bars, max_gap: str | None, thresholds: dict | None, name: str) -> tuple[dict, list[str]]:
+    """(the quality row: measures and quality_flags (the warnings), the warning lines), or a
+    DataError naming `name`, each failing flag, its share and its threshold's config key."""
+    measures = measure_quality(bars, max_gap)
+    findings = judge_quality(measures, thresholds)
+    failures = [finding for finding in findings if finding.level == "fail"]
+    if failures:
+        raise DataError(
+            f"{name}: data quality: {'; '.join(finding.text(measures) for finding in failures)}; "
+            "fix the file, or raise the threshold if the data is what you mean to train on"
+        )
+    row = {**measures, "quality_flags": flags_text(findings)}
+    return row, [f"{name}: warning: data quality: {finding.text(measures)}" for finding in findings]
