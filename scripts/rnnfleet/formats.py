@@ -541,12 +541,20 @@ def describe_layout(layout: Layout) -> str:
     return f"{layout.source}: {shape}, {layout.delimiter!r}-delimited, {layout.fields} columns"
 
 
+def conflicting_timestamps(frame) -> int:
+    """Timestamps the frame holds more than once with different values (rnnfleet.quality
+    flags them)."""
+    repeated = frame[frame["timestamp"].duplicated(keep=False)]
+    if repeated.empty:
+        return 0
+    distinct = repeated.drop_duplicates()
+    return int(distinct.loc[distinct["timestamp"].duplicated(keep=False), "timestamp"].nunique())
+
+
 def sorted_unique_by_time(frame, notes: list[str]):
     """Rows in time order, exact duplicate timestamps dropped keeping the last;
     attrs["conflicting_duplicates"]: how many of those timestamps held different bars
     (rnnfleet.quality flags them)."""
-    from rnnfleet.quality import conflicting_timestamps
-
     if not frame["timestamp"].is_monotonic_increasing:
         frame = frame.sort_values("timestamp", kind="stable")
         notes.append("rows were not in time order and were sorted")

@@ -31,6 +31,13 @@ def max_gap_nanoseconds(max_gap: str | None) -> int | None:
     return int(pd.Timedelta(max_gap).value)
 
 
+def duration_text(nanoseconds: int) -> str:
+    """'00:01:00', '2 days 00:01:00': a duration as people read it."""
+    import pandas as pd
+
+    return str(pd.Timedelta(nanoseconds)).removeprefix("0 days ")
+
+
 def find_gaps(timestamps_ns: np.ndarray, max_gap: str | None) -> np.ndarray:
     """Bars after which a gap follows (int64), from sorted epoch nanoseconds."""
     limit = max_gap_nanoseconds(max_gap)

@@ -17,7 +17,7 @@ import numpy as np
 
 from rnnfleet.data import bar_features, bars_label, read_clean_bars, split_points
 from rnnfleet.errors import UserError
-from rnnfleet.gaps import find_gaps, window_numbers
+from rnnfleet.gaps import duration_text, find_gaps, window_numbers
 from rnnfleet.joining import check_one_minute_bars
 from rnnfleet.quality import QUALITY_COLUMNS, check_quality, measure_quality
 
@@ -120,10 +120,3 @@ def inspect_datasets(
         + "".join(f"\n  {row.dataset}: {row.problem}" for row in not_ok.itertuples()),
         file=sys.stderr,
     )
-
-
-def duration_text(nanoseconds: int) -> str:
-    """'00:01:00', '2 days 00:01:00': a duration as people read it."""
-    import pandas as pd
-
-    return str(pd.Timedelta(nanoseconds)).removeprefix("0 days ")

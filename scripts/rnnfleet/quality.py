@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rnnfleet.errors import DataError
-from rnnfleet.gaps import max_gap_nanoseconds
+from rnnfleet.gaps import duration_text, max_gap_nanoseconds
 
 # Each flag, with the words a warning or failure line uses for it.
 FLAG_WORDS = {
@@ -73,16 +73,6 @@ def share_text(share: float) -> str:
     return f"{100 * share:.2g}%"
 
 
-def conflicting_timestamps(frame) -> int:
-    """Timestamps the frame holds more than once with different values (before dropping
-    duplicates: rnnfleet.formats.sorted_unique_by_time)."""
-    repeated = frame[frame["timestamp"].duplicated(keep=False)]
-    if repeated.empty:
-        return 0
-    distinct = repeated.drop_duplicates()
-    return int(distinct.loc[distinct["timestamp"].duplicated(keep=False), "timestamp"].nunique())
-
-
 def has_volume(bars) -> bool:
     """Whether the bars come with a volume column (some files have none)."""
     return "volume" in bars.columns and bool(bars["volume"].notna().any())
@@ -101,8 +91,6 @@ def missing_minutes_share(timestamps_ns: np.ndarray, max_gap: str | None) -> flo
 def measure_quality(bars, max_gap: str | None) -> dict:
     """Each flag's measure of read_clean_bars' frame (see the module doc), shares rounded to
     SHARE_DIGITS; zero_volume is None without a volume column."""
-    from rnnfleet.inspection import duration_text
-
     rows = len(bars)
     open_, high, low, close = (bars[key].to_numpy(dtype=np.float64) for key in ("open", "high", "low", "close"))
     flat = (open_ == high) & (high == low) & (low == close)

@@ -1,0 +1,117 @@
+"""Data-quality flags through the real snakemake: a fleet with a flat, zero-volume dataset, one
+with high < low, one with conflicting duplicate timestamps, a sparse one and a clean one. The
+failing ones fail with one line, the others warn in their preprocess log, the clean one is not
+flagged; inspect.csv, results/metrics.csv and the report show the flags and the report's
+ranking marks the degenerate dataset."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import (
+    TINY_ROWS,
+    decoded,
+    pending_jobs,
+    report_results,
+    snakemake,
+    summary_by_dataset,
+    write_config,
+)
+
+from rnnfleet.synthetic import synthetic_bars
+
+FLAT, HIGH_LOW, DUPLICATES, SPARSE, CLEAN = "FLAT_1m", "HIGHLOW_1m", "DUPES_1m", "SPARSE_1m", "CLEAN_1m"
+
+
+def write_fleet(data: Path) -> None:
+    data.mkdir(parents=True)
+
+    def write(name: str, bars: pd.DataFrame) -> None:
+        bars.to_csv(data / f"{name}.csv", index=False, float_format="%.6f")
+
+    clean = synthetic_bars(TINY_ROWS, 1)
+    write(CLEAN, clean)
+    flat = synthetic_bars(TINY_ROWS, 2)
+    flat = flat.assign(open=flat["close"], high=flat["close"], low=flat["close"])
+    flat.loc[: int(TINY_ROWS * 0.45) - 1, "volume"] = 0.0
+    write(FLAT, flat)
+    high_low = synthetic_bars(TINY_ROWS, 3)
+    write(HIGH_LOW, high_low.assign(high=high_low["low"], low=high_low["high"]))
+    duplicates = synthetic_bars(TINY_ROWS, 4)
+    prices = ["open", "high", "low", "close"]
+    changed = duplicates.iloc[100:130].assign(**{key: duplicates[key].iloc[100:130] * 3 for key in prices})
+    write(DUPLICATES, pd.concat([duplicates, changed]))
+    sparse = synthetic_bars(TINY_ROWS, 5)
+    minutes = np.concatenate([[0], np.cumsum(np.resize([1, 1, 3], TINY_ROWS - 1))])
+    times = pd.Timestamp("2024-01-01") + pd.to_timedelta(minutes, unit="min")
+    write(SPARSE, sparse.assign(timestamp=times.strftime("%Y-%m-%d %H:%M:%S")))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Path:
+    workdir = tmp_path_factory.mktemp("quality")
+    write_fleet(workdir / "data")
+    write_config(workdir, data_dir="data")
+    snakemake(workdir, "inspect")
+    snakemake(workdir, check=False)  # two datasets fail: the run ends non-zero, the others train
+    snakemake(workdir, "--report", "report.html")
+    return workdir
+
+
+def test_inspect_shows_each_flag_and_which_datasets_fail(fleet):
+    with open(fleet / "results" / "inspect.csv", encoding="utf-8") as table:
+        rows = {row["dataset"]: row for row in csv.DictReader(table)}
+    assert (rows[CLEAN]["status"], rows[CLEAN]["quality_flags"], rows[CLEAN]["flat_bars"]) == ("ok", "", "0.0")
+    assert rows[FLAT]["status"] == "ok"
+    assert rows[FLAT]["quality_flags"] == "flat_bars 100.0%, zero_volume 45.0%"
+    assert rows[SPARSE]["status"] == "ok" and rows[SPARSE]["quality_flags"].startswith("missing_minutes ")
+    assert float(rows[SPARSE]["missing_minutes"]) > 0.25 and rows[SPARSE]["median_step"] == "00:01:00"
+    assert rows[HIGH_LOW]["status"] == "unusable" and rows[HIGH_LOW]["ohlc_inconsistent"] == "1.0"
+    assert "quality.ohlc_inconsistent.fail" in rows[HIGH_LOW]["problem"]
+    assert rows[DUPLICATES]["status"] == "unusable"
+    assert "conflicting duplicates" in rows[DUPLICATES]["problem"]
+
+
+def test_failing_flags_fail_with_one_line_and_warnings_go_to_the_log(fleet):
+    summary = summary_by_dataset(fleet)
+    for dataset, words in (
+        (HIGH_LOW, "inconsistent OHLC (high < low, or open or close outside [low, high]): 100.0% of the bars"),
+        (DUPLICATES, "conflicting duplicates (one timestamp, different bars; the last was kept): 7.5% of the bars"),
+    ):
+        assert summary[dataset]["status"] == "data error", summary[dataset]
+        assert summary[dataset]["error"].startswith(f"preprocess: data/{dataset}.csv: data quality: {words}")
+        assert not (fleet / "models" / f"{dataset}.pt").exists()
+    flat_log = (fleet / "logs" / "preprocess" / f"{FLAT}.log").read_text()
+    assert "warning: data quality: flat bars (open = high = low = close): 100.0% of the bars" in flat_log
+    assert "warning: data quality: bars with zero volume: 45.0% of the bars" in flat_log
+    assert "warning: data quality: sparse bars" in (fleet / "logs" / "preprocess" / f"{SPARSE}.log").read_text()
+    assert "warning" not in (fleet / "logs" / "preprocess" / f"{CLEAN}.log").read_text()
+
+
+def test_the_metrics_table_flags_the_degenerate_datasets_and_not_the_clean_one(fleet):
+    summary = summary_by_dataset(fleet)
+    assert summary[CLEAN]["status"] == "ok" and summary[CLEAN]["quality_flags"] == ""
+    assert summary[FLAT]["status"] == "ok" and summary[FLAT]["quality_flags"] == "flat_bars 100.0%, zero_volume 45.0%"
+    assert (summary[FLAT]["flat_bars"], summary[FLAT]["zero_volume"]) == ("1.0", "0.45")
+    assert summary[SPARSE]["quality_flags"].startswith("missing_minutes ")
+
+
+def test_the_report_ranking_marks_the_degenerate_dataset(fleet):
+    results = report_results((fleet / "report.html").read_text())
+    figures = {entry["labels"]["figure"]: entry for entry in results.values() if "figure" in entry["labels"]}
+    table = decoded(figures["summary table"]).decode()
+    assert f'<td>{FLAT} <span class="quality">&#9888; [data quality: flat_bars 100.0%, zero_volume 45.0%]' in table
+    assert f"<td>{CLEAN}</td>" in table
+    assert "2 dataset(s) flagged for data quality" in table  # FLAT and SPARSE
+
+
+def test_a_changed_threshold_re_runs_the_preprocess_it_affects(fleet):
+    write_config(fleet, data_dir="data", quality={"flat_bars": {"warn": 0.9, "fail": 0.95}})
+    planned = snakemake(fleet, "-n").stdout
+    assert set(pending_jobs(planned, "preprocess")) >= {FLAT, CLEAN}
+    write_config(fleet, data_dir="data")
+    assert pending_jobs(snakemake(fleet, "-n").stdout, "preprocess").keys() == {HIGH_LOW, DUPLICATES}
