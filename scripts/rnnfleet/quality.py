@@ -78,6 +78,11 @@ def has_volume(bars) -> bool:
     return "volume" in bars.columns and bool(bars["volume"].notna().any())
 
 
+def one_value(values: np.ndarray) -> bool:
+    """Whether a column holds one value throughout (min and max: no sort, no hashing)."""
+    return bool(np.nanmin(values) == np.nanmax(values))
+
+
 def missing_minutes_share(timestamps_ns: np.ndarray, max_gap: str | None) -> float:
     """The share of the minutes inside the series' pieces (between gaps longer than max_gap)
     that have no bar."""
@@ -96,7 +101,7 @@ def measure_quality(bars, max_gap: str | None) -> dict:
     flat = (open_ == high) & (high == low) & (low == close)
     inconsistent = (high < low) | (open_ < low) | (open_ > high) | (close < low) | (close > high)
     columns = ["open", "high", "low", "close"] + (["volume"] if has_volume(bars) else [])
-    constant = [column for column in columns if rows > 1 and bars[column].nunique(dropna=False) == 1]
+    constant = [column for column in columns if rows > 1 and one_value(bars[column].to_numpy(dtype=np.float64))]
     timestamps_ns = bars["timestamp"].array.asi8
     steps = np.diff(timestamps_ns)
 
