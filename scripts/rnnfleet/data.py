@@ -18,7 +18,7 @@ import numpy as np
 
 from rnnfleet.errors import DataError, UserError
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
-from rnnfleet.formats import PRICE_KEYS, read_bars
+from rnnfleet.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
 from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
 from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
@@ -59,6 +59,12 @@ class PreparedArrays:
     gap_bars: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     val_end: int = -1  # -1: the end of the rows (no test part)
     test_start: int = -1
+    # How the bars were read, for the model file (forecasts read new bars the same way): the
+    # `format:` settings (all keys; {} from an array file of an older rnnfleet), the zone the
+    # times were read in (rnnfleet.formats: e.g. "Asia/Tokyo", "UTC (assumed)") and the read line.
+    read_format: dict = field(default_factory=dict)
+    timezone: str = ""
+    read_as: str = ""
 
     @property
     def rows(self) -> int:
@@ -251,7 +257,8 @@ def read_clean_bars(
     """The bars that preprocessing, inspection and prediction all start from: of each file
     (its .CHECKSUM verified where it has one) read_bars, then drop_non_finite; several files
     joined in time order (rnnfleet.joining.join_bars). attrs["sources"]: one line per file,
-    how it was read and the time range it holds; attrs["read_as"]: how the file(s) were read."""
+    how it was read and the time range it holds; attrs["read_as"]: how the file(s) were read;
+    attrs["timezone"]: the zone(s) their times were read in."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     frames, sources = [], []
     for path in map(str, paths):
@@ -263,8 +270,10 @@ def read_clean_bars(
         )
     if len(frames) > 1:
         read_as = "; ".join(dict.fromkeys(part.attrs["read_as"] for _, part in frames))
+        timezone = "; ".join(dict.fromkeys(part.attrs["timezone"] for _, part in frames))
         frame = join_bars(frames)
         frame.attrs["read_as"] = f"{len(frames)} files joined: {read_as}"
+        frame.attrs["timezone"] = timezone
     else:
         frame = frames[0][1]
     frame.attrs["sources"] = sources
@@ -308,6 +317,11 @@ def prepare_dataset(
     for line in frame.attrs["sources"]:
         print(line, file=sys.stderr)
     notes = list(frame.attrs.get("notes", []))
+    read = {
+        "read_format": {**FORMAT_DEFAULTS, **(read_format or {})},
+        "timezone": frame.attrs["timezone"],
+        "read_as": frame.attrs["read_as"],
+    }
     timestamps_ns = frame["timestamp"].array.asi8
     check_one_minute_bars(timestamps_ns, name)
     gap_bars = find_gaps(timestamps_ns, max_gap)
@@ -322,7 +336,11 @@ def prepare_dataset(
         feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target, test_fraction, warmup
     )
     arrays = replace(
-        arrays, feature_definition=tuple(features), feature_sha256=imported_sha256(features), feature_names=names
+        arrays,
+        feature_definition=tuple(features),
+        feature_sha256=imported_sha256(features),
+        feature_names=names,
+        **read,
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
@@ -355,6 +373,9 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             feature_names=np.array(arrays.feature_names, dtype=np.str_),
             warmup=np.int64(arrays.warmup),
             gap_bars=arrays.gap_bars,
+            read_format=np.str_(json.dumps(arrays.read_format)),
+            timezone=np.str_(arrays.timezone),
+            read_as=np.str_(arrays.read_as),
         )
 
 
@@ -384,6 +405,14 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 feature_names=tuple(str(item) for item in stored["feature_names"]),
                 warmup=int(stored["warmup"]),
                 gap_bars=stored["gap_bars"],
+                # Files written before how they were read was recorded have none.
+                **{
+                    "read_format": json.loads(str(stored["read_format"])),
+                    "timezone": str(stored["timezone"]),
+                    "read_as": str(stored["read_as"]),
+                }
+                if "read_format" in stored.files
+                else {},
             )
     except DataError:
         raise
