@@ -129,8 +129,10 @@ def forecast_csv(
     read_format: dict | None = None,
     trusted_plugins: Iterable[str] = (),
     max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
+    read_note: str = "",
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
+    read_note: a line saying how the bars are read, printed once they are.
 
     A plug-in file the model file names is imported only when it is one of trusted_plugins
     or lies inside the working folder with the content recorded at training; else
@@ -145,6 +147,8 @@ def forecast_csv(
     columns = checkpoint["features"].get("columns") or None
     bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, max_bad_fraction_setting)
     csv_path = bars_label(csv_path)
+    if read_note:
+        print(read_note, file=sys.stderr)
     for line in bars.attrs["sources"]:
         print(line, file=sys.stderr)
     for note in bars.attrs.get("notes", []):
@@ -175,7 +179,7 @@ def recorded_format(checkpoint: dict) -> dict:
 def settings_text(read_format: dict) -> str:
     """'timezone Asia/Tokyo, delimiter ';'': the settings that are not auto, in words."""
     given = [f"{key} {value!r}" for key, value in read_format.items() if value != FORMAT_DEFAULTS.get(key)]
-    return ", ".join(given) or "every setting auto (sniffed from the file; naive times in UTC)"
+    return ", ".join(given) or "every setting auto (sniffed from the file)"
 
 
 def reading_settings(checkpoint: dict, model_path, options: dict, override: bool = False) -> tuple[dict, str]:
@@ -255,8 +259,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
     args = parser.parse_args(argv)
     options = {key: getattr(args, key) for key in FORMAT_DEFAULTS if getattr(args, key) is not None}
     try:
-        read_format, line = reading_settings(load_checkpoint(args.model), args.model, options, args.override_format)
-        print(line, file=sys.stderr)
+        read_format, read_note = reading_settings(
+            load_checkpoint(args.model), args.model, options, args.override_format
+        )
         forecast_csv(
             args.model,
             args.csv,
@@ -267,6 +272,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
             read_format,
             args.trust,
             max_bad_fraction_setting="option --max-bad-fraction",
+            read_note=read_note,
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from conftest import REPO, decoded, report_results, snakemake, summary_by_dataset, write_config
 
 from rnnfleet.formats import NAIVE_AS_UTC
@@ -132,3 +133,17 @@ def test_each_datasets_zone_is_in_the_summary_table_and_the_report(run):
     )
     html = decoded(table).decode()
     assert "<th>timezone</th>" in html and "<td>Asia/Tokyo</td>" in html and "<td>UTC (assumed)</td>" in html
+
+
+def test_a_model_file_without_the_record_still_forecasts_and_says_so(run):
+    checkpoint = torch.load(run / "models" / "TOKYO.pt", weights_only=True)
+    del checkpoint["read"]  # as a model file of an older rnnfleet
+    torch.save(checkpoint, run / "older.pt")
+    arguments = ["--model", "older.pt", "--csv", "data/TOKYO_1m.csv", "--out", "older.csv", "--timezone", "Asia/Tokyo"]
+    completed = predict_module(*arguments, cwd=run)
+    assert completed.returncode == 0, completed.stderr
+    assert (
+        "older.pt: the model file does not record how its training bars were read (an older rnnfleet); "
+        "bars read with timezone 'Asia/Tokyo'\n" in completed.stderr
+    )
+    pd.testing.assert_frame_equal(pd.read_csv(run / "older.csv"), pd.read_csv(run / "predictions" / "TOKYO.csv"))
