@@ -18,7 +18,7 @@ import numpy as np
 
 from rnnfleet.errors import DataError, UserError
 from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
-from rnnfleet.formats import PRICE_KEYS, read_bars
+from rnnfleet.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
 from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
 from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
@@ -62,6 +62,12 @@ class PreparedArrays:
     test_start: int = -1
     # The bars' data-quality row (rnnfleet.quality.check_quality): measures and the flags warned of.
     quality: dict = field(default_factory=dict)
+    # How the bars were read, for the model file (forecasts read new bars the same way): the
+    # `format:` settings (all keys; {} from an array file of an older rnnfleet), the zone the
+    # times were read in (rnnfleet.formats: e.g. "Asia/Tokyo", "UTC (assumed)") and the read line.
+    read_format: dict = field(default_factory=dict)
+    timezone: str = ""
+    read_as: str = ""
 
     @property
     def rows(self) -> int:
@@ -254,7 +260,8 @@ def read_clean_bars(
     """The bars that preprocessing, inspection and prediction all start from: of each file
     (its .CHECKSUM verified where it has one) read_bars, then drop_non_finite; several files
     joined in time order (rnnfleet.joining.join_bars). attrs["sources"]: one line per file,
-    how it was read and the time range it holds; attrs["read_as"]: how the file(s) were read."""
+    how it was read and the time range it holds; attrs["read_as"]: how the file(s) were read;
+    attrs["timezone"]: the zone(s) their times were read in."""
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     frames, sources = [], []
     for path in map(str, paths):
@@ -266,9 +273,11 @@ def read_clean_bars(
         )
     if len(frames) > 1:
         read_as = "; ".join(dict.fromkeys(part.attrs["read_as"] for _, part in frames))
+        timezone = "; ".join(dict.fromkeys(part.attrs["timezone"] for _, part in frames))
         frame = join_bars(frames)
         frame.attrs["read_as"] = f"{len(frames)} files joined: {read_as}"
         frame.attrs["conflicting_duplicates"] = sum(part.attrs.get("conflicting_duplicates", 0) for _, part in frames)
+        frame.attrs["timezone"] = timezone
     else:
         frame = frames[0][1]
     frame.attrs["sources"] = sources
@@ -314,6 +323,11 @@ def prepare_dataset(
     for line in frame.attrs["sources"]:
         print(line, file=sys.stderr)
     notes = list(frame.attrs.get("notes", []))
+    read = {
+        "read_format": {**FORMAT_DEFAULTS, **(read_format or {})},
+        "timezone": frame.attrs["timezone"],
+        "read_as": frame.attrs["read_as"],
+    }
     timestamps_ns = frame["timestamp"].array.asi8
     check_one_minute_bars(timestamps_ns, name)
     quality_row, warnings = check_quality(frame, max_gap, quality, name)
@@ -336,6 +350,7 @@ def prepare_dataset(
         feature_sha256=imported_sha256(features),
         feature_names=names,
         quality=quality_row,
+        **read,
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
@@ -369,6 +384,9 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             warmup=np.int64(arrays.warmup),
             gap_bars=arrays.gap_bars,
             quality=np.str_(json.dumps(arrays.quality)),
+            read_format=np.str_(json.dumps(arrays.read_format)),
+            timezone=np.str_(arrays.timezone),
+            read_as=np.str_(arrays.read_as),
         )
 
 
@@ -400,6 +418,14 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 gap_bars=stored["gap_bars"],
                 # Files written before the quality flags have none.
                 quality=json.loads(str(stored["quality"])) if "quality" in stored.files else {},
+                # Files written before how they were read was recorded have none.
+                **{
+                    "read_format": json.loads(str(stored["read_format"])),
+                    "timezone": str(stored["timezone"]),
+                    "read_as": str(stored["read_as"]),
+                }
+                if "read_format" in stored.files
+                else {},
             )
     except DataError:
         raise

@@ -3,8 +3,10 @@
 Promise: `read_bars(path, columns, read_format)` opens the file once and returns a DataFrame
 with exactly the columns timestamp (datetime64[ns, UTC]), open, high, low, close, volume
 (numbers), sorted by time, exact duplicate timestamps dropped (keeping the last); its
-`attrs["read_as"]` says in one line how the file was read and `attrs["notes"]` what was
-cleaned. Any problem is a DataError naming the file.
+`attrs["read_as"]` says in one line how the file was read, `attrs["timezone"]` the zone its
+times were read in (TIMEZONE_ASSUMED when naive times were taken as UTC for want of
+`format.timezone`) and `attrs["notes"]` what was cleaned. Any problem is a DataError naming
+the file.
 
 What it reads, with no user code (docs/data.md):
 - CSV with a header, any of `,` `;` tab `|` as delimiter, plain or .gz/.bz2/.xz/.zip;
@@ -14,7 +16,9 @@ What it reads, with no user code (docs/data.md):
   first (histdata.com), date and time first (MetaTrader 4), ISO time first;
 - Parquet (pyarrow; only the six needed columns are read);
 - times as text, or epoch s/ms/us/ns told apart by each value's size (so one file may switch
-  unit); naive times are in `format.timezone`.
+  unit); naive times are in `format.timezone` (auto: UTC, said in the read line, except
+  histdata's EST); in a zone with daylight saving the repeated hour of a fall-back day is
+  read as its two instants, in file order.
 
 How: settings = what the file's first lines show (sniffing) <- a named preset <- the explicit
 `format:` keys, each later one overriding the earlier.
@@ -88,6 +92,13 @@ TEXT_TIME_FORMATS = (
     "%Y%m%d %H:%M",
 )
 HISTDATA_ZONE = "Etc/GMT+5"  # histdata.com: EST all year, no daylight saving (UTC-5)
+# The one phrase said (read line, inspect, summary) when naive times are taken as UTC because
+# format.timezone is auto and nothing in the file or its layout gives a zone.
+NAIVE_AS_UTC = "naive times read as UTC (set format.timezone)"
+TIMEZONE_ASSUMED = "UTC (assumed)"
+TIMEZONE_EPOCH = "UTC (epoch)"
+TIMEZONE_IN_FILE = "in the file"
+UTC_HEADERS = ("gmt time", "utc", "utc time", "time (utc)")  # headers that say their times are UTC
 
 
 @dataclass(frozen=True)
@@ -183,11 +194,12 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     if frame.empty:
         raise DataError(f"{name}: has a header but no data rows")
     check_numeric(frame, name, layout)
-    timestamps, time_read_as, notes = parse_times(frame, name, layout)
+    timestamps, time_read_as, notes, zone = parse_times(frame, name, layout)
     frame = frame[list(BAR_KEYS)].astype(np.float64)
     frame.insert(0, "timestamp", timestamps.astype("datetime64[ns, UTC]"))  # gaps count in ns
     frame = sorted_unique_by_time(frame, notes)
     frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
+    frame.attrs["timezone"] = zone
     return frame
 
 
@@ -421,7 +433,8 @@ def column_label(layout: Layout, key: str) -> str:
 
 
 def parse_times(frame, name: str, layout: Layout):
-    """(UTC timestamps, how they were read, notes) from the time column(s) of `frame`."""
+    """(UTC timestamps, how they were read, notes, the zone they were read in) from the time
+    column(s) of `frame`."""
     import pandas as pd
 
     if "date" in layout.columns:
@@ -430,13 +443,43 @@ def parse_times(frame, name: str, layout: Layout):
     else:
         values, label = frame["timestamp"], f"column {column_label(layout, 'timestamp')}"
     if isinstance(values.dtype, pd.DatetimeTZDtype):
-        return values.dt.tz_convert("UTC").astype("datetime64[ns, UTC]"), f"{label} as zoned times, UTC", []
+        utc = values.dt.tz_convert("UTC").astype("datetime64[ns, UTC]")
+        return utc, f"{label} as zoned times, UTC", [], TIMEZONE_IN_FILE
     if pd.api.types.is_datetime64_dtype(values.dtype):
-        zone = "UTC" if layout.timezone == "auto" else layout.timezone
-        return localize(values.astype("datetime64[ns]"), zone, name, label), f"{label} as naive times in {zone}", []
+        zone, said, zone_label = naive_zone(layout)
+        return localize(values.astype("datetime64[ns]"), zone, name, label), f"{label} as {said}", [], zone_label
     if pd.api.types.is_numeric_dtype(values.dtype) and layout.timestamp_unit != "text":
-        return epoch_times(values.to_numpy(), name, label, layout.timestamp_unit)
+        return (*epoch_times(values.to_numpy(), name, label, layout.timestamp_unit), TIMEZONE_EPOCH)
     return text_times(values, name, label, layout)
+
+
+def is_time_zone(zone: str) -> bool:
+    """Whether pandas reads naive times in `zone` (the IANA database through zoneinfo; pandas,
+    which also knows pytz's and dateutil's names, only asked when zoneinfo does not know it)."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(zone)
+        return True
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        pass
+    import pandas as pd
+
+    try:
+        pd.Timestamp("2020-01-01").tz_localize(zone)
+        return True
+    except Exception:  # pytz, zoneinfo and dateutil each raise their own kinds
+        return False
+
+
+def naive_zone(layout: Layout) -> tuple[str, str, str]:
+    """(the zone naive times are read in, how the read line says it, the zone as the
+    summary and inspect show it): format.timezone, else UTC said out loud."""
+    if layout.timezone == "auto" and header_key(str(layout.columns.get("timestamp", ""))) in UTC_HEADERS:
+        return "UTC", "naive times in UTC (the header says so)", "UTC"
+    if layout.timezone == "auto":
+        return "UTC", NAIVE_AS_UTC, TIMEZONE_ASSUMED
+    return layout.timezone, f"naive times in {layout.timezone}", layout.timezone
 
 
 def epoch_times(values: np.ndarray, name: str, label: str, unit: str):
@@ -512,25 +555,46 @@ def text_times(values, name: str, label: str, layout: Layout):
             "set format.timestamp_format if the file writes times differently)"
         )
     if parsed.dt.tz is not None:
-        return parsed.dt.tz_convert("UTC").astype("datetime64[ns, UTC]"), f"{label} as {time_format} text, UTC", []
-    zone = "UTC" if layout.timezone == "auto" else layout.timezone
+        utc = parsed.dt.tz_convert("UTC").astype("datetime64[ns, UTC]")
+        return utc, f"{label} as {time_format} text, UTC", [], TIMEZONE_IN_FILE
+    zone, said, zone_label = naive_zone(layout)
     timestamps = localize(parsed.astype("datetime64[ns]"), zone, name, label)
-    return timestamps, f"{label} as {time_format} text, naive times in {zone}", []
+    return timestamps, f"{label} as {time_format} text, {said}", [], zone_label
 
 
 def localize(naive, zone: str, name: str, label: str):
-    """Naive times read in `zone`, as UTC."""
+    """Naive times read in `zone`, as UTC. The hour a fall-back day repeats holds real bars
+    (clocks ran through it twice): each repeated time is its earlier (daylight) instant the
+    first time the file reaches it and its later (standard) one after the file has gone back,
+    so the bars keep their order and none looks like a duplicate."""
     try:
         zoned = naive.dt.tz_localize(zone, ambiguous="NaT", nonexistent="NaT")
+        if zoned.isna().any():  # a daylight-saving change: the repeated hour told apart (only then: two more passes)
+            zoned = naive.dt.tz_localize(zone, ambiguous=first_pass_of_repeated_hour(naive, zone), nonexistent="NaT")
     except Exception as error:  # an unknown zone name: pytz/zoneinfo raise their own types
         raise DataError(f"{name}: format.timezone {zone!r} is not a time zone ({error})") from None
     if zoned.isna().any():
         row = int(zoned.isna().to_numpy().nonzero()[0][0])
         raise DataError(
-            f"{name}: {label} has a time that does not exist or is ambiguous in {zone} "
-            f"(data row {row + 1}, a daylight-saving change); give times in UTC or a zone without DST"
+            f"{name}: {label} has a time that does not exist in {zone} (data row {row + 1} holds "
+            f"{naive.iloc[row]}, in the hour skipped when clocks go forward); check format.timezone"
         )
     return zoned.dt.tz_convert("UTC")
+
+
+def first_pass_of_repeated_hour(naive, zone: str) -> np.ndarray:
+    """For tz_localize's `ambiguous`: True (daylight time) for every time but the repeated
+    hour's second pass: an ambiguous time at or before one the file showed earlier on the
+    same day (clocks turned back). Raises what tz_localize raises for an unknown zone."""
+    as_daylight = naive.dt.tz_localize(zone, ambiguous=np.ones(len(naive), bool), nonexistent="NaT")
+    as_standard = naive.dt.tz_localize(zone, ambiguous=np.zeros(len(naive), bool), nonexistent="NaT")
+    repeated = (as_daylight != as_standard).to_numpy() & as_daylight.notna().to_numpy()
+    daylight = np.ones(len(naive), bool)
+    if repeated.any():
+        times = naive[repeated]
+        latest_before = times.groupby(times.dt.normalize()).cummax().groupby(times.dt.normalize()).shift()
+        daylight[repeated] = ~(times <= latest_before).to_numpy()
+    return daylight
 
 
 def describe_layout(layout: Layout) -> str:

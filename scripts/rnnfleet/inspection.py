@@ -2,10 +2,12 @@
 
 Promise: `inspect_datasets` writes a CSV (results/inspect.csv by `snakemake inspect`) with,
 for every dataset, how its file was read, its bars, first and last time, median bar
-spacing, gaps (preprocess.max_gap), rows dropped and why, and the training, validation and
-test windows the current train.seq_len leaves, and its data-quality flags (rnnfleet.quality:
-the measures, and in quality_flags those warned of); a file that cannot be read, or whose
-quality fails a `quality:` threshold, gets its one-line problem instead. Reading, cleaning, gaps and the split are the preprocess job's own code.
+spacing, the zone its times were read in ("UTC (assumed)" beside the read line's "naive
+times read as UTC (set format.timezone)" when nothing gave one), gaps (preprocess.max_gap),
+rows dropped and why, the training, validation and test windows the current train.seq_len
+leaves, and its data-quality flags (rnnfleet.quality: the measures, and in quality_flags those
+warned of); a file that cannot be read, or whose quality fails a `quality:` threshold, gets its
+one-line problem instead. Reading, cleaning, gaps and the split are the preprocess job's own code.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 
 from rnnfleet.data import bar_features, bars_label, read_clean_bars, split_points
 from rnnfleet.errors import UserError
+from rnnfleet.formats import NAIVE_AS_UTC, TIMEZONE_ASSUMED
 from rnnfleet.gaps import duration_text, find_gaps, window_numbers
 from rnnfleet.joining import check_one_minute_bars
 from rnnfleet.quality import QUALITY_COLUMNS, check_quality, measure_quality
@@ -26,6 +29,7 @@ INSPECT_COLUMNS = (
     "file",
     "status",
     "read_as",
+    "timezone",
     "bars",
     "first",
     "last",
@@ -71,6 +75,7 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
         **row,
         "status": "ok" if long_enough else "too short",
         "read_as": frame.attrs["read_as"],
+        "timezone": frame.attrs["timezone"],
         "bars": len(frame),
         "first": frame["timestamp"].iloc[0],
         "last": frame["timestamp"].iloc[-1],
@@ -115,8 +120,10 @@ def inspect_datasets(
     with atomic_write(table_path) as handle:
         handle.write(text.getvalue().encode())
     not_ok = table[table["status"] != "ok"]
+    assumed_utc = table.loc[table["timezone"] == TIMEZONE_ASSUMED, "dataset"].tolist()
     print(
         f"{len(table)} dataset(s) inspected -> {table_path}; {len(not_ok)} not trainable as they are"
-        + "".join(f"\n  {row.dataset}: {row.problem}" for row in not_ok.itertuples()),
+        + "".join(f"\n  {row.dataset}: {row.problem}" for row in not_ok.itertuples())
+        + (f"\n{len(assumed_utc)} dataset(s): {NAIVE_AS_UTC}: {', '.join(assumed_utc)}" if assumed_utc else ""),
         file=sys.stderr,
     )

@@ -4,9 +4,13 @@ Command line (`rnnfleet predict`, installed by `pip install -e .`; or, without i
 `PYTHONPATH=scripts python -m rnnfleet.predict`):
 
     rnnfleet predict --model models/EURUSD_1m.pt --csv recent.csv --out forecasts.csv [--last 100] [--trust my/model.py ...]
+        [--timezone ZONE --preset ... --header ... --delimiter ... --positions ... --timestamp-unit ... --timestamp-format ...]
 
-The bars file may be in any layout rnnfleet.formats reads (sniffed, or `--preset`); files
-with a header are read with the column names the model file recorded.
+The bars are read as the model's training bars were: with the `format:` settings the model
+file records (its time zone above all: a model with time features fed times read in another
+zone forecasts from the wrong hour), said in one line; files with a header with the column
+names it records. The format options fill in what the record leaves at auto (another layout,
+say); one that contradicts the record is refused unless --override-format is given.
 Each output row is the forecast made at one bar of the model's target (rnnfleet.targets)
 from that bar to `horizon` bars later, in the target's own units (for the close log return
 also the close it implies). The last row forecasts beyond the data.
@@ -30,13 +34,22 @@ import torch
 from rnnfleet.checkpoint import atomic_write, load_checkpoint
 from rnnfleet.data import MAX_BAD_FRACTION_KEY, DataError, bar_features, bars_label, normalise, read_clean_bars
 from rnnfleet.errors import UserError
-from rnnfleet.formats import FORMAT_PRESETS
+from rnnfleet.formats import (
+    DELIMITERS,
+    FORMAT_DEFAULTS,
+    FORMAT_PRESETS,
+    TIMEZONE_EPOCH,
+    TIMEZONE_IN_FILE,
+    is_time_zone,
+)
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
 from rnnfleet.training import EVAL_BATCH, outputs_of, window_view
 
 FORECAST_COLUMNS = ("timestamp", "close", "horizon", "forecast_log_return", "forecast_close")
+# The command's option for each `format:` key.
+FORMAT_OPTIONS = {key: "--" + key.replace("_", "-") for key in FORMAT_DEFAULTS}
 
 
 def forecast_columns(target_name: str) -> tuple[str, ...]:
@@ -116,8 +129,10 @@ def forecast_csv(
     read_format: dict | None = None,
     trusted_plugins: Iterable[str] = (),
     max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
+    read_note: str = "",
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
+    read_note: a line saying how the bars are read, printed once they are.
 
     A plug-in file the model file names is imported only when it is one of trusted_plugins
     or lies inside the working folder with the content recorded at training; else
@@ -132,10 +147,15 @@ def forecast_csv(
     columns = checkpoint["features"].get("columns") or None
     bars = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, max_bad_fraction_setting)
     csv_path = bars_label(csv_path)
+    if read_note:
+        print(read_note, file=sys.stderr)
     for line in bars.attrs["sources"]:
         print(line, file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)
+    zone_warning = other_zone_warning(checkpoint, bars.attrs.get("timezone", ""), str(csv_path))
+    if zone_warning:
+        print(zone_warning, file=sys.stderr)
     forecasts = forecast_frame(model, checkpoint, bars, last, str(csv_path), plugin_sources)
     text = io.StringIO()
     forecasts.to_csv(text, index=False)  # floats written with repr: they read back exactly
@@ -147,6 +167,63 @@ def forecast_csv(
         file=sys.stderr,
     )
     return forecasts
+
+
+def recorded_format(checkpoint: dict) -> dict:
+    """The `format:` settings the model's training bars were read with ({} when the model
+    file predates that record)."""
+    read = checkpoint.get("read")
+    return dict(read.get("format") or {}) if isinstance(read, dict) else {}
+
+
+def settings_text(read_format: dict) -> str:
+    """'timezone Asia/Tokyo, delimiter ';'': the settings that are not auto, in words."""
+    given = [f"{key} {value!r}" for key, value in read_format.items() if value != FORMAT_DEFAULTS.get(key)]
+    return ", ".join(given) or "every setting auto (sniffed from the file)"
+
+
+def reading_settings(checkpoint: dict, model_path, options: dict, override: bool = False) -> tuple[dict, str]:
+    """(the `format:` settings to read new bars with, the one line saying how): the model
+    file's record, with the options the user gave (options: {format key: value}, given ones
+    only) filling in its auto keys. An option that contradicts a recorded setting is a
+    UserError naming both, unless override (the options win, and the line says so)."""
+    recorded = recorded_format(checkpoint)
+    if not recorded:
+        settings = {**FORMAT_DEFAULTS, **options}
+        return settings, (
+            f"{model_path}: the model file does not record how its training bars were read (an older rnnfleet); "
+            f"bars read with {settings_text(settings)}"
+        )
+    settings = {**FORMAT_DEFAULTS, **recorded}
+    conflicts = [key for key, value in options.items() if settings[key] not in (value, FORMAT_DEFAULTS[key])]
+    if conflicts and not override:
+        key = conflicts[0]
+        raise UserError(
+            f"option {FORMAT_OPTIONS[key]} {options[key]!r} contradicts {model_path}, whose training bars were read "
+            f"with format.{key} {settings[key]!r}; leave the option out to read them the same way, or add "
+            "--override-format if this file really differs"
+        )
+    zone = (checkpoint["read"].get("timezone") or "") if isinstance(checkpoint["read"], dict) else ""
+    line = f"{model_path}: bars read as its training bars were: {settings_text({**settings, **options})}"
+    line += f" (training times read in {zone})" if zone else ""
+    if conflicts:
+        overridden = ", ".join(f"{FORMAT_OPTIONS[key]} {options[key]!r} for {settings[key]!r}" for key in conflicts)
+        line += f"; --override-format: {overridden}"
+    return {**settings, **options}, line
+
+
+def other_zone_warning(checkpoint: dict, bars_zone: str, bars_name: str) -> str:
+    """A warning line when the new bars' naive times were read in another zone than the
+    training bars' (say histdata's EST at training, a re-saved copy read as UTC now); '' else."""
+    read = checkpoint.get("read")
+    trained_zone = read.get("timezone", "") if isinstance(read, dict) else ""
+    zoned = (TIMEZONE_EPOCH, TIMEZONE_IN_FILE, "")
+    if trained_zone in zoned or bars_zone in zoned or ";" in trained_zone + bars_zone or trained_zone == bars_zone:
+        return ""
+    return (
+        f"{bars_name}: warning: naive times read in {bars_zone}, the model's training bars' in {trained_zone}: "
+        "time features and forecast times may be shifted (set --timezone)"
+    )
 
 
 def positive_int(text: str) -> int:
@@ -164,9 +241,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
     )
     parser.add_argument("--model", required=True, help="model file, e.g. models/EURUSD_1m.pt")
     parser.add_argument("--csv", required=True, help="recent bars (any layout rnnfleet reads), oldest first")
-    parser.add_argument(
-        "--preset", default="auto", choices=list(FORMAT_PRESETS), help="layout of the bars file (default: sniffed)"
-    )
+    add_format_options(parser)
     parser.add_argument("--out", required=True, help="forecasts CSV to write")
     parser.add_argument("--last", type=positive_int, help="forecast only at the last N bars (default: every bar)")
     parser.add_argument(
@@ -182,7 +257,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
         "Without it only files inside this folder, unchanged since training, are imported",
     )
     args = parser.parse_args(argv)
+    options = {key: getattr(args, key) for key in FORMAT_DEFAULTS if getattr(args, key) is not None}
     try:
+        read_format, read_note = reading_settings(
+            load_checkpoint(args.model), args.model, options, args.override_format
+        )
         forecast_csv(
             args.model,
             args.csv,
@@ -190,14 +269,70 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
             args.last,
             args.max_bad_fraction,
             args.device,
-            {"preset": args.preset},
+            read_format,
             args.trust,
             max_bad_fraction_setting="option --max-bad-fraction",
+            read_note=read_note,
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def add_format_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the `format:` settings (docs/data.md); each defaults to the model file's record."""
+    group = parser.add_argument_group(
+        "how the bars file is read (default: as the model file records its training bars were read)"
+    )
+    group.add_argument("--timezone", type=time_zone, help="zone of naive times, e.g. Asia/Tokyo, Etc/GMT+5, UTC")
+    group.add_argument("--preset", choices=list(FORMAT_PRESETS), help="a known layout")
+    group.add_argument(
+        "--header", type=header_setting, help="auto, true or false: whether the first line names the columns"
+    )
+    group.add_argument("--delimiter", type=delimiter_setting, help="auto, ',', ';', tab or '|'")
+    group.add_argument(
+        "--positions", type=positions_setting, help="column positions of a headerless file, e.g. timestamp=0,open=1,..."
+    )
+    group.add_argument("--timestamp-unit", choices=["auto", "s", "ms", "us", "ns", "text"], help="epoch unit, or text")
+    group.add_argument("--timestamp-format", help="strftime layout of text times, e.g. '%%Y%%m%%d %%H%%M%%S'")
+    group.add_argument(
+        "--override-format",
+        action="store_true",
+        help="let the options above differ from the model file's record (read this file unlike the training bars)",
+    )
+
+
+def time_zone(text: str) -> str:
+    if text != "auto" and not is_time_zone(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time zone (e.g. UTC, Asia/Tokyo, Etc/GMT+5)")
+    return text
+
+
+def header_setting(text: str) -> bool | str:
+    choices = {"auto": "auto", "true": True, "false": False}
+    if text.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed auto, true, false")
+    return choices[text.lower()]
+
+
+def delimiter_setting(text: str) -> str:
+    delimiter = {"tab": "\t", "\\t": "\t"}.get(text, text)
+    if delimiter != "auto" and delimiter not in DELIMITERS:
+        raise argparse.ArgumentTypeError(f"{text!r}: allowed auto, ',', ';', tab, '|'")
+    return delimiter
+
+
+def positions_setting(text: str) -> dict:
+    positions = {}
+    for item in text.split(","):
+        key, _, position = item.partition("=")
+        if key.strip() not in ("timestamp", "date", "time", "open", "high", "low", "close", "volume"):
+            raise argparse.ArgumentTypeError(f"{item!r}: want key=position, keys timestamp (or date, time), open, ...")
+        if not position.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"{item!r}: the position must be a whole number from 0")
+        positions[key.strip()] = int(position)
+    return positions
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ SUMMARY_COLUMNS = (
     "target",
     "baseline",  # the naive forecast naive_val_loss is the loss of (rnnfleet.targets)
     "loss",  # what val_loss measures: MSE of the scaled target, or log loss
+    "timezone",  # the zone the bars' times were read in: format.timezone, "UTC (assumed)", "UTC (epoch)", ...
     "val_accuracy",  # classification targets only, with the baseline's
     "naive_val_accuracy",
     "best_epoch",

@@ -379,6 +379,13 @@ def build_checkpoint(
             "seq_len": int(train_hparams["seq_len"]),
             "columns": dict(columns or {}),
         },
+        # How the training bars were read: forecasts read new bars the same way (rnnfleet.predict).
+        # Absent from a model trained on an array file of an older rnnfleet.
+        **(
+            {"read": {"format": arrays.read_format, "timezone": arrays.timezone, "read_as": arrays.read_as}}
+            if arrays.read_format
+            else {}
+        ),
         "plugin_sha256": {**arrays.feature_sha256, **imported_sha256([builder])},
         # Feature rows of the array file; the test part (from test_start) never reached the
         # scored model's training (a refit's trained on every row).
@@ -397,7 +404,8 @@ def model_label(model_hparams: dict) -> str:
 
 
 def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
-    """Which model, features and target a dataset used, and what its skill is measured against."""
+    """Which model, features and target a dataset used, what its skill is measured against,
+    and the zone its times were read in."""
     target = TARGETS[arrays.target]
     return {
         "model": model_label(model_hparams),
@@ -405,4 +413,5 @@ def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
         "target": f"{arrays.target} over {arrays.horizon} bar(s)",
         "baseline": target.baseline,
         "loss": target.loss_name,
+        "timezone": arrays.timezone,
     }

@@ -69,7 +69,10 @@ def test_each_dataset_trains_with_its_own_time_zone_target_and_model(run):
     eth_log = (run / "logs" / "preprocess" / "ETH.log").read_text()
     # 00:00 in Athens (UTC+2 in winter) is 22:00 UTC the day before
     assert "naive times in Europe/Athens; 200 bars, 2023-12-31 22:00 to 2024-01-01 01:19 UTC" in eth_log
-    assert "naive times in UTC; 400 bars, 2024-01-01 00:00" in (run / "logs" / "preprocess" / "EUR.log").read_text()
+    assert (
+        "naive times read as UTC (set format.timezone); 400 bars, 2024-01-01 00:00"
+        in (run / "logs" / "preprocess" / "EUR.log").read_text()
+    )
     assert load_arrays(run / "prep" / "EUR.npz").target == "direction"
     assert load_arrays(run / "prep" / "BTC.npz").target == "log_return"
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import difflib
 import math
 
+from rnnfleet.formats import is_time_zone
+
 TYPE_NAMES = {
     "integer": "an integer",
     "number": "a number",
@@ -58,25 +60,6 @@ def timezone_problems(config: dict) -> list[str]:
         f"config key 'format.timezone' = {zone!r} is not allowed; allowed: auto or a time zone name "
         "such as UTC, Europe/Athens, America/New_York, Etc/GMT+5"
     ]
-
-
-def is_time_zone(zone: str) -> bool:
-    """Whether pandas reads naive times in `zone` (the IANA database through zoneinfo; pandas,
-    which also knows pytz's and dateutil's names, only asked when zoneinfo does not know it)."""
-    import zoneinfo
-
-    try:
-        zoneinfo.ZoneInfo(zone)
-        return True
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        pass
-    import pandas as pd
-
-    try:
-        pd.Timestamp("2020-01-01").tz_localize(zone)
-        return True
-    except Exception:  # pytz, zoneinfo and dateutil each raise their own kinds
-        return False
 
 
 def split_problems(config: dict, schema: dict) -> list[str]:
