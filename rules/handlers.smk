@@ -113,4 +113,5 @@ onerror:
             loss_curves=LOSS_CURVES,
             not_done=NOT_DONE,
         ),
+        quality_thresholds=config["quality"],
     )

@@ -13,5 +13,6 @@ rule inspect:
         files=DATA_FILES,
         settings=PREPROCESS_SETTINGS,
         dataset_settings=per_distinct_config(preprocess_settings),
+        quality=config["quality"],
     script:
         "../scripts/inspect_data.py"

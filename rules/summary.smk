@@ -10,6 +10,9 @@ rule summarize:
         table=SUMMARY,
     log:
         f"{PATHS['logs']}/summarize.log",
+    params:
+        # the warn thresholds too: a changed one re-writes the table, re-trains nothing
+        quality=config["quality"],
     conda:
         "../envs/rnnfleet.yaml"
     script:

@@ -11,4 +11,5 @@ with run_job_guard("inspect"):
         settings=dict(snakemake.params.settings),
         dataset_settings=dict(snakemake.params.dataset_settings),
         table_path=snakemake.output.table,
+        quality_thresholds=dict(snakemake.params.quality),
     )

@@ -6,4 +6,8 @@ from rnnfleet.runner.orphans import run_job_guard
 from rnnfleet.summary import write_summary
 
 with run_job_guard("summary"):
-    write_summary(metrics_paths=snakemake.input.metrics, table_path=snakemake.output.table)
+    write_summary(
+        metrics_paths=snakemake.input.metrics,
+        table_path=snakemake.output.table,
+        quality_thresholds=dict(snakemake.params.quality),
+    )

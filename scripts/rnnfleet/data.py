@@ -22,7 +22,7 @@ from rnnfleet.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
 from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
 from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
-from rnnfleet.quality import check_quality
+from rnnfleet.quality import check_quality, measures_text
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
 
 DEFAULT_TEST_FRACTION = 0.15  # as the schema's preprocess.test_fraction
@@ -333,6 +333,10 @@ def prepare_dataset(
     quality_row, warnings = check_quality(frame, max_gap, quality, name)
     for line in warnings:
         print(line, file=sys.stderr)
+    if measures_text(quality_row):
+        # Warnings are judged where the tables are written (warn thresholds re-train nothing).
+        print(f"{name}: data quality measured: {measures_text(quality_row)}", file=sys.stderr)
+    quality_row.pop("quality_flags")
     gap_bars = find_gaps(timestamps_ns, max_gap)
     if len(frame) < 2 + horizon:
         raise DataError(

@@ -96,11 +96,16 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
 
 
 def inspect_datasets(
-    files: dict[str, str | list[str]], settings: dict, table_path: str, dataset_settings: dict | None = None
+    files: dict[str, str | list[str]],
+    settings: dict,
+    table_path: str,
+    dataset_settings: dict | None = None,
+    quality_thresholds: dict | None = None,
 ) -> None:
     """The table of every dataset in `files` ({dataset: its path or paths}), written atomically;
     each read with `settings`, or with its own from dataset_settings ({dataset: settings}, the
-    datasets sheet's overrides)."""
+    datasets sheet's overrides); quality flags judged with quality_thresholds (warn and fail;
+    None: the settings' own)."""
     dataset_settings = dataset_settings or {}
     import pandas as pd
 
@@ -108,7 +113,10 @@ def inspect_datasets(
 
     rows = []
     for number, (dataset, path) in enumerate(files.items(), 1):
-        rows.append(inspect_dataset(dataset, path, dataset_settings.get(dataset, settings)))
+        own_settings = dataset_settings.get(dataset, settings)
+        if quality_thresholds is not None:
+            own_settings = {**own_settings, "quality": quality_thresholds}
+        rows.append(inspect_dataset(dataset, path, own_settings))
         print(f"{number}/{len(files)} {dataset}: {rows[-1]['status']}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=list(INSPECT_COLUMNS))
     # Counts stay whole numbers when an unusable file leaves them empty.

@@ -10,7 +10,12 @@ Promises:
   and of the minutes inside the series (steps up to preprocess.max_gap: a longer step is a
   gap, rnnfleet.gaps) that have no bar; plus the median step between bars.
 - judge_quality(measures, thresholds): a flag whose measure is above `quality.<flag>.fail`
-  fails, else above `quality.<flag>.warn` warns (1 never: no share is above it).
+  fails, else above `quality.<flag>.warn` warns (1 never: no share is above it); a level a
+  flag's thresholds leave out is not judged.
+- Only the fail thresholds decide whether a dataset trains (fail_thresholds: the preprocess
+  job's setting), so a changed warn threshold re-trains nothing: warnings are judged where a
+  table is written (quality_flags: inspect, results/metrics.csv, the report) with the
+  thresholds of that run.
 - check_quality: the one line of a failure (a DataError naming the file, the flags, their
   shares and the config keys) or the warning lines for the log.
 """
@@ -126,14 +131,31 @@ def judge_quality(measures: dict, thresholds: dict | None) -> list[Finding]:
     findings = []
     for flag in QUALITY_FLAGS:
         share = measures.get(flag)
-        if share is None:  # zero_volume of bars without volume
+        if share is None or share == "":  # zero_volume of bars without volume; not measured
             continue
-        limits = {**QUALITY_DEFAULTS[flag], **thresholds[flag]}
+        limits = thresholds[flag]
         for level in ("fail", "warn"):
-            if share > float(limits[level]):
+            if level in limits and float(share) > float(limits[level]):
                 findings.append(Finding(flag, level, share, float(limits[level])))
                 break
     return findings
+
+
+def fail_thresholds(thresholds: dict) -> dict:
+    """The `quality:` thresholds that decide whether a dataset trains: each flag's fail level."""
+    return {flag: {"fail": limits["fail"]} for flag, limits in {**QUALITY_DEFAULTS, **thresholds}.items()}
+
+
+def quality_flags(measures: dict, thresholds: dict | None) -> str:
+    """The quality_flags cell of a dataset's measures under `thresholds` ('' for none)."""
+    return flags_text(judge_quality(measures, thresholds))
+
+
+def measures_text(measures: dict) -> str:
+    """'flat_bars 100.0%, zero_volume 45.0%': the flags that measured above zero ('' for none)."""
+    return ", ".join(
+        f"{flag} {share_text(measures[flag])}" for flag in QUALITY_FLAGS if measures.get(flag) not in (None, 0, 0.0)
+    )
 
 
 def flags_text(findings: list[Finding]) -> str:

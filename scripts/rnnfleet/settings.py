@@ -8,6 +8,8 @@ splits a dataset exactly as the preprocess job does.
 
 from __future__ import annotations
 
+from rnnfleet.quality import fail_thresholds
+
 # Train settings that change only how fast or where a model trains, not what it learns:
 # they are not params of the train rule, so changing one re-trains nothing.
 RUNTIME_ONLY_TRAIN_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
@@ -44,8 +46,10 @@ def config_value(config: dict, key: str):
 
 def preprocess_settings(config: dict) -> dict:
     """What reading, cleaning, featurising and splitting a dataset depend on, as the keyword
-    arguments of rnnfleet.data.prepare_dataset (and of the preprocess job)."""
-    return {name: config_value(config, key) for name, key in PREPROCESS_CONFIG_KEYS.items()}
+    arguments of rnnfleet.data.prepare_dataset (and of the preprocess job). Of `quality:`
+    only the fail thresholds: the warn ones change no arrays (rnnfleet.quality)."""
+    settings = {name: config_value(config, key) for name, key in PREPROCESS_CONFIG_KEYS.items()}
+    return {**settings, "quality": fail_thresholds(settings["quality"])}
 
 
 def train_hyper_parameters(config: dict) -> dict:

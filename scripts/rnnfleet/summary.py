@@ -7,10 +7,11 @@ import csv
 import io
 import json
 import os
+import sys
 
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, last_marked_line
-from rnnfleet.quality import QUALITY_COLUMNS
+from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
 SUMMARY_COLUMNS = (
     "dataset",
@@ -64,14 +65,18 @@ STATUSES = ("ok", "data error", "failed", "stopped", "previous model kept", "not
 SHOWN_FAILURES = 20
 
 
-def metrics_row(metrics_path: str | os.PathLike) -> dict:
+def metrics_row(metrics_path: str | os.PathLike, quality_thresholds: dict | None = None) -> dict:
+    """A dataset's row from its metrics file; quality_flags judged with `quality_thresholds`
+    (the run's `quality:` config; None: the defaults)."""
     with open(metrics_path) as handle:
         metrics = json.load(handle)
-    return {**{column: metrics.get(column, "") for column in SUMMARY_COLUMNS}, "status": "ok", "error": ""}
+    row = {column: metrics.get(column, "") for column in SUMMARY_COLUMNS}
+    return {**row, "quality_flags": quality_flags(metrics, quality_thresholds), "status": "ok", "error": ""}
 
 
-def summary_rows(metrics_paths: list[str]) -> list[dict]:
-    return sorted((metrics_row(path) for path in metrics_paths), key=lambda row: row["dataset"])
+def summary_rows(metrics_paths: list[str], quality_thresholds: dict | None = None) -> list[dict]:
+    rows = (metrics_row(path, quality_thresholds) for path in metrics_paths)
+    return sorted(rows, key=lambda row: row["dataset"])
 
 
 def table_text(rows: list[dict]) -> str:
@@ -87,14 +92,21 @@ def write_table(rows: list[dict], table_path: str | os.PathLike) -> None:
         handle.write(table_text(rows).encode())
 
 
-def write_summary(metrics_paths: list[str], table_path: str | os.PathLike) -> list[dict]:
+def write_summary(
+    metrics_paths: list[str], table_path: str | os.PathLike, quality_thresholds: dict | None = None
+) -> list[dict]:
     """The summarize job: every dataset trained."""
-    rows = summary_rows(metrics_paths)
+    rows = summary_rows(metrics_paths, quality_thresholds)
+    for row in rows:
+        if row["quality_flags"]:
+            print(f"{row['dataset']}: warning: data quality: {row['quality_flags']}", file=sys.stderr)
     write_table(rows, table_path)
     return rows
 
 
-def outcome_row(dataset: str, step_logs: dict[str, str], metrics_path: str) -> dict:
+def outcome_row(
+    dataset: str, step_logs: dict[str, str], metrics_path: str, quality_thresholds: dict | None = None
+) -> dict:
     """What became of one dataset, from the last marked line of each step's log (in
     pipeline order) and the metrics file."""
     for step, log_path in step_logs.items():
@@ -108,7 +120,7 @@ def outcome_row(dataset: str, step_logs: dict[str, str], metrics_path: str) -> d
                 status = "failed"
             return {"dataset": dataset, "status": status, "error": f"{step}: {line.split(': ', 1)[1]}"}
     try:
-        return metrics_row(metrics_path)
+        return metrics_row(metrics_path, quality_thresholds)
     except FileNotFoundError:
         return {"dataset": dataset, "status": "not run", "error": ""}
     except (OSError, ValueError) as error:

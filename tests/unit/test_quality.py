@@ -14,7 +14,14 @@ from conftest import REPO
 from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.errors import DataError
 from rnnfleet.plots import write_table_html
-from rnnfleet.quality import QUALITY_DEFAULTS, check_quality, judge_quality, measure_quality
+from rnnfleet.quality import (
+    QUALITY_DEFAULTS,
+    check_quality,
+    fail_thresholds,
+    judge_quality,
+    measure_quality,
+    quality_flags,
+)
 from rnnfleet.summary import SUMMARY_COLUMNS, metrics_row
 from rnnfleet.synthetic import synthetic_bars
 
@@ -185,11 +192,13 @@ def test_the_defaults_are_the_schemas():
 def test_preprocess_stores_the_flags_in_the_array_file_and_fails_with_one_line(tmp_path, capsys):
     path = tmp_path / "FLAT.csv"
     flat(synthetic_bars(ROWS, 10)).to_csv(path, index=False, float_format="%.6f")
-    arrays, _ = prepare_dataset(str(path), 16, 1, 0.2, quality=QUALITY_DEFAULTS)
-    assert f"{path}: warning: data quality: flat bars" in capsys.readouterr().err
+    arrays, _ = prepare_dataset(str(path), 16, 1, 0.2, quality=fail_thresholds(QUALITY_DEFAULTS))
+    assert f"{path}: data quality measured: flat_bars 100.0%" in capsys.readouterr().err
     save_arrays(arrays, tmp_path / "FLAT.npz")
     assert load_arrays(tmp_path / "FLAT.npz").quality == arrays.quality
-    assert arrays.quality["quality_flags"] == "flat_bars 100.0%"
+    assert arrays.quality["flat_bars"] == 1.0 and "quality_flags" not in arrays.quality
+    assert quality_flags(arrays.quality, QUALITY_DEFAULTS) == "flat_bars 100.0%"
+    assert quality_flags(arrays.quality, {"flat_bars": {"warn": 1.0, "fail": 1.0}}) == ""
 
     broken = synthetic_bars(ROWS, 10)
     broken = broken.assign(high=broken["low"], low=broken["high"])
@@ -209,11 +218,13 @@ def test_an_array_file_from_before_the_flags_loads_without_them(tmp_path):
 
 
 def test_the_summary_table_has_the_flags(tmp_path):
-    metrics = {"dataset": "FLAT_1m", "quality_flags": "flat_bars 100.0%", "flat_bars": 1.0, "zero_volume": None}
+    metrics = {"dataset": "FLAT_1m", "flat_bars": 1.0, "zero_volume": None}
     (tmp_path / "m.json").write_text(json.dumps(metrics))
     row = metrics_row(tmp_path / "m.json")
     assert {"quality_flags", "flat_bars", "zero_volume", "missing_minutes", "median_step"} <= set(SUMMARY_COLUMNS)
     assert (row["quality_flags"], row["flat_bars"], row["zero_volume"]) == ("flat_bars 100.0%", 1.0, None)
+    # the run's warn thresholds decide, not the ones the arrays were made with
+    assert metrics_row(tmp_path / "m.json", {"flat_bars": {"warn": 1.0, "fail": 1.0}})["quality_flags"] == ""
 
 
 def test_the_report_table_marks_a_flagged_dataset(tmp_path):

@@ -16,6 +16,7 @@ from conftest import (
     TINY_ROWS,
     decoded,
     pending_jobs,
+    planned_rules,
     report_results,
     snakemake,
     summary_by_dataset,
@@ -86,10 +87,13 @@ def test_failing_flags_fail_with_one_line_and_warnings_go_to_the_log(fleet):
         assert summary[dataset]["error"].startswith(f"preprocess: data/{dataset}.csv: data quality: {words}")
         assert not (fleet / "models" / f"{dataset}.pt").exists()
     flat_log = (fleet / "logs" / "preprocess" / f"{FLAT}.log").read_text()
-    assert "warning: data quality: flat bars (open = high = low = close): 100.0% of the bars" in flat_log
-    assert "warning: data quality: bars with zero volume: 45.0% of the bars" in flat_log
-    assert "warning: data quality: sparse bars" in (fleet / "logs" / "preprocess" / f"{SPARSE}.log").read_text()
-    assert "warning" not in (fleet / "logs" / "preprocess" / f"{CLEAN}.log").read_text()
+    assert f"data/{FLAT}.csv: data quality measured: flat_bars 100.0%, zero_volume 45.0%" in flat_log
+    assert "data quality measured: missing_minutes " in (fleet / "logs" / "preprocess" / f"{SPARSE}.log").read_text()
+    assert "data quality" not in (fleet / "logs" / "preprocess" / f"{CLEAN}.log").read_text()
+    summarize_log = (fleet / "logs" / "summarize.log").read_text()
+    assert f"{FLAT}: warning: data quality: flat_bars 100.0%, zero_volume 45.0%" in summarize_log
+    assert f"{SPARSE}: warning: data quality: missing_minutes " in summarize_log
+    assert CLEAN not in summarize_log
 
 
 def test_the_metrics_table_flags_the_degenerate_datasets_and_not_the_clean_one(fleet):
@@ -109,7 +113,19 @@ def test_the_report_ranking_marks_the_degenerate_dataset(fleet):
     assert "2 dataset(s) flagged for data quality" in table  # FLAT and SPARSE
 
 
-def test_a_changed_threshold_re_runs_the_preprocess_it_affects(fleet):
+def test_a_changed_warn_threshold_re_writes_the_table_and_re_trains_nothing(fleet):
+    write_config(fleet, data_dir="data", quality={"flat_bars": {"warn": 1.0}, "zero_volume": {"warn": 1.0}})
+    planned = snakemake(fleet, "-n").stdout
+    assert not pending_jobs(planned, "preprocess").keys() - {HIGH_LOW, DUPLICATES}
+    assert not pending_jobs(planned, "train").keys() - {HIGH_LOW, DUPLICATES}
+    assert "summarize" in planned_rules(planned)
+    snakemake(fleet)
+    summary = summary_by_dataset(fleet)
+    assert summary[FLAT]["status"] == "ok" and summary[FLAT]["quality_flags"] == ""
+    assert summary[SPARSE]["quality_flags"].startswith("missing_minutes ")
+
+
+def test_a_changed_fail_threshold_re_runs_the_preprocess_it_affects(fleet):
     write_config(fleet, data_dir="data", quality={"flat_bars": {"warn": 0.9, "fail": 0.95}})
     planned = snakemake(fleet, "-n").stdout
     assert set(pending_jobs(planned, "preprocess")) >= {FLAT, CLEAN}

@@ -64,6 +64,7 @@ def write_results_after_failures(
     metrics_pattern: str,
     model_pattern: str,
     paths: ResultPaths,
+    quality_thresholds: dict | None = None,
 ) -> list[dict]:
     """See the module doc. The patterns hold `{dataset}`. A dataset that is not done but has
     a model (put back by previous_models, or untouched because an earlier step failed) is
@@ -76,6 +77,7 @@ def write_results_after_failures(
             dataset,
             {step: pattern.format(dataset=dataset) for step, pattern in step_log_patterns.items()},
             metrics_paths[dataset],
+            quality_thresholds,
         )
         if row["status"] not in ("ok", "not run") and os.path.exists(model_pattern.format(dataset=dataset)):
             row = {**row, "status": KEPT_STATUS, "error": f"{row['status']}: {row['error']}"}
