@@ -92,14 +92,19 @@ def write_table(rows: list[dict], table_path: str | os.PathLike) -> None:
         handle.write(table_text(rows).encode())
 
 
+def print_quality_warnings(rows: list[dict]) -> None:
+    """One line on stderr for each dataset the table flags for data quality."""
+    for row in rows:
+        if row.get("quality_flags"):
+            print(f"{row['dataset']}: warning: data quality: {row['quality_flags']}", file=sys.stderr)
+
+
 def write_summary(
     metrics_paths: list[str], table_path: str | os.PathLike, quality_thresholds: dict | None = None
 ) -> list[dict]:
     """The summarize job: every dataset trained."""
     rows = summary_rows(metrics_paths, quality_thresholds)
-    for row in rows:
-        if row["quality_flags"]:
-            print(f"{row['dataset']}: warning: data quality: {row['quality_flags']}", file=sys.stderr)
+    print_quality_warnings(rows)
     write_table(rows, table_path)
     return rows
 

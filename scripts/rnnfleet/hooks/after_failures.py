@@ -36,7 +36,14 @@ from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.hooks.previous_models import KEPT_STATUS
 from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_table_html
-from rnnfleet.summary import SUMMARY_COLUMNS, failure_report, outcome_row, table_text, write_table
+from rnnfleet.summary import (
+    SUMMARY_COLUMNS,
+    failure_report,
+    outcome_row,
+    print_quality_warnings,
+    table_text,
+    write_table,
+)
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,7 @@ def write_results_after_failures(
                 handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
     except UserError as error:  # a WriteError: disk full, read-only folder, ...
         print(f"rnnfleet: ERROR: {error}", file=sys.stderr)
+    print_quality_warnings(rows)
     print(failure_report(not_ok, len(rows), paths.table), file=sys.stderr)
     return not_ok
 
