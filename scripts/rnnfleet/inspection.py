@@ -4,7 +4,8 @@ Promise: `inspect_datasets` writes a CSV (results/inspect.csv by `snakemake insp
 for every dataset, how its file was read, its bars, first and last time, median bar
 spacing, gaps (preprocess.max_gap), rows dropped and why, and the training, validation and
 test windows the current train.seq_len leaves; a file that cannot be read gets its one-line
-problem instead. Reading, cleaning, gaps and the split are the preprocess job's own code.
+problem instead, and nothing that goes wrong with one dataset stops the table of the others.
+Reading, cleaning, features, gaps and the split are the preprocess job's own code.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import sys
 
 import numpy as np
 
-from rnnfleet.data import bar_features, bars_label, read_clean_bars, split_points
-from rnnfleet.errors import UserError
+from rnnfleet.data import bar_features, bars_label, features_for_bars, left_out_note, read_clean_bars, split_points
+from rnnfleet.errors import UserError, one_line
 from rnnfleet.gaps import find_gaps, window_numbers
 from rnnfleet.joining import check_one_minute_bars
 
@@ -48,9 +49,13 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
         frame = read_clean_bars(path, settings["columns"], settings["max_bad_fraction"], settings["read_format"])
         # the checks preprocess makes on the numbers; the features' warm-up
         check_one_minute_bars(frame["timestamp"].array.asi8, row["file"])
-        warmup = bar_features(frame, settings["features"], row["file"]).warmup
+        features, left_out = features_for_bars(frame, settings["features"], row["file"])
+        warmup = bar_features(frame, features, row["file"]).warmup
     except UserError as error:  # a data error, or a features plug-in that fails on this file
         return {**row, "status": "unusable", "long_enough": False, "problem": str(error)}
+    except Exception as error:  # a bug must not cost the other datasets their rows
+        problem = f"{row['file']}: internal error {type(error).__name__}: {one_line(error)}"
+        return {**row, "status": "unusable", "long_enough": False, "problem": problem}
     timestamps_ns = frame["timestamp"].array.asi8
     steps = np.diff(timestamps_ns)
     gap_bars = find_gaps(timestamps_ns, settings["max_gap"])
@@ -70,7 +75,7 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
         "median_spacing": duration_text(int(np.median(steps))) if len(steps) else "",
         "gaps": len(gap_bars),
         "longest_gap": duration_text(int(steps[gap_bars].max())) if len(gap_bars) else "",
-        "cleaning": "; ".join(frame.attrs.get("notes", [])),
+        "cleaning": "; ".join([*frame.attrs.get("notes", []), *([left_out_note(left_out)] if left_out else [])]),
         "train_windows": len(train),
         "val_windows": len(val),
         "test_windows": len(test),
