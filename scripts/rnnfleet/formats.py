@@ -362,7 +362,7 @@ def continued_header_rows(rows: list[list[str]]) -> int:
         if not cells or not cells[0] or any(map(is_number, cells)):
             break
         count += 1
-    return count if count < len(rows) else 0  # only header lines: the sample ends inside the header
+    return count
 
 
 def header_names(rows: list[list[str]]) -> list[str]:
@@ -543,16 +543,21 @@ def read_text(stream, name: str, layout: Layout):
     source, encoding = stream, layout.encoding
     if layout.quoted_lines:
         source, encoding = io.StringIO(unquoted(stream.read().decode(layout.encoding))), None
-    frame = pd.read_csv(
-        source,
-        sep=layout.delimiter,
-        header=None,
-        skiprows=layout.header_rows if layout.header else 0,
-        usecols=sorted(set(positions.values())),
-        dtype={positions[key]: str for key in text_keys if key in positions},
-        encoding=encoding,
-        skipinitialspace=True,
-    )
+    try:
+        frame = pd.read_csv(
+            source,
+            sep=layout.delimiter,
+            header=None,
+            skiprows=layout.header_rows if layout.header else 0,
+            usecols=sorted(set(positions.values())),
+            dtype={positions[key]: str for key in text_keys if key in positions},
+            encoding=encoding,
+            skipinitialspace=True,
+        )
+    except pd.errors.EmptyDataError:
+        if layout.header:  # nothing after the header line(s)
+            raise DataError(f"{name}: has a header but no data rows") from None
+        raise
     return frame.rename(columns={position: key for key, position in positions.items()})
 
 

@@ -290,3 +290,14 @@ def test_joining_a_file_without_volume_drops_volume_with_a_note(tmp_path):
     joined = read_clean_bars([str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], None, 0.01)
     assert list(joined.columns) == ["timestamp", *BAR_KEYS[:4]] and len(joined) == 40
     assert any("volume not used" in note and "b.csv has none" in note for note in joined.attrs["notes"])
+
+
+def test_a_plug_in_feature_reading_volume_of_a_file_without_it_is_a_data_error_naming_both(tmp_path, monkeypatch):
+    from rnnfleet.features import compute_feature_matrix
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "feat.py").write_text("def turnover(bars):\n    return bars['volume'] * bars['close']\n")
+    monkeypatch.chdir(tmp_path)
+    no_volume = headered(reference_bars(20)).drop(columns="volume")
+    with pytest.raises(DataError, match=r"^X.csv: has no volume column, which mine/feat.py: function turnover needs$"):
+        compute_feature_matrix(no_volume, ["mine/feat.py:turnover"], "X.csv")
