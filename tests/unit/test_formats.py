@@ -31,7 +31,9 @@ from layouts import (
 from rnnfleet.data import DataError, features_for_bars, read_clean_bars
 from rnnfleet.features import DEFAULT_FEATURES
 from rnnfleet.formats import (
+    FORMAT_DEFAULTS,
     FORMAT_PRESETS,
+    PRICE_SIDES,
     bid_ask_columns,
     continued_header_rows,
     header_names,
@@ -138,9 +140,11 @@ def test_an_unknown_headerless_layout_and_pre_1973_epochs_are_clear_errors(tmp_p
         read_bars(tmp_path / "small.csv")
 
 
-def test_the_schema_offers_every_preset():
+def test_the_schema_offers_every_preset_and_price_side():
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     assert schema["properties"]["format"]["properties"]["preset"]["enum"] == list(FORMAT_PRESETS)
+    price_side = schema["properties"]["format"]["properties"]["price_side"]
+    assert (price_side["enum"], price_side["default"]) == (list(PRICE_SIDES), FORMAT_DEFAULTS["price_side"])
 
 
 def test_real_layouts_read_to_the_same_bars_with_volume_only_where_the_file_has_it(tmp_path):
