@@ -24,11 +24,13 @@ WITHOUT_VOLUME = [dataset for dataset, (*_, has_volume) in REAL_LAYOUTS.items() 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    """One run of the default config: every REAL_LAYOUTS file and the two plain CSVs, trained."""
+    """One run of the default config: every REAL_LAYOUTS file and the two plain CSVs trained,
+    the files without volume forecast."""
     workdir = tmp_path_factory.mktemp("real_layouts")
     write_real_layouts(reference_bars(), workdir / "data")
     write_config(workdir, data_dir="data", train={"seq_len": SEQ_LEN})
-    return workdir, snakemake(workdir, "results/metrics.csv", check=False)
+    forecasts = [f"predictions/{dataset}.csv" for dataset in [*WITHOUT_VOLUME, "PLAINNOVOL_1m"]]
+    return workdir, snakemake(workdir, "results/metrics.csv", *forecasts, check=False)
 
 
 def test_each_real_layout_trains_through_snakemake_on_the_arrays_of_the_plain_csv(real_run):
@@ -46,7 +48,7 @@ def test_each_real_layout_trains_through_snakemake_on_the_arrays_of_the_plain_cs
         assert load_checkpoint(workdir / "models" / f"{dataset}.pt")["dataset"] == dataset
 
 
-def test_without_volume_the_log_the_summary_and_the_model_file_say_log_volume_was_left_out(real_run):
+def test_without_volume_the_log_summary_and_model_file_say_log_volume_was_left_out_and_forecasts_run(real_run):
     workdir, _ = real_run
     summary = summary_by_dataset(workdir)
     for dataset in [*WITHOUT_VOLUME, "PLAINNOVOL_1m"]:
@@ -54,6 +56,8 @@ def test_without_volume_the_log_the_summary_and_the_model_file_say_log_volume_wa
         assert summary[dataset]["features"] == "ohlc_returns (log_volume left out: no volume)"
         recorded = load_checkpoint(workdir / "models" / f"{dataset}.pt")["features"]
         assert (recorded["definition"], recorded["left_out"]) == (["ohlc_returns"], ["log_volume"])
+        forecasts = (workdir / "predictions" / f"{dataset}.csv").read_text().splitlines()
+        assert len(forecasts) > 1, dataset  # forecasts compute the features the model was trained on
     assert summary["PLAIN_1m"]["features"] == "ohlc_returns + log_volume"
     assert load_checkpoint(workdir / "models" / "PLAIN_1m.pt")["features"]["left_out"] == []
 
