@@ -190,3 +190,135 @@ def layouts_run(every_layout, tmp_path_factory):
 
 def preprocess_log(workdir: Path, dataset: str) -> str:
     return (workdir / "logs" / "preprocess" / f"{dataset}.log").read_text()
+
+
+# Layouts of real files that hold more than the bars, or less (issue 24): each builder writes
+# the reference bars as its source does. FXCM-style files give their bid side the reference
+# prices; files without volume are compared with a plain CSV without volume.
+ASK_SPREAD = 0.0002
+FXCM_SYMBOL = "EUR/USD"
+
+
+def without_volume(bars: pd.DataFrame) -> pd.DataFrame:
+    return headered(bars).drop(columns="volume")
+
+
+def write_nse(bars: pd.DataFrame, path: Path) -> None:
+    """NSE/India index export: symbol, date, time, OHLC, no volume, no header, CRLF."""
+    pd.DataFrame(
+        {
+            "symbol": "NIFTY",
+            "date": bars["timestamp"].dt.strftime("%Y%m%d"),
+            "time": bars["timestamp"].dt.strftime("%H:%M"),
+            **numbers(bars)[BAR_KEYS[:4]],
+        }
+    ).to_csv(path, header=False, index=False, lineterminator="\r\n")
+
+
+def write_fxcm(bars: pd.DataFrame, path: Path) -> None:
+    """FXCM bid/ask export: quoted names holding commas, ask then bid OHLC, no volume, times
+    month first, newest row first."""
+    columns = {"Date": bars["timestamp"].dt.strftime("%m/%d/%Y %H:%M:%S")}
+    for side in ("Ask", "Bid"):
+        for key in BAR_KEYS[:4]:
+            prices = bars[key] + (ASK_SPREAD if side == "Ask" else 0.0)
+            columns[f"{FXCM_SYMBOL}({key.capitalize()}, {side}){'*' if side == 'Bid' else ''}"] = prices.round(6)
+    pd.DataFrame(columns).iloc[::-1].to_csv(path, index=False)
+
+
+def write_yfinance(bars: pd.DataFrame, path: Path, ticker: str = "SPY") -> None:
+    """yfinance.download(...).to_csv(): three header rows, columns Close, High, Low, Open, Volume."""
+    order = ["close", "high", "low", "open", "volume"]
+    lines = [
+        ",".join(["Price", *(key.capitalize() for key in order)]),
+        ",".join(["Ticker", *[ticker] * len(order)]),
+        "Datetime" + "," * len(order),
+    ]
+    times = bars["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S+00:00")
+    body = pd.concat([times, bars[order]], axis=1).to_csv(header=False, index=False)
+    path.write_text("\n".join(lines) + "\n" + body)
+
+
+def write_mt5_quoted(bars: pd.DataFrame, path: Path) -> None:
+    """An MT5 export re-saved by a spreadsheet: each line one quoted string, tabs inside."""
+    body = pd.concat([bars["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S"), numbers(bars)], axis=1)
+    lines = body.to_csv(sep="\t", header=False, index=False).splitlines()
+    path.write_text("".join(f'"{line}"\n' for line in lines))
+
+
+def mt5_frame(bars: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "<DATE>": bars["timestamp"].dt.strftime("%Y.%m.%d"),
+            "<TIME>": bars["timestamp"].dt.strftime("%H:%M:%S"),
+            **{f"<{key.upper()}>": bars[key] for key in BAR_KEYS[:4]},
+            "<TICKVOL>": bars["volume"],
+            "<VOL>": 0,
+            "<SPREAD>": 12,
+        }
+    )
+
+
+def write_mt5_utf16(bars: pd.DataFrame, path: Path) -> None:
+    """An MT5 bars export as MT5 saves it: UTF-16 LE with a byte-order mark, CRLF."""
+    text = mt5_frame(bars).to_csv(sep="\t", index=False, lineterminator="\r\n")
+    path.write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+
+
+def write_parquet_text_close(bars: pd.DataFrame, path: Path) -> None:
+    """A Parquet file whose close column holds the numbers as strings."""
+    frame = pd.DataFrame({"timestamp": bars["timestamp"], **numbers(bars)})
+    frame["close"] = frame["close"].map(repr)
+    frame.to_parquet(path, index=False)
+
+
+# {dataset: (builder, file suffix, what its read line must say, whether it has volume)}
+REAL_LAYOUTS = {
+    "NSE_1m": (
+        write_nse,
+        ".csv",
+        "auto: headerless, ','-delimited, 7 columns, no volume column, time from columns 1 + 2 as %Y%m%d %H:%M text",
+        False,
+    ),
+    "FXCM_1m": (
+        write_fxcm,
+        ".csv",
+        "auto: header, ','-delimited, 9 columns, bid prices (format.price_side), "
+        "no volume column, time from column 'Date' as %m/%d/%Y %H:%M:%S text",
+        False,
+    ),
+    "YFINANCE_1m": (
+        write_yfinance,
+        ".csv",
+        "auto: 3-line header, ','-delimited, 6 columns, time from column 'Datetime' as ISO8601 text, UTC",
+        True,
+    ),
+    "MT5QUOTED_1m": (
+        write_mt5_quoted,
+        ".csv",
+        "auto: headerless, '\\t'-delimited, 6 columns, each line in quotes, time from column 0 as ISO8601 text",
+        True,
+    ),
+    "MT5UTF16_1m": (
+        write_mt5_utf16,
+        ".csv",
+        "auto: header, '\\t'-delimited, 9 columns, UTF-16 text, time from columns '<DATE>' + '<TIME>'",
+        True,
+    ),
+    "PARQUETTEXT_1m": (
+        write_parquet_text_close,
+        ".parquet",
+        "auto: Parquet, 6 columns, read 6, time from column 'timestamp' as zoned times, UTC",
+        True,
+    ),
+}
+
+
+def write_real_layouts(bars: pd.DataFrame, folder: Path) -> None:
+    """Every REAL_LAYOUTS file of `bars` in folder, beside the two plain CSVs they read like
+    (PLAIN_1m with volume, PLAINNOVOL_1m without)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for dataset, (builder, suffix, _, _) in REAL_LAYOUTS.items():
+        builder(bars, folder / f"{dataset}{suffix}")
+    headered(bars).to_csv(folder / "PLAIN_1m.csv", index=False)
+    without_volume(bars).to_csv(folder / "PLAINNOVOL_1m.csv", index=False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from rnnfleet.errors import DataError, UserError
-from rnnfleet.features import DEFAULT_FEATURES, compute_feature_matrix
+from rnnfleet.features import DEFAULT_FEATURES, VOLUME_FEATURES, compute_feature_matrix
 from rnnfleet.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
 from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
 from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
@@ -55,6 +55,8 @@ class PreparedArrays:
     # {user feature file as written: sha256 of the bytes that computed the features}, for the model file.
     feature_sha256: dict[str, str] = field(default_factory=dict)
     feature_names: tuple[str, ...] = ()  # one per column
+    # Of the default features, those the dataset's file(s) could not give (no volume column).
+    features_left_out: tuple[str, ...] = ()
     warmup: int = 1  # leading bars without features
     # Bar b of the file is followed by a gap (longer than preprocess.max_gap): see rnnfleet.gaps.
     gap_bars: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -86,9 +88,9 @@ MAX_BAD_FRACTION_KEY = "config key preprocess.max_bad_fraction"
 
 
 def drop_non_finite(frame, name: str, max_fraction: float, max_fraction_setting: str = MAX_BAD_FRACTION_KEY):
-    """Drop rows with NaN/inf in prices or volume, up to max_fraction of the rows (the
-    setting named max_fraction_setting in the error)."""
-    values = frame[[*PRICE_KEYS, "volume"]].to_numpy(dtype=np.float64)
+    """Drop rows with NaN/inf in prices or volume (where there is one), up to max_fraction of
+    the rows (the setting named max_fraction_setting in the error)."""
+    values = frame[bar_columns(frame)].to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values).all(axis=1)
     n_bad = int(bad.sum())
     if n_bad == 0:
@@ -114,6 +116,27 @@ def check_prices(prices: np.ndarray, volume: np.ndarray, name: str = "dataset") 
     if (volume < 0).any():
         row = int(np.nonzero(volume < 0)[0][0])
         raise DataError(f"{name}: negative volume in data row {row + 1}")
+
+
+def bar_columns(frame) -> list[str]:
+    """The number columns of a bars table: the prices, and volume where the file had one."""
+    return [*PRICE_KEYS, *(["volume"] if "volume" in frame.columns else [])]
+
+
+def features_for_bars(bars, features, name: str = "dataset") -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the features to compute, those left out) for a bars table: all of `features` where
+    it has volume; without volume, the default features leave out those needing it, while a
+    list the user chose that names one is a DataError naming the feature and the file."""
+    features = tuple(features)
+    needing_volume = tuple(feature for feature in features if feature in VOLUME_FEATURES)
+    if "volume" in bars.columns or not needing_volume:
+        return features, ()
+    if features == DEFAULT_FEATURES:
+        return tuple(feature for feature in features if feature not in VOLUME_FEATURES), needing_volume
+    raise DataError(
+        f"{name}: has no volume column, which feature {needing_volume[0]!r} (config key features) needs; "
+        "remove it from features: or give this dataset a file with volume"
+    )
 
 
 def bar_features(bars, feature_definition=DEFAULT_FEATURES, name: str = "dataset", sources=None):
@@ -293,10 +316,10 @@ def bars_label(paths: str | os.PathLike | list[str], dataset: str = "") -> str:
 
 
 def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, 4) open, high, low, close and (rows,) volume, float64, from read_bars' frame
-    (views of one copy of the numbers)."""
-    bars = frame[[*PRICE_KEYS, "volume"]].to_numpy(dtype=np.float64)
-    return bars[:, :4], bars[:, 4]
+    """(rows, 4) open, high, low, close and (rows,) volume (empty where the file has none),
+    float64, from read_bars' frame (views of one copy of the numbers)."""
+    bars = frame[bar_columns(frame)].to_numpy(dtype=np.float64)
+    return bars[:, :4], bars[:, 4] if bars.shape[1] > 4 else np.zeros(0)
 
 
 def prepare_dataset(
@@ -328,6 +351,9 @@ def prepare_dataset(
         "timezone": frame.attrs["timezone"],
         "read_as": frame.attrs["read_as"],
     }
+    features, left_out = features_for_bars(frame, features, name)
+    if left_out:
+        notes.append(left_out_note(left_out))
     timestamps_ns = frame["timestamp"].array.asi8
     check_one_minute_bars(timestamps_ns, name)
     quality_row, warnings = check_quality(frame, max_gap, quality, name)
@@ -355,11 +381,18 @@ def prepare_dataset(
         feature_names=names,
         quality=quality_row,
         **read,
+        features_left_out=left_out,
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
         arrays = replace(arrays, gap_bars=gap_bars)
     return arrays, notes
+
+
+def left_out_note(left_out: tuple[str, ...]) -> str:
+    return (
+        f"default feature(s) {', '.join(left_out)} left out: no volume column; trained on the features the prices give"
+    )
 
 
 def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
@@ -385,6 +418,7 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             feature_definition=np.array(arrays.feature_definition, dtype=np.str_),
             feature_sha256=np.str_(json.dumps(arrays.feature_sha256)),
             feature_names=np.array(arrays.feature_names, dtype=np.str_),
+            features_left_out=np.array(arrays.features_left_out, dtype=np.str_),
             warmup=np.int64(arrays.warmup),
             gap_bars=arrays.gap_bars,
             quality=np.str_(json.dumps(arrays.quality)),
@@ -418,6 +452,9 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 # Files written before the hashes were recorded have none.
                 feature_sha256=json.loads(str(stored["feature_sha256"])) if "feature_sha256" in stored.files else {},
                 feature_names=tuple(str(item) for item in stored["feature_names"]),
+                features_left_out=tuple(str(item) for item in stored["features_left_out"])
+                if "features_left_out" in stored.files
+                else (),
                 warmup=int(stored["warmup"]),
                 gap_bars=stored["gap_bars"],
                 # Files written before the quality flags have none.

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rnnfleet.errors import UserError, one_line
+from rnnfleet.errors import DataError, UserError, one_line
 from rnnfleet.plugins import describe, resolve
 
 DEFAULT_FEATURES = ("ohlc_returns", "log_volume")
+VOLUME_FEATURES = ("log_volume", "volume_change")  # the built-ins that need a volume column
 MINUTES_PER_DAY = 24 * 60
 
 
@@ -123,6 +124,10 @@ def feature_values(reference: str, bars, name: str, sources: Mapping[str, bytes]
         result = function(bars)
     except UserError as error:
         raise UserError(f"{name}: {where}: {error}") from None
+    except KeyError as error:
+        if error.args == ("volume",) and "volume" not in bars.columns:
+            raise DataError(f"{name}: has no volume column, which {where} needs") from None
+        raise UserError(f"{name}: {where} failed ({type(error).__name__}: {one_line(error)})") from None
     except Exception as error:
         raise UserError(f"{name}: {where} failed ({type(error).__name__}: {one_line(error)})") from None
     try:

@@ -1,20 +1,26 @@
 """Minute-bar files in the layouts people have -> the canonical bars table.
 
 Promise: `read_bars(path, columns, read_format)` opens the file once and returns a DataFrame
-with exactly the columns timestamp (datetime64[ns, UTC]), open, high, low, close, volume
-(numbers), sorted by time, exact duplicate timestamps dropped (keeping the last); its
-`attrs["read_as"]` says in one line how the file was read, `attrs["timezone"]` the zone its
-times were read in (TIMEZONE_ASSUMED when naive times were taken as UTC for want of
-`format.timezone`) and `attrs["notes"]` what was cleaned. Any problem is a DataError naming
-the file.
+with exactly the columns timestamp (datetime64[ns, UTC]), open, high, low, close and, where
+the file has one, volume (numbers), sorted by time, exact duplicate timestamps dropped
+(keeping the last); its `attrs["read_as"]` says in one line how the file was read,
+`attrs["timezone"]` the zone its times were read in (TIMEZONE_ASSUMED when naive times were
+taken as UTC for want of `format.timezone`) and `attrs["notes"]` what was cleaned. Any
+problem while reading is a DataError naming the file, never another exception.
 
 What it reads, with no user code (docs/data.md):
-- CSV with a header, any of `,` `;` tab `|` as delimiter, plain or .gz/.bz2/.xz/.zip;
-  columns found by the names in `columns:` or their usual spellings (MetaTrader's
-  `<DATE>`/`<TIME>`/`<TICKVOL>`, Dukascopy's `Gmt time`, Binance's `open_time`, ...);
+- CSV with a header, any of `,` `;` tab `|` as delimiter, plain or .gz/.bz2/.xz/.zip, UTF-8
+  or (told by its byte-order mark) UTF-16; columns found by the names in `columns:` or their
+  usual spellings (MetaTrader's `<DATE>`/`<TIME>`/`<TICKVOL>`, Dukascopy's `Gmt time`,
+  Binance's `open_time`, ...), quoted names holding the delimiter too; bid/ask columns
+  (FXCM's `"EUR/USD(Open, Bid)*"`, `BidOpen`) by `format.price_side`; yfinance's three
+  header rows (`Price,Close,...` / `Ticker,SPY,...` / `Datetime,,...`);
 - headerless CSV by column position: epoch first (Binance klines, Kraken), `YYYYMMDD HHMMSS`
-  first (histdata.com), date and time first (MetaTrader 4), ISO time first;
-- Parquet (pyarrow; only the six needed columns are read);
+  first (histdata.com), date and time first (MetaTrader 4), ISO time first, each of them
+  also after a symbol column (NSE's `NIFTY,20130101,09:16,...`);
+- every line in quotes (a tab-separated export re-saved by a spreadsheet);
+- no volume column (the bars then have none);
+- Parquet (pyarrow; only the needed columns are read; numbers stored as text converted);
 - times as text, or epoch s/ms/us/ns told apart by each value's size (so one file may switch
   unit); naive times are in `format.timezone` (auto: UTC, said in the read line, except
   histdata's EST); in a zone with daylight saving the repeated hour of a fall-back day is
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import csv
 import gzip
 import io
 import lzma
@@ -41,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.errors import DataError
+from rnnfleet.errors import DataError, one_line
 
 PRICE_KEYS = ("open", "high", "low", "close")
 DEFAULT_COLUMNS = {
@@ -67,6 +74,17 @@ READABLE_SUFFIXES = (
 )
 SNIFF_BYTES = 64 * 1024
 DELIMITERS = (",", ";", "\t", "|")
+PRICE_SIDES = ("bid", "ask", "mid")
+ASK_SUFFIX = "_ask"  # the ask column of a price key, read beside the bid one for price_side mid
+# Byte-order marks, longest first (UTF-32's starts with UTF-16's): the encoding each tells.
+BYTE_ORDER_MARKS = (
+    (b"\xff\xfe\x00\x00", "utf-32", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "utf-32", "UTF-32"),
+    (b"\xef\xbb\xbf", "utf-8-sig", "UTF-8"),
+    (b"\xff\xfe", "utf-16", "UTF-16"),
+    (b"\xfe\xff", "utf-16", "UTF-16"),
+)
+MAX_HEADER_ROWS = 3  # yfinance writes three
 # Usual spellings of each column in headers (compared lower-case, without <>), best first.
 HEADER_ALIASES = {
     "timestamp": ("timestamp", "datetime", "date_time", "time", "open_time", "open time", "gmt time", "local time"),
@@ -88,6 +106,10 @@ TEXT_TIME_FORMATS = (
     "%d.%m.%Y %H:%M:%S",
     "%Y/%m/%d %H:%M:%S",
     "%Y/%m/%d %H:%M",
+    "%m/%d/%Y %H:%M:%S",  # FXCM (month first), tried before day first: see text_times
+    "%m/%d/%Y %H:%M",
+    "%d/%m/%Y %H:%M:%S",
+    "%d/%m/%Y %H:%M",
     "%Y%m%d %H:%M:%S",
     "%Y%m%d %H:%M",
 )
@@ -115,6 +137,12 @@ class Layout:
     timezone: str = "auto"  # zone of naive times; auto = UTC, histdata's EST for histdata files
     fields: int = 0  # columns in the file (for the log)
     source: str = "auto"  # preset name, or auto
+    encoding: str = "utf-8"  # a Python codec name (told by the byte-order mark)
+    quoted_lines: bool = False  # every line one quoted string: the quotes are taken off first
+    header_rows: int = 0  # lines before the data (header files: 1, yfinance 3)
+    positions: dict = field(default_factory=dict)  # header files: {key: 0-based position} of `columns`
+    price_side: str = "bid"  # bid | ask | mid: which prices of a file with bid and ask columns
+    bid_ask: bool = False  # the prices came from bid/ask columns
 
 
 POSITIONS = {key: index for index, key in enumerate(("timestamp", *BAR_KEYS))}
@@ -159,6 +187,7 @@ FORMAT_DEFAULTS = {
     "timestamp_unit": "auto",
     "timestamp_format": "",
     "timezone": "auto",
+    "price_side": "bid",
 }
 
 
@@ -169,6 +198,7 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
 
     name = str(path)
     requested = requested_layout(columns, read_format)
+    layout = requested
     try:
         if os.path.getsize(path) == 0:
             raise DataError(f"{name}: the file is empty")
@@ -179,25 +209,37 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
             else:
                 raw.seek(0)
                 with decompressed(raw, name) as stream:
-                    sample = stream.read(SNIFF_BYTES).decode("utf-8-sig", errors="replace")
+                    head = stream.read(SNIFF_BYTES)
                     stream.seek(0)
-                    layout = sniff_text(sample, name, requested)
+                    encoding = text_encoding(head, name)
+                    layout = sniff_text(
+                        head.decode(encoding, errors="replace"), name, replace(requested, encoding=encoding)
+                    )
                     frame = read_text(stream, name, layout)
+        if frame.empty:
+            raise DataError(f"{name}: has a header but no data rows")
+        notes = check_numeric(frame, name, layout)
+        timestamps, time_read_as, time_notes, zone = parse_times(frame, name, layout)
+        frame = take_price_side(frame, layout)[[key for key in BAR_KEYS if key in frame]].astype(np.float64)
+    except DataError:
+        raise
     except OSError as error:
         raise DataError(f"{name}: cannot be read ({error.strerror or error})") from None
     except UnicodeDecodeError:
-        raise DataError(f"{name}: not UTF-8 text{first_undecodable_line(path)}; save it as UTF-8") from None
+        raise DataError(f"{name}: {undecodable(path, layout.encoding)}") from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{name}: the file is empty") from None
     except pd.errors.ParserError as error:
-        raise DataError(f"{name}: not a readable CSV ({' '.join(str(error).split())})") from None
-    if frame.empty:
-        raise DataError(f"{name}: has a header but no data rows")
-    check_numeric(frame, name, layout)
-    timestamps, time_read_as, notes, zone = parse_times(frame, name, layout)
-    frame = frame[list(BAR_KEYS)].astype(np.float64)
+        raise DataError(f"{name}: not a readable CSV ({one_line(error)})") from None
+    except MemoryError:
+        raise
+    except Exception as error:  # whatever else the parsers raise on a file they cannot take
+        raise DataError(
+            f"{name}: cannot be read as {describe_layout(layout)} ({type(error).__name__}: {one_line(error)}); "
+            "check the file, or set `format:` in the config"
+        ) from None
     frame.insert(0, "timestamp", timestamps.astype("datetime64[ns, UTC]"))  # gaps count in ns
-    frame = sorted_unique_by_time(frame, notes)
+    frame = sorted_unique_by_time(frame, notes + time_notes)
     frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
     frame.attrs["timezone"] = zone
     return frame
@@ -223,7 +265,7 @@ def requested_layout(columns: dict | None, read_format: dict | None) -> Layout:
             layout = replace(layout, **{key: settings[key]})
     if settings["timestamp_format"]:
         layout = replace(layout, timestamp_format=settings["timestamp_format"], timestamp_unit="text")
-    return layout
+    return replace(layout, price_side=settings["price_side"])
 
 
 @contextlib.contextmanager
@@ -253,30 +295,105 @@ def decompressed(raw, name: str) -> Iterator[io.BufferedIOBase]:
         stream.close()
 
 
+def text_encoding(head: bytes, name: str) -> str:
+    """The codec of a text file from its first bytes: the one its byte-order mark tells, else
+    UTF-8. Zero bytes without a mark are a DataError: UTF-16 without one cannot be told apart
+    from a binary file."""
+    for mark, codec, _ in BYTE_ORDER_MARKS:
+        if head.startswith(mark):
+            return codec
+    if b"\x00" in head:
+        raise DataError(
+            f"{name}: holds zero bytes and no byte-order mark: not a text file, or UTF-16 saved without a "
+            "byte-order mark; save it as UTF-8 (or UTF-16 with a byte-order mark)"
+        )
+    return "utf-8"
+
+
+def encoding_label(codec: str) -> str:
+    return next((label for _, known, label in BYTE_ORDER_MARKS if known == codec), codec.upper())
+
+
+def undecodable(path: str | os.PathLike, codec: str) -> str:
+    """The problem of a file that its codec cannot decode, in words."""
+    if codec in ("utf-8", "utf-8-sig"):
+        return f"not UTF-8 text{first_undecodable_line(path)}; save it as UTF-8"
+    label = encoding_label(codec)
+    return f"its byte-order mark says {label}, but it is not valid {label} text; save it as UTF-8"
+
+
+def split_line(line: str, delimiter: str) -> list[str]:
+    """The cells of one line, quotes honoured (a quoted name may hold the delimiter)."""
+    cells = next(csv.reader([line], delimiter=delimiter, skipinitialspace=True), [])
+    return [cell.strip().strip("'") for cell in cells]
+
+
+def quoted_line(line: str) -> bool:
+    text = line.strip()
+    return len(text) >= 2 and text[0] == text[-1] == '"' and '"' not in text[1:-1]
+
+
+def unquoted(text: str) -> str:
+    """Every line's enclosing quotes taken off (a line ending \\r\\n keeps it)."""
+    return re.sub(r'(?m)^[ \t]*"(.*)"[ \t]*(\r?)$', r"\1\2", text)
+
+
 def sniff_text(sample: str, name: str, requested: Layout) -> Layout:
     """Fill in what `requested` leaves open from the first lines of the file."""
     lines = [line for line in sample.splitlines()[:-1] or sample.splitlines() if line.strip()][:20]
     if not lines:
         raise DataError(f"{name}: the file is empty")
+    quoted = requested.quoted_lines or all(map(quoted_line, lines))
+    if quoted:
+        lines = unquoted("\n".join(lines)).splitlines()
     delimiter = requested.delimiter or sniff_delimiter(lines)
-    cells = [cell.strip().strip("\"'") for cell in lines[0].split(delimiter)]
+    rows = [split_line(line, delimiter) for line in lines]
+    cells = rows[0]
     header = requested.header if requested.header is not None else not any(map(is_number, cells))
-    layout = replace(requested, header=header, delimiter=delimiter, fields=len(cells))
+    layout = replace(requested, header=header, delimiter=delimiter, fields=len(cells), quoted_lines=quoted)
     if header:
+        header_rows = 1 + continued_header_rows(rows[1:])
+        layout = replace(layout, header_rows=header_rows)
         if all(isinstance(value, int) for value in layout.columns.values()) and layout.columns:
-            return layout  # positions given, header line skipped
-        return replace(layout, columns=match_header(cells, name, layout.columns))
+            return layout  # positions given, header line(s) skipped
+        names = header_names(rows[:header_rows])
+        found = match_header(names, name, layout.columns, layout.price_side)
+        positions = {key: names.index(column) for key, column in found.items()}
+        return replace(layout, columns=found, positions=positions, bid_ask=uses_bid_ask(found, names))
     if layout.columns:
         return layout
     return sniff_headerless(cells, lines[0], name, layout)
+
+
+def continued_header_rows(rows: list[list[str]]) -> int:
+    """How many of the lines after a header line go on naming the columns (yfinance's
+    `Ticker,SPY,...` and `Datetime,,...`): lines with a first cell and no number, before any data."""
+    count = 0
+    for cells in rows[: MAX_HEADER_ROWS - 1]:
+        if not cells or not cells[0] or any(map(is_number, cells)):
+            break
+        count += 1
+    return count
+
+
+def header_names(rows: list[list[str]]) -> list[str]:
+    """The name of each column: the first line's, unless a later header line holds a usual
+    spelling there and the first does not (yfinance: `Price` over `Datetime`)."""
+    known = {alias for aliases in HEADER_ALIASES.values() for alias in aliases} | {"date"}
+    names = []
+    for position, first in enumerate(rows[0]):
+        below = [cells[position] for cells in rows[1:] if position < len(cells) and cells[position]]
+        usual = next((cell for cell in [first, *below] if header_key(cell) in known), first)
+        names.append(usual)
+    return names
 
 
 def sniff_delimiter(lines: list[str]) -> str:
     """The delimiter that splits every sample line into the same number (>= 5) of fields."""
     best, best_fields = ",", 0
     for delimiter in DELIMITERS:
-        counts = {line.count(delimiter) for line in lines}
-        if len(counts) == 1 and (fields := counts.pop() + 1) >= 5 and fields > best_fields:
+        counts = {len(split_line(line, delimiter)) for line in lines}
+        if len(counts) == 1 and (fields := counts.pop()) >= 5 and fields > best_fields:
             best, best_fields = delimiter, fields
     return best
 
@@ -293,10 +410,42 @@ def header_key(name: str) -> str:
     return name.strip().strip("<>").strip().lower()
 
 
-def match_header(header: list[str], name: str, configured: dict) -> dict:
+def bid_ask_columns(header: list[str]) -> dict[tuple[str, str], str]:
+    """{(price key, bid|ask): column} of the columns whose name holds one price word and one
+    side: `EUR/USD(Open, Bid)*` (FXCM), `BidOpen`, `open_ask`. The first such column counts."""
+    sides = {}
+    for column in header:
+        words = {word.lower() for word in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", column)}
+        keys, side = words & set(PRICE_KEYS), words & {"bid", "ask"}
+        if len(keys) == 1 and len(side) == 1:
+            sides.setdefault((keys.pop(), side.pop()), column)
+    return sides
+
+
+def uses_bid_ask(found: dict, header: list[str]) -> bool:
+    """Whether match_header took the prices from bid/ask columns."""
+    return found.get("open") in bid_ask_columns(header).values()
+
+
+def side_columns(key: str, price_side: str, sides: dict) -> tuple[dict, list[str]]:
+    """({key (and key_ask for mid): column}, missing) of a price key in a bid/ask header."""
+    wanted = {"bid": [(key, "bid")], "ask": [(key, "ask")], "mid": [(key, "bid"), (key + ASK_SUFFIX, "ask")]}
+    found, missing = {}, []
+    for found_key, side in wanted[price_side]:
+        if (key, side) in sides:
+            found[found_key] = sides[(key, side)]
+        else:
+            missing.append(f"{key} {side} (format.price_side: {price_side})")
+    return found, missing
+
+
+def match_header(header: list[str], name: str, configured: dict, price_side: str = "bid") -> dict:
     """{key: column name} for the needed columns of a header: the configured names, else the
-    usual spellings; separate date and time columns when there is no single time column."""
+    usual spellings, else bid/ask columns (the side format.price_side names; the bid key
+    holds the bid column and key_ask the ask one for mid); separate date and time columns
+    when there is no single time column. Volume is optional unless `columns:` names it."""
     by_key = {header_key(column): column for column in reversed(header)}
+    sides = bid_ask_columns(header)
     found, missing = {}, []
     for key in ("timestamp", *BAR_KEYS):
         if key == "timestamp" and "date" in configured:
@@ -312,10 +461,14 @@ def match_header(header: list[str], name: str, configured: dict) -> dict:
             found["date"] = by_key["date"]
             if "time" in by_key:
                 found["time"] = by_key["time"]
-        elif spelling is None:
-            missing.append(DEFAULT_COLUMNS[key])
-        else:
+        elif spelling is not None:
             found[key] = by_key[spelling]
+        elif key in PRICE_KEYS and any((key, side) in sides for side in ("bid", "ask")):
+            found_sides, missing_sides = side_columns(key, price_side, sides)
+            found.update(found_sides)
+            missing.extend(missing_sides)
+        elif key != "volume":
+            missing.append(DEFAULT_COLUMNS[key])
     for key in ("date", "time"):
         if key in configured:
             if configured[key] in header:
@@ -331,62 +484,91 @@ def match_header(header: list[str], name: str, configured: dict) -> dict:
     return found
 
 
-def sniff_headerless(cells: list[str], line: str, name: str, layout: Layout) -> Layout:
-    """Column positions of a headerless file, from what its first line holds."""
+DATE_CELL = r"\d{4}[.\-/]\d{2}[.\-/]\d{2}|\d{8}"
+TIME_CELL = r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?"
+SYMBOL_CELL = r"[A-Za-z^][\w^.\-/=& ]*"  # NSE's NIFTY, BANKNIFTY, ^NSEI, EUR/USD
+
+
+def bar_positions(start: int, fields: int) -> dict:
+    """open, high, low, close and (where the line has it) volume from position `start` on."""
+    return {key: start + offset for offset, key in enumerate(BAR_KEYS) if start + offset < fields}
+
+
+def headerless_columns(cells: list[str]) -> tuple[dict, str, bool] | None:
+    """(positions, timestamp unit, histdata's) of a headerless line whose cells start with its
+    time, or None for a line rnnfleet does not know."""
     first, second = cells[0], cells[1] if len(cells) > 1 else ""
-    if re.fullmatch(r"\d{4}[.\-/]\d{2}[.\-/]\d{2}", first) and re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", second):
-        if len(cells) >= 7:  # MetaTrader 4: date, time, open, high, low, close, volume
-            columns = {"date": 0, "time": 1, **{key: index + 2 for index, key in enumerate(BAR_KEYS)}}
-            return replace(layout, columns=columns, timestamp_unit="text")
-    elif len(cells) >= 6:
-        if re.fullmatch(r"\d{8} \d{6}", first):  # histdata.com generic ASCII
-            zone = HISTDATA_ZONE if layout.timezone == "auto" else layout.timezone
-            return replace(layout, columns=POSITIONS, timestamp_unit="text", timezone=zone)
-        if re.fullmatch(r"\d{9,20}(\.\d*)?", first):  # epoch: Binance, Kraken, ...
-            return replace(layout, columns=POSITIONS)
-        if re.match(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}", first):
-            return replace(layout, columns=POSITIONS, timestamp_unit="text")
-    raise DataError(
-        f"{name}: has no header and its layout is not one rnnfleet knows (first line {line[:80]!r}); "
-        "set `format:` in the config (a preset, or header, delimiter and positions)"
-    )
+    if re.fullmatch(DATE_CELL, first) and re.fullmatch(TIME_CELL, second):
+        if len(cells) >= 6:  # MetaTrader 4 (date, time, open, high, low, close, volume), NSE without volume
+            return {"date": 0, "time": 1, **bar_positions(2, len(cells))}, "text", False
+        return None
+    if len(cells) < 5:
+        return None
+    columns = {"timestamp": 0, **bar_positions(1, len(cells))}
+    if re.fullmatch(r"\d{8} \d{6}", first):  # histdata.com generic ASCII
+        return columns, "text", True
+    if re.fullmatch(r"\d{9,20}(\.\d*)?", first):  # epoch: Binance, Kraken, ...
+        return columns, "auto", False
+    if re.match(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}", first):
+        return columns, "text", False
+    return None
+
+
+def sniff_headerless(cells: list[str], line: str, name: str, layout: Layout) -> Layout:
+    """Column positions of a headerless file, from what its first line holds (the time first,
+    or after a symbol column)."""
+    known, offset = headerless_columns(cells), 0
+    if known is None and len(cells) > 1 and re.fullmatch(SYMBOL_CELL, cells[0]) and not is_number(cells[0]):
+        known, offset = headerless_columns(cells[1:]), 1
+    if known is None:
+        raise DataError(
+            f"{name}: has no header and its layout is not one rnnfleet knows (first line {line[:80]!r}); "
+            "set `format:` in the config (a preset, or header, delimiter and positions)"
+        )
+    columns, unit, histdata = known
+    columns = {key: position + offset for key, position in columns.items()}
+    layout = replace(layout, columns=columns)
+    if unit == "text":
+        layout = replace(layout, timestamp_unit="text")
+    if histdata and layout.timezone == "auto":
+        layout = replace(layout, timezone=HISTDATA_ZONE)
+    return layout
 
 
 def read_text(stream, name: str, layout: Layout):
-    """The needed columns of a delimited text file, prices parsed straight to numbers."""
+    """The needed columns of a delimited text file, by position, prices parsed straight to
+    numbers. A file whose every line is quoted is read whole and unquoted first."""
     import pandas as pd
 
     wanted = layout.columns
     text_keys = [key for key in ("date", "time") if key in wanted]
     if layout.timestamp_unit == "text":
         text_keys.append("timestamp")
-    if layout.header and not all(isinstance(value, int) for value in wanted.values()):
-        frame = pd.read_csv(
-            stream,
-            sep=layout.delimiter,
-            usecols=list(dict.fromkeys(wanted.values())),
-            dtype={wanted[key]: str for key in text_keys if key in wanted},
-            encoding="utf-8",
-            skipinitialspace=True,
-        )
-        return frame.rename(columns={column: key for key, column in wanted.items()})
-    positions = {key: int(position) for key, position in wanted.items()}
+    positions = layout.positions or {key: int(position) for key, position in wanted.items()}
     too_far = [key for key, position in positions.items() if position >= max(layout.fields, 1)]
     if too_far:
         raise DataError(
             f"{name}: has {layout.fields} columns, fewer than format.positions needs "
             f"({', '.join(f'{key} at {positions[key]}' for key in too_far)})"
         )
-    frame = pd.read_csv(
-        stream,
-        sep=layout.delimiter,
-        header=None,
-        skiprows=1 if layout.header else 0,
-        usecols=sorted(set(positions.values())),
-        dtype={positions[key]: str for key in text_keys if key in positions},
-        encoding="utf-8",
-        skipinitialspace=True,
-    )
+    source, encoding = stream, layout.encoding
+    if layout.quoted_lines:
+        source, encoding = io.StringIO(unquoted(stream.read().decode(layout.encoding))), None
+    try:
+        frame = pd.read_csv(
+            source,
+            sep=layout.delimiter,
+            header=None,
+            skiprows=layout.header_rows if layout.header else 0,
+            usecols=sorted(set(positions.values())),
+            dtype={positions[key]: str for key in text_keys if key in positions},
+            encoding=encoding,
+            skipinitialspace=True,
+        )
+    except pd.errors.EmptyDataError:
+        if layout.header:  # nothing after the header line(s)
+            raise DataError(f"{name}: has a header but no data rows") from None
+        raise
     return frame.rename(columns={position: key for key, position in positions.items()})
 
 
@@ -401,7 +583,7 @@ def read_parquet(raw, name: str, requested: Layout):
         raise DataError(f"{name}: not a readable Parquet file ({error})") from None
     header = list(parquet.schema_arrow.names)
     configured = {key: value for key, value in requested.columns.items() if isinstance(value, str)}
-    wanted = match_header(header, name, configured)
+    wanted = match_header(header, name, configured, requested.price_side)
     if "timestamp" not in wanted and "__index_level_0__" in header:
         wanted["timestamp"] = "__index_level_0__"  # pandas' unnamed index
     table = parquet.read(columns=list(dict.fromkeys(wanted.values())))
@@ -410,21 +592,51 @@ def read_parquet(raw, name: str, requested: Layout):
     del table
     pa.default_memory_pool().release_unused()  # give Arrow's freed buffers back to the OS
     frame = frame.rename(columns={column: key for key, column in wanted.items()})
-    layout = replace(requested, kind="parquet", header=True, columns=wanted, fields=len(header))
+    layout = replace(
+        requested,
+        kind="parquet",
+        header=True,
+        columns=wanted,
+        fields=len(header),
+        bid_ask=uses_bid_ask(wanted, header),
+    )
     return frame, layout
 
 
-def check_numeric(frame, name: str, layout: Layout) -> None:
+def value_keys(layout: Layout) -> list[str]:
+    """The keys of the number columns read: prices (both sides for mid), volume where there is one."""
+    return [key for key in layout.columns if key not in ("timestamp", "date", "time")]
+
+
+def check_numeric(frame, name: str, layout: Layout) -> list[str]:
+    """DataError naming the first value of a number column that is not a number; numbers
+    stored as text (a Parquet string column) converted in place. Returns notes for the log."""
     import pandas as pd
 
-    for key in BAR_KEYS:
-        if not pd.api.types.is_numeric_dtype(frame[key]):
-            values = pd.to_numeric(frame[key], errors="coerce")
-            bad_row = int(values.isna().to_numpy().nonzero()[0][0])
+    notes = []
+    for key in value_keys(layout):
+        if pd.api.types.is_numeric_dtype(frame[key]):
+            continue
+        values = pd.to_numeric(frame[key], errors="coerce")
+        not_numbers = (values.isna() & frame[key].notna()).to_numpy()
+        if not_numbers.any():
+            bad_row = int(np.flatnonzero(not_numbers)[0])
             raise DataError(
                 f"{name}: column {column_label(layout, key)} is not numeric "
                 f"(data row {bad_row + 1} holds {frame[key].iloc[bad_row]!r})"
             )
+        frame[key] = values
+        notes.append(f"column {column_label(layout, key)} holds its numbers as text: converted")
+    return notes
+
+
+def take_price_side(frame, layout: Layout):
+    """For format.price_side mid: each price the mean of its bid and ask columns."""
+    if layout.price_side != "mid" or not layout.bid_ask:
+        return frame
+    for key in PRICE_KEYS:
+        frame[key] = (frame[key] + frame.pop(key + ASK_SUFFIX)) / 2
+    return frame
 
 
 def column_label(layout: Layout, key: str) -> str:
@@ -438,8 +650,11 @@ def parse_times(frame, name: str, layout: Layout):
     import pandas as pd
 
     if "date" in layout.columns:
-        values = frame["date"].str.cat(frame["time"], sep=" ") if "time" in layout.columns else frame["date"]
-        label = f"columns {column_label(layout, 'date')} + {column_label(layout, 'time')}"
+        if "time" in layout.columns:
+            values = frame["date"].str.cat(frame["time"], sep=" ")
+            label = f"columns {column_label(layout, 'date')} + {column_label(layout, 'time')}"
+        else:
+            values, label = frame["date"], f"column {column_label(layout, 'date')}"
     else:
         values, label = frame["timestamp"], f"column {column_label(layout, 'timestamp')}"
     if isinstance(values.dtype, pd.DatetimeTZDtype):
@@ -525,15 +740,25 @@ def epoch_times(values: np.ndarray, name: str, label: str, unit: str):
     return pd.Series(pd.to_datetime(nanoseconds, unit="ns", utc=True), copy=False), read_as, notes
 
 
-def text_time_format(first_value: str) -> str:
-    """The strftime layout of a text time, or ISO8601 when none of the known ones fits."""
+def text_time_formats(first_value: str) -> list[str]:
+    """The strftime layouts a text time fits, best first, or [ISO8601] when none of the known ones does."""
+    fitting = []
     for candidate in TEXT_TIME_FORMATS:
         try:
             datetime.strptime(first_value, candidate)
         except ValueError:
             continue
-        return candidate
-    return "ISO8601"
+        fitting.append(candidate)
+    return fitting or ["ISO8601"]
+
+
+def parsed_text_times(values, time_format: str):
+    import pandas as pd
+
+    try:
+        return pd.to_datetime(values, format=time_format, errors="coerce")
+    except (ValueError, TypeError):  # offsets differ between rows: each converted to UTC
+        return pd.to_datetime(values, format=time_format, errors="coerce", utc=True)
 
 
 def text_times(values, name: str, label: str, layout: Layout):
@@ -542,11 +767,14 @@ def text_times(values, name: str, label: str, layout: Layout):
 
     values = values.astype(str) if not pd.api.types.is_string_dtype(values.dtype) else values
     first_value = str(values.iloc[0]).strip()
-    time_format = layout.timestamp_format or text_time_format(first_value)
-    try:
-        parsed = pd.to_datetime(values, format=time_format, errors="coerce")
-    except (ValueError, TypeError):  # offsets differ between rows: each converted to UTC
-        parsed = pd.to_datetime(values, format=time_format, errors="coerce", utc=True)
+    formats = [layout.timestamp_format] if layout.timestamp_format else text_time_formats(first_value)
+    # A later layout only where the first leaves rows unread (09/06/2016: month first, else day first).
+    attempts = []
+    for time_format in formats:
+        attempts.append((time_format, parsed_text_times(values, time_format)))
+        if not attempts[-1][1].isna().any():
+            break
+    time_format, parsed = attempts[-1] if not attempts[-1][1].isna().any() else attempts[0]
     if parsed.isna().any():
         bad_row = int(parsed.isna().to_numpy().nonzero()[0][0])
         raise DataError(
@@ -554,12 +782,19 @@ def text_times(values, name: str, label: str, layout: Layout):
             f"(data row {bad_row + 1} holds {values.iloc[bad_row]!r}; read as {time_format}, "
             "set format.timestamp_format if the file writes times differently)"
         )
+    notes = []
+    day_first = time_format.replace("%m/%d/", "%d/%m/")
+    if day_first != time_format and day_first in formats and not parsed_text_times(values, day_first).isna().any():
+        notes.append(
+            f"{label}: every date fits both month first and day first; read month first ({time_format}): "
+            f"set format.timestamp_format: '{day_first}' if the file writes the day first"
+        )
     if parsed.dt.tz is not None:
         utc = parsed.dt.tz_convert("UTC").astype("datetime64[ns, UTC]")
-        return utc, f"{label} as {time_format} text, UTC", [], TIMEZONE_IN_FILE
+        return utc, f"{label} as {time_format} text, UTC", notes, TIMEZONE_IN_FILE
     zone, said, zone_label = naive_zone(layout)
     timestamps = localize(parsed.astype("datetime64[ns]"), zone, name, label)
-    return timestamps, f"{label} as {time_format} text, {said}", [], zone_label
+    return timestamps, f"{label} as {time_format} text, {said}", notes, zone_label
 
 
 def localize(naive, zone: str, name: str, label: str):
@@ -600,9 +835,20 @@ def first_pass_of_repeated_hour(naive, zone: str) -> np.ndarray:
 def describe_layout(layout: Layout) -> str:
     """The first part of the one line saying how a file was read."""
     if layout.kind == "parquet":
-        return f"{layout.source}: Parquet, {layout.fields} columns, read {len(set(layout.columns.values()))}"
-    shape = "header" if layout.header else "headerless"
-    return f"{layout.source}: {shape}, {layout.delimiter!r}-delimited, {layout.fields} columns"
+        parts = [f"{layout.source}: Parquet, {layout.fields} columns, read {len(set(layout.columns.values()))}"]
+    else:
+        shape = "header" if layout.header_rows <= 1 else f"{layout.header_rows}-line header"
+        shape = shape if layout.header else "headerless"
+        parts = [f"{layout.source}: {shape}, {layout.delimiter!r}-delimited, {layout.fields} columns"]
+        if layout.quoted_lines:
+            parts.append("each line in quotes")
+        if layout.encoding not in ("utf-8", "utf-8-sig"):
+            parts.append(f"{encoding_label(layout.encoding)} text")
+    if layout.bid_ask:
+        parts.append(f"{layout.price_side} prices (format.price_side)")
+    if layout.columns and "volume" not in layout.columns:
+        parts.append("no volume column")
+    return ", ".join(parts)
 
 
 def conflicting_timestamps(frame) -> int:

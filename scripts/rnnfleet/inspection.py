@@ -7,7 +7,8 @@ times read as UTC (set format.timezone)" when nothing gave one), gaps (preproces
 rows dropped and why, the training, validation and test windows the current train.seq_len
 leaves, and its data-quality flags (rnnfleet.quality: the measures, and in quality_flags those
 warned of); a file that cannot be read, or whose quality fails a `quality:` threshold, gets its
-one-line problem instead. Reading, cleaning, gaps and the split are the preprocess job's own code.
+one-line problem instead, and nothing that goes wrong with one dataset stops the table of the
+others. Reading, cleaning, features, gaps and the split are the preprocess job's own code.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import sys
 
 import numpy as np
 
-from rnnfleet.data import bar_features, bars_label, read_clean_bars, split_points
-from rnnfleet.errors import UserError
+from rnnfleet.data import bar_features, bars_label, features_for_bars, left_out_note, read_clean_bars, split_points
+from rnnfleet.errors import UserError, one_line
 from rnnfleet.formats import NAIVE_AS_UTC, TIMEZONE_ASSUMED
 from rnnfleet.gaps import duration_text, find_gaps, window_numbers
 from rnnfleet.joining import check_one_minute_bars
@@ -57,11 +58,15 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
         # the checks preprocess makes on the numbers; the features' warm-up
         check_one_minute_bars(frame["timestamp"].array.asi8, row["file"])
         quality_row, _ = check_quality(frame, settings["max_gap"], settings.get("quality"), row["file"])
-        warmup = bar_features(frame, settings["features"], row["file"]).warmup
+        features, left_out = features_for_bars(frame, settings["features"], row["file"])
+        warmup = bar_features(frame, features, row["file"]).warmup
     except UserError as error:  # a data error, or a features plug-in that fails on this file
         # The measures of bars that were read, so the table shows what a failing flag found.
         measured = measure_quality(frame, settings["max_gap"]) if frame is not None and len(frame) else {}
         return {**row, **measured, "status": "unusable", "long_enough": False, "problem": str(error)}
+    except Exception as error:  # a bug must not cost the other datasets their rows
+        problem = f"{row['file']}: internal error {type(error).__name__}: {one_line(error)}"
+        return {**row, "status": "unusable", "long_enough": False, "problem": problem}
     timestamps_ns = frame["timestamp"].array.asi8
     steps = np.diff(timestamps_ns)
     gap_bars = find_gaps(timestamps_ns, settings["max_gap"])
@@ -82,7 +87,7 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
         "median_spacing": duration_text(int(np.median(steps))) if len(steps) else "",
         "gaps": len(gap_bars),
         "longest_gap": duration_text(int(steps[gap_bars].max())) if len(gap_bars) else "",
-        "cleaning": "; ".join(frame.attrs.get("notes", [])),
+        "cleaning": "; ".join([*frame.attrs.get("notes", []), *([left_out_note(left_out)] if left_out else [])]),
         "train_windows": len(train),
         "val_windows": len(val),
         "test_windows": len(test),

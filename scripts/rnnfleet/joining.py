@@ -6,7 +6,8 @@ Promises:
   the file (a corrupt or partial download).
 - join_bars: the bars of every file in one table in time order; a minute held by two files
   with the same bar is kept once (daily and monthly files overlap), a minute held by two
-  files with different bars is a DataError naming both files and the first such minute.
+  files with different bars is a DataError naming both files and the first such minute;
+  volume only where every file has it.
 - check_one_minute_bars: the median step between bars is one minute, else DataError
   saying which step it found.
 """
@@ -63,13 +64,18 @@ def join_bars(frames: list[tuple[str, object]]):
     import pandas as pd
 
     notes = [f"{path}: {note}" for path, frame in frames for note in frame.attrs.get("notes", [])]
+    without_volume = [path for path, frame in frames if "volume" not in frame.columns]
+    if without_volume and len(without_volume) < len(frames):
+        frames = [(path, frame.drop(columns="volume", errors="ignore")) for path, frame in frames]
+        notes.append(f"volume not used: {without_volume[0]} has none ({len(without_volume)} file(s) without)")
+    keys = [key for key in BAR_KEYS if key in frames[0][1].columns]
     joined = pd.concat([frame.assign(source=number) for number, (_, frame) in enumerate(frames)], ignore_index=True)
     joined = joined.sort_values("timestamp", kind="stable", ignore_index=True)
     repeated = joined["timestamp"].duplicated(keep=False).to_numpy()
     if repeated.any():
         shared = joined[repeated]
-        first_of_minute = shared.groupby("timestamp")[list(BAR_KEYS)].transform("first")
-        differs = (shared[list(BAR_KEYS)].to_numpy() != first_of_minute.to_numpy()).any(axis=1)
+        first_of_minute = shared.groupby("timestamp")[keys].transform("first")
+        differs = (shared[keys].to_numpy() != first_of_minute.to_numpy()).any(axis=1)
         if differs.any():
             row = shared.index[differs][0]
             minute = joined.at[row, "timestamp"]

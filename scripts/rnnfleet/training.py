@@ -372,6 +372,7 @@ def build_checkpoint(
         },
         "features": {
             "definition": list(arrays.feature_definition),
+            "left_out": list(arrays.features_left_out),  # default features the file could not give
             "names": list(arrays.feature_names),
             "warmup": arrays.warmup,
             "target": arrays.target,
@@ -409,7 +410,8 @@ def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
     target = TARGETS[arrays.target]
     return {
         "model": model_label(model_hparams),
-        "features": " + ".join(arrays.feature_definition),
+        "features": " + ".join(arrays.feature_definition)
+        + (f" ({', '.join(arrays.features_left_out)} left out: no volume)" if arrays.features_left_out else ""),
         "target": f"{arrays.target} over {arrays.horizon} bar(s)",
         "baseline": target.baseline,
         "loss": target.loss_name,

@@ -14,10 +14,34 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO
-from layouts import BAR_KEYS, file_of, headered, numbers, reference_bars, write_headerless
+from layouts import (
+    ASK_SPREAD,
+    BAR_KEYS,
+    REAL_LAYOUTS,
+    file_of,
+    headered,
+    mt5_frame,
+    numbers,
+    reference_bars,
+    write_fxcm,
+    write_headerless,
+    write_real_layouts,
+)
 
-from rnnfleet.data import DataError
-from rnnfleet.formats import FORMAT_PRESETS, read_bars
+from rnnfleet.data import DataError, features_for_bars, read_clean_bars
+from rnnfleet.features import DEFAULT_FEATURES
+from rnnfleet.formats import (
+    FORMAT_DEFAULTS,
+    FORMAT_PRESETS,
+    PRICE_SIDES,
+    bid_ask_columns,
+    continued_header_rows,
+    header_names,
+    read_bars,
+    split_line,
+    text_encoding,
+    unquoted,
+)
 
 
 def test_every_layout_reads_to_the_same_bars_and_times(every_layout):
@@ -116,6 +140,168 @@ def test_an_unknown_headerless_layout_and_pre_1973_epochs_are_clear_errors(tmp_p
         read_bars(tmp_path / "small.csv")
 
 
-def test_the_schema_offers_every_preset():
+def test_the_schema_offers_every_preset_and_price_side():
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     assert schema["properties"]["format"]["properties"]["preset"]["enum"] == list(FORMAT_PRESETS)
+    price_side = schema["properties"]["format"]["properties"]["price_side"]
+    assert (price_side["enum"], price_side["default"]) == (list(PRICE_SIDES), FORMAT_DEFAULTS["price_side"])
+
+
+def test_real_layouts_read_to_the_same_bars_with_volume_only_where_the_file_has_it(tmp_path):
+    bars = reference_bars()
+    write_real_layouts(bars, tmp_path)
+    for dataset, (_, suffix, read_as, has_volume) in REAL_LAYOUTS.items():
+        frame = read_bars(tmp_path / f"{dataset}{suffix}")
+        keys = BAR_KEYS if has_volume else BAR_KEYS[:4]
+        assert list(frame.columns) == ["timestamp", *keys], dataset
+        assert (frame["timestamp"].to_numpy() == bars["timestamp"].to_numpy()).all(), dataset
+        np.testing.assert_array_equal(frame[keys].to_numpy(), bars[keys].to_numpy(), err_msg=dataset)
+        assert read_as in frame.attrs["read_as"], (dataset, frame.attrs["read_as"])
+
+
+def test_header_cells_honour_quotes_holding_the_delimiter():
+    assert split_line('Date,"EUR/USD(Open, Bid)*", "EUR/USD(Close, Ask)"', ",") == [
+        "Date",
+        "EUR/USD(Open, Bid)*",
+        "EUR/USD(Close, Ask)",
+    ]
+
+
+def test_yfinance_header_lines_name_the_time_column_from_the_third():
+    rows = [
+        ["Price", "Close", "High", "Low", "Open", "Volume"],
+        ["Ticker", "SPY", "SPY", "SPY", "SPY", "SPY"],
+        ["Datetime", "", "", "", "", ""],
+        ["2025-05-09 13:44:00+00:00", "563.2", "563.5", "563.1", "563.3", "1200"],
+    ]
+    assert continued_header_rows(rows[1:]) == 2
+    assert header_names(rows[:3]) == ["Datetime", "Close", "High", "Low", "Open", "Volume"]
+    assert continued_header_rows([rows[3]]) == 0  # a plain header: the data follows at once
+    assert header_names(rows[:1]) == rows[0]
+
+
+def test_bid_and_ask_columns_are_found_in_the_usual_spellings():
+    fxcm = bid_ask_columns(["Date", "EUR/USD(Open, Bid)*", "EUR/USD(Close, Ask)"])
+    assert fxcm == {("open", "bid"): "EUR/USD(Open, Bid)*", ("close", "ask"): "EUR/USD(Close, Ask)"}
+    assert bid_ask_columns(["DateTime", "BidOpen", "AskHigh", "open_ask"]) == {
+        ("open", "bid"): "BidOpen",
+        ("high", "ask"): "AskHigh",
+        ("open", "ask"): "open_ask",
+    }
+    assert bid_ask_columns(["timestamp", "Open", "Close", "Bid", "Spread"]) == {}
+
+
+@pytest.mark.parametrize("side", ["ask", "mid"])
+def test_price_side_takes_the_ask_or_the_mean_of_bid_and_ask(tmp_path, side):
+    bars = reference_bars(50)
+    write_fxcm(bars, tmp_path / "fx.csv")
+    read = read_bars(tmp_path / "fx.csv", read_format={"price_side": side})
+    offset = ASK_SPREAD if side == "ask" else ASK_SPREAD / 2
+    np.testing.assert_allclose(read[BAR_KEYS[:4]].to_numpy(), bars[BAR_KEYS[:4]].to_numpy() + offset, atol=1e-9)
+    assert f"{side} prices (format.price_side)" in read.attrs["read_as"]
+
+
+def test_a_bid_only_file_asked_for_ask_prices_names_the_missing_side(tmp_path):
+    bars = reference_bars(20)
+    frame = pd.DataFrame(
+        {"DateTime": headered(bars)["timestamp"], **{f"Bid{k.capitalize()}": bars[k] for k in BAR_KEYS[:4]}}
+    )
+    frame.to_csv(tmp_path / "bid.csv", index=False)
+    assert list(read_bars(tmp_path / "bid.csv")["close"]) == list(bars["close"])
+    with pytest.raises(DataError, match=r"bid.csv: missing required column\(s\) open ask \(format.price_side: ask\)"):
+        read_bars(tmp_path / "bid.csv", read_format={"price_side": "ask"})
+
+
+def test_the_byte_order_mark_tells_the_encoding_and_zero_bytes_without_one_are_refused():
+    assert text_encoding(b"\xff\xfe<\x00D\x00", "f") == "utf-16"
+    assert text_encoding(b"\xfe\xff\x00<", "f") == "utf-16"
+    assert text_encoding(b"\xef\xbb\xbftimestamp", "f") == "utf-8-sig"
+    assert text_encoding(b"timestamp,open", "f") == "utf-8"
+    with pytest.raises(DataError, match="f: holds zero bytes and no byte-order mark"):
+        text_encoding("timestamp".encode("utf-16-le"), "f")
+
+
+def test_utf16_without_a_mark_and_broken_utf16_say_exactly_why(tmp_path):
+    text = headered(reference_bars(20)).to_csv(index=False)
+    (tmp_path / "nobom.csv").write_bytes(text.encode("utf-16-le"))
+    with pytest.raises(DataError, match="nobom.csv: holds zero bytes and no byte-order mark.*save it as UTF-8"):
+        read_bars(tmp_path / "nobom.csv")
+    (tmp_path / "broken.csv").write_bytes(b"\xff\xfe" + text.encode("utf-16-le") + b"\x00\xd8")
+    with pytest.raises(DataError, match="broken.csv: its byte-order mark says UTF-16, but it is not valid UTF-16 text"):
+        read_bars(tmp_path / "broken.csv")
+
+
+def test_every_line_quoted_with_a_header_is_read_and_unquoting_keeps_crlf(tmp_path):
+    assert unquoted('"a\tb"\r\n"c\td"\n') == "a\tb\r\nc\td\n"
+    bars = reference_bars(50)
+    lines = mt5_frame(bars).to_csv(sep="\t", index=False).splitlines()
+    (tmp_path / "mt5.csv").write_text("".join(f'"{line}"\r\n' for line in lines))
+    read = read_bars(tmp_path / "mt5.csv")
+    np.testing.assert_array_equal(read[BAR_KEYS].to_numpy(), numbers(bars).to_numpy())
+    assert "header, '\\t'-delimited, 9 columns, each line in quotes" in read.attrs["read_as"]
+
+
+def test_words_in_a_parquet_price_column_and_a_short_row_are_one_line_data_errors(tmp_path):
+    bars = reference_bars(20)
+    frame = pd.DataFrame({"timestamp": bars["timestamp"], **numbers(bars)})
+    frame["close"] = frame["close"].map(repr)
+    frame.loc[7, "close"] = "n/a"
+    frame.to_parquet(tmp_path / "words.parquet", index=False)
+    with pytest.raises(DataError, match=r"words.parquet: column 'close' is not numeric \(data row 8 holds 'n/a'\)"):
+        read_bars(tmp_path / "words.parquet")
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really parquet")
+    with pytest.raises(DataError, match="broken.parquet: not a readable Parquet file"):
+        read_bars(tmp_path / "broken.parquet")
+    (tmp_path / "short.csv").write_text("timestamp,open,high,low,close,volume\n2024-01-01 00:00,1,2,3\n")
+    with pytest.raises(
+        DataError, match=r"short.csv: cannot be read as auto: header, ','-delimited, 6 columns \(ValueError"
+    ):
+        read_bars(tmp_path / "short.csv")
+
+
+def test_slash_dates_are_month_first_unless_a_row_needs_day_first(tmp_path):
+    bars = reference_bars(20, start="2024-01-13 00:00")
+    day_first = headered(bars).assign(timestamp=bars["timestamp"].dt.strftime("%d/%m/%Y %H:%M"))
+    day_first.to_csv(tmp_path / "day.csv", index=False)
+    read = read_bars(tmp_path / "day.csv")
+    assert (read["timestamp"].to_numpy() == bars["timestamp"].to_numpy()).all()
+    assert "as %d/%m/%Y %H:%M text" in read.attrs["read_as"] and not read.attrs["notes"]
+    ambiguous = reference_bars(20)  # 2024-01-02: 01/02 fits both orders
+    headered(ambiguous).assign(timestamp=ambiguous["timestamp"].dt.strftime("%m/%d/%Y %H:%M")).to_csv(
+        tmp_path / "both.csv", index=False
+    )
+    read = read_bars(tmp_path / "both.csv")
+    assert (read["timestamp"].to_numpy() == ambiguous["timestamp"].to_numpy()).all()
+    assert "fits both month first and day first; read month first" in read.attrs["notes"][0]
+
+
+def test_without_volume_the_default_features_leave_it_out_and_a_chosen_one_is_refused(tmp_path):
+    bars = reference_bars(20)
+    with_volume, no_volume = headered(bars), headered(bars).drop(columns="volume")
+    assert features_for_bars(with_volume, DEFAULT_FEATURES) == (DEFAULT_FEATURES, ())
+    assert features_for_bars(no_volume, DEFAULT_FEATURES) == (("ohlc_returns",), ("log_volume",))
+    assert features_for_bars(no_volume, ["ohlc_returns", "hl_range"]) == (("ohlc_returns", "hl_range"), ())
+    with pytest.raises(
+        DataError, match=r"X.csv: has no volume column, which feature 'volume_change' \(config key features\)"
+    ):
+        features_for_bars(no_volume, ["ohlc_returns", "volume_change"], "X.csv")
+
+
+def test_joining_a_file_without_volume_drops_volume_with_a_note(tmp_path):
+    bars = reference_bars(40)
+    headered(bars.iloc[:20]).to_csv(tmp_path / "a.csv", index=False)
+    headered(bars.iloc[20:]).drop(columns="volume").to_csv(tmp_path / "b.csv", index=False)
+    joined = read_clean_bars([str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], None, 0.01)
+    assert list(joined.columns) == ["timestamp", *BAR_KEYS[:4]] and len(joined) == 40
+    assert any("volume not used" in note and "b.csv has none" in note for note in joined.attrs["notes"])
+
+
+def test_a_plug_in_feature_reading_volume_of_a_file_without_it_is_a_data_error_naming_both(tmp_path, monkeypatch):
+    from rnnfleet.features import compute_feature_matrix
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "feat.py").write_text("def turnover(bars):\n    return bars['volume'] * bars['close']\n")
+    monkeypatch.chdir(tmp_path)
+    no_volume = headered(reference_bars(20)).drop(columns="volume")
+    with pytest.raises(DataError, match=r"^X.csv: has no volume column, which mine/feat.py: function turnover needs$"):
+        compute_feature_matrix(no_volume, ["mine/feat.py:turnover"], "X.csv")
