@@ -297,6 +297,9 @@ def add_format_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--timestamp-unit", choices=["auto", "s", "ms", "us", "ns", "text"], help="epoch unit, or text")
     group.add_argument("--timestamp-format", help="strftime layout of text times, e.g. '%%Y%%m%%d %%H%%M%%S'")
     group.add_argument(
+        "--price-side", choices=["bid", "ask", "mid"], help="prices of a file with bid and ask columns (default bid)"
+    )
+    group.add_argument(
         "--override-format",
         action="store_true",
         help="let the options above differ from the model file's record (read this file unlike the training bars)",
