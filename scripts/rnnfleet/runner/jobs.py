@@ -25,7 +25,7 @@ from rnnfleet.errors import (
     last_marked_line,
 )
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
-from rnnfleet.hooks.previous_models import drop_backup
+from rnnfleet.hooks.previous_models import backup_path, drop_backup
 from rnnfleet.runner.orphans import run_job_guard
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
@@ -71,7 +71,7 @@ def train_job(attempt: int, attempts: int, log_path: str, device: str, **train_k
                 check_retry_helps(attempt, attempts, earlier_attempts_log, gpu_mem_gb)
             raise_injected_out_of_memory(attempt)
             raise_injected_train_crash(dataset)
-            train_one(**train_kwargs)
+            train_one(**train_kwargs, previous_model=str(backup_path(train_kwargs["model_path"])))
             drop_backup(train_kwargs["model_path"])
     except SystemExit:
         sys.stderr.flush()
@@ -126,8 +126,14 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     rnnfleet.settings.preprocess_settings builds them from the config. A file that is
     replaced, rewritten or deleted while the job runs fails the job (UserError) and leaves no
     array file: arrays newer than the file would keep the next run from reading the new content."""
+    from dataclasses import replace
+
+    from rnnfleet.updating import settings_sha256
+
     read_versions = files_version(data_files)
     arrays, notes = prepare_dataset(data_files, **settings)
+    # What an update checks the arrays were made with (the dataset's name aside).
+    arrays = replace(arrays, settings_sha256=settings_sha256({**settings, "dataset": None}))
     csv_path = bars_label(data_files, settings.get("dataset", ""))
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
@@ -161,12 +167,17 @@ def train_one(
     columns: dict | None = None,
     process_started_at: float | None = None,
     evaluate: dict | None = None,
+    update: dict | None = None,
+    previous_model: str | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
     the metrics with the test period's scores (evaluate: the `evaluate:` settings). With
     evaluate folds > 0, first the walk-forward folds (rnnfleet.walkforward: those an earlier
     attempt finished are read back), then the scored model; with production "refit", last
-    the re-fit on all rows, which the model file then holds. Returns the metrics."""
+    the re-fit on all rows, which the model file then holds. When previous_model (the
+    model this job replaces) can be updated with the new bars (rnnfleet.updating.plan_training,
+    update: the `update:` settings), the scored model is that update instead of a fit from
+    scratch, unless its skill falls too far below its full fit's. Returns the metrics."""
     # Here, not at the top: a preprocess job run in its own process never loads torch.
     import torch
 
@@ -182,14 +193,31 @@ def train_one(
         release_gpu_memory,
     )
     from rnnfleet.training import (
+        StartState,
         all_rows_train,
         build_checkpoint,
         describe_training,
         log,
+        plugin_hashes,
         refit_on_all_rows,
         score_test_period,
         train_model,
         usable_windows,
+    )
+    from rnnfleet.updating import (
+        FULL,
+        UPDATE,
+        UPDATE_DEFAULTS,
+        Plan,
+        fit_record,
+        made_label,
+        next_lineage,
+        plan_training,
+        skill_drop,
+        training_fingerprint,
+        update_from_row,
+        update_windows,
+        with_normalisation,
     )
     from rnnfleet.walkforward import folds_metrics, walk_forward
 
@@ -208,16 +236,57 @@ def train_one(
     arrays = load_arrays(arrays_path)
     load_seconds = time.perf_counter() - load_started
     evaluate = {**EVALUATE_DEFAULTS, **(evaluate or {})}
+    update = {**UPDATE_DEFAULTS, **(update or {})}
     seq_len, seed = int(train_hparams["seq_len"]), int(train_hparams["seed"])
     scoring = {key: evaluate[key] for key in SCORING_KEYS}
+    fingerprint = training_fingerprint(
+        arrays, model_hparams, train_hparams, columns, evaluate, plugin_hashes(arrays, model_hparams)
+    )
+    fit_plan = plan_training(*read_previous_model(previous_model), arrays, fingerprint, update, evaluate)
+    log(f"{dataset}: {fit_plan.label}")
 
-    def train_and_score(part: PreparedArrays):
-        trained = train_model(part, model_hparams, train_hparams, device)
+    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start: StartState | None = None):
+        trained = train_model(part, model_hparams, hparams, device, start)
         return trained, score_test_period(part, trained, seq_len, **scoring, seed=seed)
 
     try:
         plan, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
-        result, test_scores = train_and_score(arrays)
+        update_metrics = {}
+        if fit_plan.kind == UPDATE:
+            previous = fit_plan.previous
+            if not update["refit_normalisation"]:
+                arrays = with_normalisation(arrays, previous["normalisation"])
+            from_row = update_from_row(previous, update["recent_bars"])
+            update_train_windows = len(update_windows(arrays, seq_len, from_row))
+            if not update_train_windows:
+                fit_plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
+                log(f"{dataset}: {fit_plan.label}")
+                arrays = load_arrays(arrays_path)
+        if fit_plan.kind == UPDATE:
+            log(
+                f"{dataset}: update {previous['lineage']['updates'] + 1}: from the previous model's weights and "
+                f"optimizer state, {update_train_windows} training window(s) ending at or after row {from_row}, "
+                f"at most {update['epochs']} epoch(s)"
+            )
+            update_hparams = {**train_hparams, "epochs": update["epochs"], "lr": update["lr"] or train_hparams["lr"]}
+            start = StartState(previous["state_dict"], previous["optimizer_state"], from_row)
+            result, test_scores = train_and_score(arrays, update_hparams, start)
+            dropped = skill_drop(
+                {"skill": result.skill, **test_scores}, previous["lineage"]["full_fit"], update["max_skill_drop"]
+            )
+            update_metrics = {
+                "new_rows": arrays.rows - int(previous["lineage"]["rows"]),
+                "update_start_val_loss": result.start_val_loss,
+                "update_train_windows": update_train_windows,
+                "update_seconds": result.train_seconds,
+            }
+            if dropped:
+                fit_plan = Plan(FULL, dropped)
+                log(f"{dataset}: {fit_plan.label}")
+                arrays = load_arrays(arrays_path)
+                update_metrics = {"discarded_update": update_metrics}
+        if fit_plan.kind == FULL:
+            result, test_scores = train_and_score(arrays)
         windows = usable_windows(arrays, seq_len)
         metrics = {
             "dataset": dataset,
@@ -248,6 +317,16 @@ def train_one(
             metrics |= folds_metrics(plan, fold_entries, result, test_scores)
         product = result
         metrics["product"] = evaluate["production"]
+        metrics |= update_metrics
+        record = fit_record(
+            "full" if fit_plan.kind == FULL else "update",
+            arrays,
+            metrics,
+            result.train_seconds,
+            update_metrics.get("new_rows", 0),
+        )
+        lineage = next_lineage(fit_plan, arrays, fingerprint, record)
+        metrics |= {"made": made_label(lineage), "made_reason": fit_plan.label, "lineage": lineage}
         if evaluate["production"] == "refit":
             log(f"{dataset}: refit for production: {result.best_epoch} epoch(s) (the scored model's best) on all rows")
             product = refit_on_all_rows(arrays, model_hparams, train_hparams, device, result.best_epoch)
@@ -255,7 +334,15 @@ def train_one(
             metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
         save_started = time.perf_counter()
         checkpoint = build_checkpoint(
-            dataset, product, arrays, model_hparams, train_hparams, metrics, columns, product=evaluate["production"]
+            dataset,
+            product,
+            arrays,
+            model_hparams,
+            train_hparams,
+            metrics,
+            columns,
+            product=evaluate["production"],
+            lineage=lineage,
         )
         save_checkpoint(checkpoint, model_path)
         metrics["save_seconds"] = time.perf_counter() - save_started
@@ -278,8 +365,21 @@ def train_one(
             + f"; {metrics['folds_positive']} above 0, {metrics['folds_beat']} beat the baseline"
         )
     log(
-        f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
+        f"{dataset}: {metrics['made']}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
         + (" (re-fitted on all rows: evaluate.production refit)" if product is not result else "")
     )
     return metrics
+
+
+def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
+    """(the contents of the model file at path, None), or (None, why there is none to update)."""
+    from rnnfleet.checkpoint import ModelFileError, load_checkpoint
+    from rnnfleet.updating import NO_PREVIOUS_MODEL
+
+    if not path or not os.path.exists(path):
+        return None, NO_PREVIOUS_MODEL
+    try:
+        return load_checkpoint(path), None
+    except ModelFileError as error:
+        return None, f"the previous model does not load ({error})"
