@@ -365,9 +365,10 @@ def train_one(
             + f"; {metrics['folds_positive']} above 0, {metrics['folds_beat']} beat the baseline"
         )
     log(
-        f"{dataset}: {metrics['made']}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
+        f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
         + (" (re-fitted on all rows: evaluate.production refit)" if product is not result else "")
+        + (f" ({metrics['made']} since the full fit)" if fit_plan.kind == UPDATE else "")
     )
     return metrics
 
