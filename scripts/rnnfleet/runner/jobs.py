@@ -27,6 +27,23 @@ from rnnfleet.errors import (
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
 from rnnfleet.hooks.previous_models import backup_path, drop_backup
 from rnnfleet.runner.orphans import run_job_guard
+from rnnfleet.updating import (
+    FULL,
+    NO_PREVIOUS_MODEL,
+    UPDATE,
+    UPDATE_DEFAULTS,
+    Plan,
+    fit_record,
+    made_label,
+    next_lineage,
+    plan_training,
+    settings_sha256,
+    skill_drop,
+    training_fingerprint,
+    update_from_row,
+    update_windows,
+    with_normalisation,
+)
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -128,8 +145,6 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     array file: arrays newer than the file would keep the next run from reading the new content."""
     from dataclasses import replace
 
-    from rnnfleet.updating import settings_sha256
-
     read_versions = files_version(data_files)
     arrays, notes = prepare_dataset(data_files, **settings)
     # What an update checks the arrays were made with (the dataset's name aside).
@@ -193,7 +208,6 @@ def train_one(
         release_gpu_memory,
     )
     from rnnfleet.training import (
-        StartState,
         all_rows_train,
         build_checkpoint,
         describe_training,
@@ -203,21 +217,6 @@ def train_one(
         score_test_period,
         train_model,
         usable_windows,
-    )
-    from rnnfleet.updating import (
-        FULL,
-        UPDATE,
-        UPDATE_DEFAULTS,
-        Plan,
-        fit_record,
-        made_label,
-        next_lineage,
-        plan_training,
-        skill_drop,
-        training_fingerprint,
-        update_from_row,
-        update_windows,
-        with_normalisation,
     )
     from rnnfleet.walkforward import folds_metrics, walk_forward
 
@@ -245,7 +244,7 @@ def train_one(
     fit_plan = plan_training(*read_previous_model(previous_model), arrays, fingerprint, update, evaluate)
     log(f"{dataset}: {fit_plan.label}")
 
-    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start: StartState | None = None):
+    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start=None):
         trained = train_model(part, model_hparams, hparams, device, start)
         return trained, score_test_period(part, trained, seq_len, **scoring, seed=seed)
 
@@ -253,38 +252,11 @@ def train_one(
         plan, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
         update_metrics = {}
         if fit_plan.kind == UPDATE:
-            previous = fit_plan.previous
-            if not update["refit_normalisation"]:
-                arrays = with_normalisation(arrays, previous["normalisation"])
-            from_row = update_from_row(previous, update["recent_bars"])
-            update_train_windows = len(update_windows(arrays, seq_len, from_row))
-            if not update_train_windows:
-                fit_plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
-                log(f"{dataset}: {fit_plan.label}")
-                arrays = load_arrays(arrays_path)
-        if fit_plan.kind == UPDATE:
-            log(
-                f"{dataset}: update {previous['lineage']['updates'] + 1}: from the previous model's weights and "
-                f"optimizer state, {update_train_windows} training window(s) ending at or after row {from_row}, "
-                f"at most {update['epochs']} epoch(s)"
+            fit_plan, update_metrics, updated = update_model(
+                dataset, fit_plan, arrays, update, train_hparams, train_and_score
             )
-            update_hparams = {**train_hparams, "epochs": update["epochs"], "lr": update["lr"] or train_hparams["lr"]}
-            start = StartState(previous["state_dict"], previous["optimizer_state"], from_row)
-            result, test_scores = train_and_score(arrays, update_hparams, start)
-            dropped = skill_drop(
-                {"skill": result.skill, **test_scores}, previous["lineage"]["full_fit"], update["max_skill_drop"]
-            )
-            update_metrics = {
-                "new_rows": arrays.rows - int(previous["lineage"]["rows"]),
-                "update_start_val_loss": result.start_val_loss,
-                "update_train_windows": update_train_windows,
-                "update_seconds": result.train_seconds,
-            }
-            if dropped:
-                fit_plan = Plan(FULL, dropped)
-                log(f"{dataset}: {fit_plan.label}")
-                arrays = load_arrays(arrays_path)
-                update_metrics = {"discarded_update": update_metrics}
+            if updated:
+                arrays, result, test_scores = updated
         if fit_plan.kind == FULL:
             result, test_scores = train_and_score(arrays)
         windows = usable_windows(arrays, seq_len)
@@ -376,7 +348,6 @@ def train_one(
 def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
     """(the contents of the model file at path, None), or (None, why there is none to update)."""
     from rnnfleet.checkpoint import ModelFileError, load_checkpoint
-    from rnnfleet.updating import NO_PREVIOUS_MODEL
 
     if not path or not os.path.exists(path):
         return None, NO_PREVIOUS_MODEL
@@ -384,3 +355,43 @@ def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
         return load_checkpoint(path), None
     except ModelFileError as error:
         return None, f"the previous model does not load ({error})"
+
+
+def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict, train_hparams: dict, train_and_score):
+    """The training of an UPDATE plan (rnnfleet.updating): (the plan, the update's metrics,
+    (the arrays it trained on, its TrainingResult, its test scores)). Where no training window
+    ends after update_from_row, or the update's skill falls more than update.max_skill_drop
+    below its full fit's, the plan returned is FULL and the last item None."""
+    from rnnfleet.training import StartState, log
+
+    previous = plan.previous
+    if not update["refit_normalisation"]:
+        arrays = with_normalisation(arrays, previous["normalisation"])
+    from_row = update_from_row(previous, update["recent_bars"])
+    train_windows = len(update_windows(arrays, int(train_hparams["seq_len"]), from_row))
+    if not train_windows:
+        plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
+        log(f"{dataset}: {plan.label}")
+        return plan, {}, None
+    log(
+        f"{dataset}: update {previous['lineage']['updates'] + 1}: from the previous model's weights and "
+        f"optimizer state, {train_windows} training window(s) ending at or after row {from_row}, "
+        f"at most {update['epochs']} epoch(s)"
+    )
+    hparams = {**train_hparams, "epochs": update["epochs"], "lr": update["lr"] or train_hparams["lr"]}
+    start = StartState(previous["state_dict"], previous["optimizer_state"], from_row)
+    result, test_scores = train_and_score(arrays, hparams, start)
+    update_metrics = {
+        "new_rows": arrays.rows - int(previous["lineage"]["rows"]),
+        "update_start_val_loss": result.start_val_loss,
+        "update_train_windows": train_windows,
+        "update_seconds": result.train_seconds,
+    }
+    dropped = skill_drop(
+        {"skill": result.skill, **test_scores}, previous["lineage"]["full_fit"], update["max_skill_drop"]
+    )
+    if dropped:
+        plan = Plan(FULL, dropped)
+        log(f"{dataset}: {plan.label}")
+        return plan, {"discarded_update": update_metrics}, None
+    return plan, update_metrics, (arrays, result, test_scores)
