@@ -1,7 +1,7 @@
 # What a run checks before it plans or starts a job: that the targets name datasets that
 # exist, that the output folders can be written, and which model files no longer load
 # (their datasets train again); once it has planned: which models it re-trains with
-# changed settings. Applied from rules/handlers.smk.
+# changed settings, and which it updates with new bars. Applied from rules/handlers.smk.
 import errno
 import os
 import re
@@ -12,6 +12,7 @@ from snakemake.logging import logger
 from rnnfleet.checkpoint import folder_write_problem, model_file_problem
 from rnnfleet.errors import WRITE_CAUSES
 from rnnfleet.hooks.settings_changes import planned_settings_changes, report_lines
+from rnnfleet.hooks import update_plans
 from rnnfleet.settings import PREPROCESS_CONFIG_KEYS, TRAIN_PARAM_CONFIG_KEYS
 
 # The files of one dataset a user may ask for by name, e.g. snakemake predictions/X.csv.
@@ -139,3 +140,26 @@ def report_changed_settings(dag):
     lines = report_lines(changes)
     if lines:
         logger.warning("\n".join(lines))
+    report_planned_fits(dag, changes)
+
+
+def report_planned_fits(dag, settings_changed):
+    """Whether each model trained before is updated or trained from scratch, as far as is
+    known before its bars are read (rnnfleet.hooks.update_plans)."""
+
+    def settings_of(dataset):
+        dataset_config = DATASET_CONFIGS.get(dataset, config)
+        return dataset_config["update"], dataset_config["evaluate"]
+
+    try:
+        planned = update_plans.planned_fits(
+            dag, "train", "preprocess", settings_changed, settings_of
+        )
+    except Exception as error:  # as above: a report never stops the run
+        logger.warning(
+            f"rnnfleet: WARNING: cannot tell which models will be updated ({type(error).__name__}: {error})"
+        )
+        return
+    lines = update_plans.report_lines(planned)
+    if lines:
+        logger.info("\n".join(lines))

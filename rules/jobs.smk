@@ -36,6 +36,7 @@ def job_settings(settings_config):
         },
         "train": {
             **train_settings(settings_config),
+            "update": settings_config["update"],
             "device": config["train"]["device"],
             "warm_workers": config["train"]["warm_workers"],
         },

@@ -70,6 +70,11 @@ class PreparedArrays:
     read_format: dict = field(default_factory=dict)
     timezone: str = ""
     read_as: str = ""
+    # One digest per feature row of its values before normalisation (row_digests), and a hash
+    # of the preprocess settings: what tells an update that the earlier bars are unchanged
+    # (rnnfleet.updating). Empty in array files written before updates existed.
+    row_digests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    settings_sha256: str = ""
 
     @property
     def rows(self) -> int:
@@ -158,6 +163,29 @@ def compute_features(
     targets = TARGETS[target].values(log_close, horizon)[matrix.warmup :]
     features = matrix.values[matrix.warmup : matrix.warmup + len(targets)]
     return features, targets, matrix, float(bars["close"].iloc[-1])
+
+
+_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_SEED = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(words: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, element-wise (uint64 arithmetic wraps)."""
+    words = (words ^ (words >> np.uint64(30))) * _MIX_1
+    words = (words ^ (words >> np.uint64(27))) * _MIX_2
+    return words ^ (words >> np.uint64(31))
+
+
+def row_digests(features: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """(rows,) uint64: a digest of each feature row's exact float64 features and target
+    (before normalisation). The same values give the same digest on every platform."""
+    values = np.column_stack([np.asarray(features, np.float64), np.asarray(targets, np.float64)])
+    words = np.ascontiguousarray(values).view(np.uint64)
+    digests = np.full(len(words), _SEED, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in words.T:
+            digests = _mix(digests ^ column)
+    return digests
 
 
 def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.ndarray) -> np.ndarray:
@@ -382,6 +410,7 @@ def prepare_dataset(
         quality=quality_row,
         **read,
         features_left_out=left_out,
+        row_digests=row_digests(feature_matrix, targets),
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
@@ -425,6 +454,8 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             read_format=np.str_(json.dumps(arrays.read_format)),
             timezone=np.str_(arrays.timezone),
             read_as=np.str_(arrays.read_as),
+            row_digests=arrays.row_digests,
+            settings_sha256=np.str_(arrays.settings_sha256),
         )
 
 
@@ -467,6 +498,8 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 }
                 if "read_format" in stored.files
                 else {},
+                row_digests=stored["row_digests"] if "row_digests" in stored.files else np.zeros(0, np.uint64),
+                settings_sha256=str(stored["settings_sha256"]) if "settings_sha256" in stored.files else "",
             )
     except DataError:
         raise

@@ -39,6 +39,7 @@ SUMMARY_COLUMNS = (
     "folds_positive",  # folds whose test skill is above 0, of folds_scored
     "folds_scored",
     "product",  # which model the model file holds: scored, or refit on all rows (evaluate.production)
+    "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.updating)
     "model",  # which model, features and target the dataset trained with
     "features",
     "target",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import platform
 import sys
@@ -50,6 +51,9 @@ class TrainingResult:
     # them, computed once training and the epoch choice are over.
     test_numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     test_outputs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    # The optimizer's state at the best epoch (an update starts from it), on the CPU.
+    optimizer_state: dict | None = None
+    start_val_loss: float | None = None  # an update: the validation loss of the weights it started from
 
     @property
     def skill(self) -> float:
@@ -138,13 +142,41 @@ def usable_windows(arrays: PreparedArrays, seq_len: int) -> WindowNumbers:
     return window_numbers(arrays.rows, arrays.split, arrays.gap_bars, seq_len, arrays.horizon, arrays.warmup)
 
 
+@dataclass(frozen=True)
+class StartState:
+    """Where an update starts (rnnfleet.updating): the previous model's weights and optimizer
+    state; it trains only on the training windows ending at or after from_row."""
+
+    weights: dict
+    optimizer_state: dict
+    from_row: int
+
+
+def on_cpu(state):
+    """A copy of a (nested) state dict with every tensor on the CPU."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().cpu().clone()
+    if isinstance(state, dict):
+        return {key: on_cpu(value) for key, value in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(on_cpu(value) for value in state)
+    return copy.copy(state)
+
+
 def train_model(
-    arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device
+    arrays: PreparedArrays,
+    model_hparams: dict,
+    train_hparams: dict,
+    device: torch.device,
+    start: StartState | None = None,
 ) -> TrainingResult:
     """Train on the training windows; early-stop on (and keep the best epoch of) the
     validation windows; then, with the best weights, compute the outputs on the test
     windows, which nothing before that step reads. Windows that span a gap are left out.
-    Without validation windows (a re-fit on all rows) every epoch runs and the last is kept."""
+    Without validation windows (a re-fit on all rows) every epoch runs and the last is kept.
+    From a start (an update): the same loop from its weights and optimizer state, on its
+    windows only, the start itself being epoch 0 (kept when no epoch improves on it); the
+    naive baseline still comes from every training window, as in a full fit."""
     entered = time.perf_counter()
     seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
     amp_dtype = AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)]
@@ -155,19 +187,32 @@ def train_model(
     targets = torch.from_numpy(arrays.targets).to(device)
     windows, window_targets = window_view(features, seq_len), targets[seq_len - 1 :]
     numbers = usable_windows(arrays, seq_len)
-    train_numbers, val_numbers = (torch.from_numpy(part).to(device) for part in (numbers.train, numbers.val))
+    all_train_numbers, val_numbers = (torch.from_numpy(part).to(device) for part in (numbers.train, numbers.val))
+    train_numbers = all_train_numbers
+    if start is not None:
+        train_numbers = all_train_numbers[all_train_numbers + (seq_len - 1) >= start.from_row]
     n_train = len(train_numbers)
     validating = len(val_numbers) > 0  # else a re-fit on all rows: every epoch runs, the last is kept
 
     target = TARGETS[arrays.target]
     model = build_model(model_hparams, features.shape[1], seq_len).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
+    if start is not None:
+        model.load_state_dict(start.weights)
+        optimizer.load_state_dict(start.optimizer_state)
+        for group in optimizer.param_groups:
+            group["lr"] = float(train_hparams["lr"])
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     val_targets = window_targets[val_numbers]
-    naive_value = target.naive_output(window_targets[train_numbers])
+    naive_value = target.naive_output(window_targets[all_train_numbers])
     naive_output = torch.full_like(val_targets, naive_value)
     naive_val_loss = target.loss(naive_output, val_targets).item() if validating else math.nan
-    best_val_loss, best_epoch, best_state, history = math.inf, 0, None, []
+    best_val_loss, best_epoch, best_state, best_optimizer, history = math.inf, 0, None, None, []
+    start_val_loss = None
+    if start is not None and validating:
+        start_val_loss = best_val_loss = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)[0]
+        best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
+        log(f"epoch   0  val_loss {start_val_loss:.5f}  (the previous model's weights)")
     n_batches = math.ceil(n_train / batch_size)
     started = time.perf_counter()
 
@@ -204,7 +249,7 @@ def train_model(
             raise FloatingPointError(f"training diverged at epoch {epoch} (train loss {train_loss})")
         if not validating or val_loss < best_val_loss:
             best_val_loss, best_epoch = val_loss, epoch
-            best_state = {key: value.detach().clone() for key, value in model.state_dict().items()}
+            best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
         elif epoch - best_epoch >= int(train_hparams["patience"]):
             log(f"early stop: no val_loss improvement for {train_hparams['patience']} epochs")
             break
@@ -230,6 +275,8 @@ def train_model(
         naive_output=naive_value,
         test_numbers=numbers.test,
         test_outputs=test_outputs,
+        optimizer_state=best_optimizer,
+        start_val_loss=start_val_loss,
     )
 
 
@@ -343,6 +390,7 @@ def build_checkpoint(
     metrics: dict,
     columns: dict | None = None,
     product: str = "scored",
+    lineage: dict | None = None,
 ) -> dict:
     """Everything needed to rebuild the model and use it on new bars (columns: the CSV's
     column names, as the config maps them); loads with weights_only=True. product: which
@@ -350,8 +398,9 @@ def build_checkpoint(
     early-stopped on validation, or "refit" on all rows); split and metrics are the scored
     model's in both cases, the scores the product descends from. plugin_sha256:
     the content hash of each user file the model and its features ran (rnnfleet.plugins:
-    forecasts import such a file from the working folder only with that content)."""
-    builder = str(model_hparams.get("builder", DEFAULT_BUILDER))
+    forecasts import such a file from the working folder only with that content).
+    optimizer_state and lineage: what an update of this model starts from and checks
+    (rnnfleet.updating; lineage None: none recorded, the model is never updated)."""
     return {
         "format": "rnnfleet",
         "format_version": FORMAT_VERSION,
@@ -387,13 +436,20 @@ def build_checkpoint(
             if arrays.read_format
             else {}
         ),
-        "plugin_sha256": {**arrays.feature_sha256, **imported_sha256([builder])},
+        "plugin_sha256": plugin_hashes(arrays, model_hparams),
         # Feature rows of the array file; the test part (from test_start) never reached the
         # scored model's training (a refit's trained on every row).
         "split": {**arrays.split._asdict(), "rows": arrays.rows},
         "metrics": metrics,
         "versions": library_versions(),
+        **({"optimizer_state": result.optimizer_state, "lineage": lineage} if lineage is not None else {}),
     }
+
+
+def plugin_hashes(arrays: PreparedArrays, model_hparams: dict) -> dict[str, str]:
+    """{user file: sha256} of the feature files (as preprocessing ran them) and the model's builder."""
+    builder = str(model_hparams.get("builder", DEFAULT_BUILDER))
+    return {**arrays.feature_sha256, **imported_sha256([builder])}
 
 
 def model_label(model_hparams: dict) -> str:

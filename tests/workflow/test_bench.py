@@ -45,3 +45,15 @@ def test_timeline_bench_sees_every_job_its_warm_child_and_the_phases():
     }
     for phase in ("first warm child", "first training starts", "last training ends", "plots starts", "exits"):
         assert phase in result.stdout
+
+
+def test_update_bench_updates_every_model_and_reports_ratios_against_a_full_retrain(tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "bench_update.py"), "--datasets", "2", "--days", "4"]
+    command += ["--epochs", "2", "--cores", "2", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "update / full: run " in result.stdout and "test skill, update - full" in result.stdout
+    (record,) = [json.loads(line) for line in (tmp_path / "update.jsonl").read_text().splitlines()]
+    assert record["runs"]["update"]["made"] == ["update 1"] and record["runs"]["full"]["made"] == ["full"]
+    assert record["runs"]["update"]["train_windows"] < record["runs"]["full"]["train_windows"]
+    assert record["cost_ratio_train_jobs"] > 0 and abs(record["skill_difference_mean"]) < 1

@@ -25,8 +25,25 @@ from rnnfleet.errors import (
     last_marked_line,
 )
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
-from rnnfleet.hooks.previous_models import drop_backup
+from rnnfleet.hooks.previous_models import backup_path, drop_backup
 from rnnfleet.runner.orphans import run_job_guard
+from rnnfleet.updating import (
+    FULL,
+    NO_PREVIOUS_MODEL,
+    UPDATE,
+    UPDATE_DEFAULTS,
+    Plan,
+    fit_record,
+    made_label,
+    next_lineage,
+    plan_training,
+    settings_sha256,
+    skill_drop,
+    training_fingerprint,
+    update_from_row,
+    update_windows,
+    with_normalisation,
+)
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -71,7 +88,7 @@ def train_job(attempt: int, attempts: int, log_path: str, device: str, **train_k
                 check_retry_helps(attempt, attempts, earlier_attempts_log, gpu_mem_gb)
             raise_injected_out_of_memory(attempt)
             raise_injected_train_crash(dataset)
-            train_one(**train_kwargs)
+            train_one(**train_kwargs, previous_model=str(backup_path(train_kwargs["model_path"])))
             drop_backup(train_kwargs["model_path"])
     except SystemExit:
         sys.stderr.flush()
@@ -126,8 +143,12 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     rnnfleet.settings.preprocess_settings builds them from the config. A file that is
     replaced, rewritten or deleted while the job runs fails the job (UserError) and leaves no
     array file: arrays newer than the file would keep the next run from reading the new content."""
+    from dataclasses import replace
+
     read_versions = files_version(data_files)
     arrays, notes = prepare_dataset(data_files, **settings)
+    # What an update checks the arrays were made with (the dataset's name aside).
+    arrays = replace(arrays, settings_sha256=settings_sha256({**settings, "dataset": None}))
     csv_path = bars_label(data_files, settings.get("dataset", ""))
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
@@ -161,12 +182,17 @@ def train_one(
     columns: dict | None = None,
     process_started_at: float | None = None,
     evaluate: dict | None = None,
+    update: dict | None = None,
+    previous_model: str | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
     the metrics with the test period's scores (evaluate: the `evaluate:` settings). With
     evaluate folds > 0, first the walk-forward folds (rnnfleet.walkforward: those an earlier
     attempt finished are read back), then the scored model; with production "refit", last
-    the re-fit on all rows, which the model file then holds. Returns the metrics."""
+    the re-fit on all rows, which the model file then holds. When previous_model (the
+    model this job replaces) can be updated with the new bars (rnnfleet.updating.plan_training,
+    update: the `update:` settings), the scored model is that update instead of a fit from
+    scratch, unless its skill falls too far below its full fit's. Returns the metrics."""
     # Here, not at the top: a preprocess job run in its own process never loads torch.
     import torch
 
@@ -186,6 +212,7 @@ def train_one(
         build_checkpoint,
         describe_training,
         log,
+        plugin_hashes,
         refit_on_all_rows,
         score_test_period,
         train_model,
@@ -208,16 +235,30 @@ def train_one(
     arrays = load_arrays(arrays_path)
     load_seconds = time.perf_counter() - load_started
     evaluate = {**EVALUATE_DEFAULTS, **(evaluate or {})}
+    update = {**UPDATE_DEFAULTS, **(update or {})}
     seq_len, seed = int(train_hparams["seq_len"]), int(train_hparams["seed"])
     scoring = {key: evaluate[key] for key in SCORING_KEYS}
+    fingerprint = training_fingerprint(
+        arrays, model_hparams, train_hparams, columns, evaluate, plugin_hashes(arrays, model_hparams)
+    )
+    fit_plan = plan_training(*read_previous_model(previous_model), arrays, fingerprint, update, evaluate)
+    log(f"{dataset}: {fit_plan.label}")
 
-    def train_and_score(part: PreparedArrays):
-        trained = train_model(part, model_hparams, train_hparams, device)
+    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start=None):
+        trained = train_model(part, model_hparams, hparams, device, start)
         return trained, score_test_period(part, trained, seq_len, **scoring, seed=seed)
 
     try:
         plan, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
-        result, test_scores = train_and_score(arrays)
+        update_metrics = {}
+        if fit_plan.kind == UPDATE:
+            fit_plan, update_metrics, updated = update_model(
+                dataset, fit_plan, arrays, update, train_hparams, train_and_score
+            )
+            if updated:
+                arrays, result, test_scores = updated
+        if fit_plan.kind == FULL:
+            result, test_scores = train_and_score(arrays)
         windows = usable_windows(arrays, seq_len)
         metrics = {
             "dataset": dataset,
@@ -249,6 +290,16 @@ def train_one(
             metrics |= folds_metrics(plan, fold_entries, result, test_scores)
         product = result
         metrics["product"] = evaluate["production"]
+        metrics |= update_metrics
+        record = fit_record(
+            "full" if fit_plan.kind == FULL else "update",
+            arrays,
+            metrics,
+            result.train_seconds,
+            update_metrics.get("new_rows", 0),
+        )
+        lineage = next_lineage(fit_plan, arrays, fingerprint, record)
+        metrics |= {"made": made_label(lineage), "made_reason": fit_plan.label, "lineage": lineage}
         if evaluate["production"] == "refit":
             log(f"{dataset}: refit for production: {result.best_epoch} epoch(s) (the scored model's best) on all rows")
             product = refit_on_all_rows(arrays, model_hparams, train_hparams, device, result.best_epoch)
@@ -256,7 +307,15 @@ def train_one(
             metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
         save_started = time.perf_counter()
         checkpoint = build_checkpoint(
-            dataset, product, arrays, model_hparams, train_hparams, metrics, columns, product=evaluate["production"]
+            dataset,
+            product,
+            arrays,
+            model_hparams,
+            train_hparams,
+            metrics,
+            columns,
+            product=evaluate["production"],
+            lineage=lineage,
         )
         save_checkpoint(checkpoint, model_path)
         metrics["save_seconds"] = time.perf_counter() - save_started
@@ -282,5 +341,58 @@ def train_one(
         f"{dataset}: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} "
         f"vs naive ({metrics['baseline']}) {result.naive_val_loss:.5f} (skill {result.skill:+.4f}) -> {model_path}"
         + (" (re-fitted on all rows: evaluate.production refit)" if product is not result else "")
+        + (f" ({metrics['made']} since the full fit)" if fit_plan.kind == UPDATE else "")
     )
     return metrics
+
+
+def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
+    """(the contents of the model file at path, None), or (None, why there is none to update)."""
+    from rnnfleet.checkpoint import ModelFileError, load_checkpoint
+
+    if not path or not os.path.exists(path):
+        return None, NO_PREVIOUS_MODEL
+    try:
+        return load_checkpoint(path), None
+    except ModelFileError as error:
+        return None, f"the previous model does not load ({error})"
+
+
+def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict, train_hparams: dict, train_and_score):
+    """The training of an UPDATE plan (rnnfleet.updating): (the plan, the update's metrics,
+    (the arrays it trained on, its TrainingResult, its test scores)). Where no training window
+    ends after update_from_row, or the update's skill falls more than update.max_skill_drop
+    below its full fit's, the plan returned is FULL and the last item None."""
+    from rnnfleet.training import StartState, log
+
+    previous = plan.previous
+    if not update["refit_normalisation"]:
+        arrays = with_normalisation(arrays, previous["normalisation"])
+    from_row = update_from_row(previous, update["recent_bars"])
+    train_windows = len(update_windows(arrays, int(train_hparams["seq_len"]), from_row))
+    if not train_windows:
+        plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
+        log(f"{dataset}: {plan.label}")
+        return plan, {}, None
+    log(
+        f"{dataset}: update {previous['lineage']['updates'] + 1}: from the previous model's weights and "
+        f"optimizer state, {train_windows} training window(s) ending at or after row {from_row}, "
+        f"at most {update['epochs']} epoch(s)"
+    )
+    hparams = {**train_hparams, "epochs": update["epochs"], "lr": update["lr"] or train_hparams["lr"]}
+    start = StartState(previous["state_dict"], previous["optimizer_state"], from_row)
+    result, test_scores = train_and_score(arrays, hparams, start)
+    update_metrics = {
+        "new_rows": arrays.rows - int(previous["lineage"]["rows"]),
+        "update_start_val_loss": result.start_val_loss,
+        "update_train_windows": train_windows,
+        "update_seconds": result.train_seconds,
+    }
+    dropped = skill_drop(
+        {"skill": result.skill, **test_scores}, previous["lineage"]["full_fit"], update["max_skill_drop"]
+    )
+    if dropped:
+        plan = Plan(FULL, dropped)
+        log(f"{dataset}: {plan.label}")
+        return plan, {"discarded_update": update_metrics}, None
+    return plan, update_metrics, (arrays, result, test_scores)

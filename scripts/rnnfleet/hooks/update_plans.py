@@ -1,0 +1,128 @@
+"""What each train job of a run will do to a model trained before, said before the run.
+
+A train job that replaces an existing model either updates it with new bars or trains it
+from scratch (rnnfleet.updating.plan_training decides, in the job, from the bars
+themselves). Before the run (dry-runs too) this module says which to expect, from what is
+known without reading any bars: the settings changes (rnnfleet.hooks.settings_changes), the
+`update:` and `evaluate:` settings, the model's metrics file (its lineage: updates since the
+full fit, rows seen) and, where the array file is not made again first, its row count
+(the header of its features array, nothing more). Where the preprocess job runs first, the
+count of new bars is not known yet: "update: new bars/new files". Cost: one metrics file
+read per re-train that could be an update, one array header where preprocess does not run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from collections.abc import Callable, Mapping
+
+SETTINGS_CHANGED = "re-train: settings changed"
+NEW_BARS = "update: new bars/new files"
+# The label when the job decides on what only it reads (no metrics file: a previous model kept).
+DECIDED_IN_JOB = "update or re-train: decided when the job reads the bars"
+SHOWN_DATASETS = 3
+
+
+def array_rows(path: str) -> int | None:
+    """The feature rows of an array file (rnnfleet.data.save_arrays), from the header of its
+    features array; None where it cannot be read."""
+    import numpy as np
+
+    try:
+        with zipfile.ZipFile(path) as archive, archive.open("features.npy") as member:
+            version = np.lib.format.read_magic(member)
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
+            shape, _, _ = read_header(member)
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    return int(shape[0])
+
+
+def recorded_lineage(metrics_path: str) -> dict | None:
+    try:
+        with open(metrics_path) as handle:
+            lineage = json.load(handle).get("lineage")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return lineage if isinstance(lineage, dict) else None
+
+
+def expected_fit(
+    settings_changed: bool,
+    update: Mapping,
+    evaluate: Mapping,
+    lineage: dict | None,
+    preprocess_runs: bool,
+    arrays_rows: Callable[[], int | None],
+) -> str:
+    """What the train job of a model trained before is expected to do, as its label
+    (rnnfleet.updating.Plan.label's words)."""
+    if settings_changed:
+        return SETTINGS_CHANGED
+    if not update["enabled"]:
+        return "re-train: update.enabled is false"
+    if evaluate["production"] != "scored" or evaluate["folds"]:
+        return "re-train: updates need evaluate.production scored and evaluate.folds 0"
+    if lineage is None:
+        return DECIDED_IN_JOB
+    if int(lineage.get("updates", 0)) >= update["full_every"]:
+        return f"re-train: update.full_every: {lineage.get('updates')} update(s) since the full fit"
+    if preprocess_runs:
+        return NEW_BARS
+    rows = arrays_rows()
+    if rows is None:
+        return DECIDED_IN_JOB
+    new_rows = rows - int(lineage.get("rows", 0))
+    return f"update: {new_rows} new bars" if new_rows > 0 else "re-train: no new bars"
+
+
+def planned_fits(
+    dag,
+    train_rule: str,
+    preprocess_rule: str,
+    settings_changed: Mapping[str, object],
+    settings_of: Callable[[str], tuple[Mapping, Mapping]],
+) -> dict[str, str]:
+    """{dataset: expected_fit label} for each train job the DAG will run whose model file
+    exists. settings_changed: the datasets whose settings changed; settings_of(dataset): its
+    (update, evaluate) settings."""
+    trains, preprocessing = {}, set()
+    for job in dag.needrun_jobs():
+        if job.rule.name == train_rule:
+            trains[job.wildcards.dataset] = job
+        elif job.rule.name == preprocess_rule:
+            preprocessing.add(job.wildcards.dataset)
+    planned = {}
+    for dataset, job in trains.items():
+        if not os.path.exists(job.output.model):
+            continue
+        update, evaluate = settings_of(dataset)
+        changed = dataset in settings_changed
+        planned[dataset] = expected_fit(
+            changed,
+            update,
+            evaluate,
+            None if changed else recorded_lineage(job.output.metrics),
+            dataset in preprocessing,
+            lambda job=job: array_rows(job.input.arrays),
+        )
+    return planned
+
+
+def report_lines(planned: Mapping[str, str]) -> list[str]:
+    """One line per label, with how many datasets and the first few (empty: nothing planned)."""
+    groups: dict[str, list[str]] = {}
+    for dataset in sorted(planned):
+        groups.setdefault(planned[dataset], []).append(dataset)
+    if not groups:
+        return []
+    lines = [f"rnnfleet: {len(planned)} model(s) trained before will be replaced:"]
+    for label, datasets in sorted(groups.items(), key=lambda group: (-len(group[1]), group[0])):
+        more = len(datasets) - SHOWN_DATASETS
+        names = ", ".join(datasets[:SHOWN_DATASETS]) + (f" and {more} more" if more > 0 else "")
+        lines.append(f"  {label}: {len(datasets)} (datasets: {names})")
+    return lines

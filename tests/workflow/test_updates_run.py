@@ -1,0 +1,205 @@
+"""New bars update a model from its previous weights instead of training it from scratch
+(the real snakemake): a dataset of day files gains a day, a single file grows; a changed
+setting, a changed earlier bar and update.full_every train from scratch; a killed update
+keeps the previous model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import kill_hard, snakemake, start_paused_run, summary_by_dataset, write_config
+
+from rnnfleet.data import load_arrays
+from rnnfleet.hooks.previous_models import BACKUP_DIR
+from rnnfleet.model import load_model
+from rnnfleet.predict import forecast_csv
+from rnnfleet.synthetic import synthetic_bars
+from rnnfleet.targets import TARGETS
+from rnnfleet.training import evaluate, usable_windows, window_view
+from rnnfleet.updating import with_normalisation
+
+DAY = 400  # bars of one "day" file
+DAYS = 3
+GROWING_ROWS = 800  # the single-file dataset's bars before it grows by DAY
+# Tiny models' skills are noise: no update is discarded for its skill here (tests/unit/test_updating.py).
+UPDATE_SETTINGS = {"recent_bars": 100, "max_skill_drop": 100}
+
+
+@pytest.fixture(scope="module")
+def bars() -> dict[str, pd.DataFrame]:
+    """The whole history of each dataset; the runs see a prefix of it."""
+    return {"DAYS": synthetic_bars(DAY * (DAYS + 1), 21), "GROWING": synthetic_bars(GROWING_ROWS + 2 * DAY, 22)}
+
+
+def write_bars(workdir: Path, bars: dict[str, pd.DataFrame], days: int, growing_rows: int) -> None:
+    """DAYS as `days` day files (data/DAYS-1m-<day>.csv), GROWING as one file of growing_rows bars."""
+    data = workdir / "data"
+    data.mkdir(exist_ok=True)
+    for day in range(days):
+        part = bars["DAYS"].iloc[day * DAY : (day + 1) * DAY]
+        part.to_csv(data / f"DAYS-1m-{day:02d}.csv", index=False, float_format="%.6f")
+    bars["GROWING"].iloc[:growing_rows].to_csv(data / "GROWING-1m-all.csv", index=False, float_format="%.6f")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, bars) -> Path:
+    workdir = tmp_path_factory.mktemp("trained")
+    write_bars(workdir, bars, DAYS, GROWING_ROWS)
+    write_config(workdir, data_dir="data", datasets={"files": "{dataset}-1m-*"}, update=UPDATE_SETTINGS)
+    snakemake(workdir)
+    return workdir
+
+
+@pytest.fixture
+def run(trained, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy, symlinks=True)
+    return copy
+
+
+def appended(workdir: Path, bars) -> None:
+    write_bars(workdir, bars, DAYS + 1, GROWING_ROWS + DAY)
+
+
+def metrics(workdir: Path, dataset: str) -> dict:
+    return json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
+
+
+def train_log(workdir: Path, dataset: str) -> str:
+    return (workdir / "logs" / "train" / f"{dataset}.log").read_text()
+
+
+def planned_lines(result) -> list[str]:
+    """The lines of the dry-run's block on models trained before."""
+    lines = (result.stdout + result.stderr).splitlines()
+    start = next(index for index, line in enumerate(lines) if "model(s) trained before will be replaced" in line)
+    block = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("  "):
+            return block
+        block.append(line.strip())
+    return block
+
+
+def start_val_loss(model_path: Path, arrays_path: Path) -> float:
+    """The validation loss of the model file's weights on the new arrays, normalised as the model was."""
+    model, checkpoint = load_model(model_path)
+    arrays = with_normalisation(load_arrays(arrays_path), checkpoint["normalisation"])
+    seq_len = checkpoint["features"]["seq_len"]
+    windows = window_view(torch.from_numpy(arrays.features), seq_len)
+    targets = torch.from_numpy(arrays.targets)[seq_len - 1 :]
+    val = torch.from_numpy(usable_windows(arrays, seq_len).val)
+    return evaluate(model, windows, targets, None, TARGETS[arrays.target], val)[0]
+
+
+def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
+    first = {dataset: metrics(run, dataset) for dataset in ("DAYS", "GROWING")}
+    previous = {dataset: run / "models" / f"{dataset}.pt" for dataset in first}
+    kept = run.parent / "kept"
+    kept.mkdir()
+    for path in previous.values():
+        shutil.copy(path, kept / path.name)
+    assert {m["made"] for m in first.values()} == {"full"}
+    appended(run, bars)
+
+    dry_run = snakemake(run, "-n")
+    assert planned_lines(dry_run) == ["update: new bars/new files: 2 (datasets: DAYS, GROWING)"]
+
+    snakemake(run)
+
+    for dataset in ("DAYS", "GROWING"):
+        after = metrics(run, dataset)
+        assert after["made"] == "update 1" and after["made_reason"] == f"update: {DAY} new bars"
+        assert f"{dataset}: update: {DAY} new bars" in train_log(run, dataset)
+        assert "epoch   0  val_loss" in train_log(run, dataset)
+        assert after["rows"] == first[dataset]["rows"] + DAY and after["new_rows"] == DAY
+        # The update started from the previous model: its epoch 0 is that model on the new
+        # validation windows, far from what a fresh model gives.
+        expected = start_val_loss(kept / f"{dataset}.pt", run / "prep" / f"{dataset}.npz")
+        assert after["update_start_val_loss"] == pytest.approx(expected, rel=1e-5)
+        assert after["lineage"]["updates"] == 1 and after["lineage"]["full_fit"]["rows"] == first[dataset]["rows"]
+        assert [entry["made"] for entry in after["lineage"]["history"]] == ["full", "update"]
+        # Fewer windows than a full fit: the new training windows and update.recent_bars before them.
+        assert after["update_train_windows"] < after["train_windows"]
+        # Its inputs keep their meaning: the normalisation is the first fit's.
+        _, old = load_model(kept / f"{dataset}.pt")
+        _, new = load_model(previous[dataset])
+        assert new["normalisation"] == old["normalisation"]
+        assert new["lineage"]["updates"] == 1 and "optimizer_state" in new
+    assert {row["made"] for row in summary_by_dataset(run).values()} == {"update 1"}
+
+    # The updated model forecasts.
+    forecast_csv(previous["GROWING"], run / "data/GROWING-1m-all.csv", run / "forecasts.csv", last=5)
+    forecasts = pd.read_csv(run / "forecasts.csv")
+    assert len(forecasts) == 5 and forecasts["forecast_close"].notna().all()
+
+
+def test_the_dry_run_counts_new_bars_once_the_arrays_are_made(run, bars):
+    appended(run, bars)
+    snakemake(run, "prep/GROWING.npz", "prep/DAYS.npz")
+    assert planned_lines(snakemake(run, "-n")) == [f"update: {DAY} new bars: 2 (datasets: DAYS, GROWING)"]
+
+
+def test_a_changed_setting_trains_from_scratch(run, bars):
+    appended(run, bars)
+    changed = ("--config", 'train={"lr": 0.002}')
+    assert planned_lines(snakemake(run, "-n", *changed)) == ["re-train: settings changed: 2 (datasets: DAYS, GROWING)"]
+    snakemake(run, *changed)
+    for dataset in ("DAYS", "GROWING"):
+        assert metrics(run, dataset)["made"] == "full"
+        assert f"{dataset}: re-train: settings or code changed" in train_log(run, dataset)
+        assert "epoch   0" not in train_log(run, dataset)
+
+
+def test_a_changed_earlier_bar_trains_from_scratch(run, bars):
+    appended(run, bars)
+    first_day = run / "data" / "DAYS-1m-00.csv"
+    frame = pd.read_csv(first_day)
+    frame.loc[10, "close"] *= 1.001
+    frame.loc[10, "high"] = max(frame.loc[10, "high"], frame.loc[10, "close"])
+    frame.to_csv(first_day, index=False, float_format="%.6f")
+    snakemake(run)
+    assert metrics(run, "DAYS")["made"] == "full"
+    assert "DAYS: re-train: earlier bars changed" in train_log(run, "DAYS")
+    assert metrics(run, "GROWING")["made"] == "update 1"
+
+
+def test_update_full_every_trains_from_scratch_after_that_many_updates(run, bars):
+    write_config(
+        run, data_dir="data", datasets={"files": "{dataset}-1m-*"}, update={**UPDATE_SETTINGS, "full_every": 1}
+    )
+    appended(run, bars)
+    snakemake(run)  # the first update
+    assert metrics(run, "GROWING")["made"] == "update 1"
+    grown = bars["GROWING"].iloc[: GROWING_ROWS + 2 * DAY]
+    grown.to_csv(run / "data/GROWING-1m-all.csv", index=False, float_format="%.6f")
+
+    assert planned_lines(snakemake(run, "-n")) == [
+        "re-train: update.full_every: 1 update(s) since the full fit: 1 (datasets: GROWING)"
+    ]
+    snakemake(run)
+    assert metrics(run, "GROWING")["made"] == "full"
+    assert "re-train: update.full_every: 1 update(s) since the full fit" in train_log(run, "GROWING")
+
+
+def test_a_killed_update_keeps_the_previous_model(run, bars):
+    model = run / "models" / "GROWING.pt"
+    old = model.read_bytes()
+    appended(run, bars)
+    snakemake_run, job_pid = start_paused_run(run, "epoch", "models/GROWING.pt")
+    assert "GROWING: update: " in train_log(run, "GROWING"), "the paused job was not an update: nothing tested"
+    assert not model.exists(), "Snakemake had not deleted the model: nothing tested"
+    kill_hard(snakemake_run, job_pid)
+
+    snakemake(run, "-n")  # the next command puts the previous model back
+
+    assert model.read_bytes() == old and not any((run / BACKUP_DIR).iterdir())
+    snakemake(run)
+    assert metrics(run, "GROWING")["made"] == "update 1"
+    assert np.isfinite(metrics(run, "GROWING")["test_skill"])
