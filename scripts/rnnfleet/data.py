@@ -242,6 +242,37 @@ def rows_needed(seq_len: int, horizon: int, val_fraction: float, test_fraction: 
     return rows
 
 
+def denormalised(arrays: PreparedArrays, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+    """The feature rows and targets of `arrays` as they were before normalisation (float64)."""
+    raw_features = arrays.features[rows] * arrays.feature_std.astype(np.float64) + arrays.feature_mean.astype(
+        np.float64
+    )
+    raw_targets = arrays.targets[rows] * np.float64(arrays.target_std) + arrays.target_mean
+    return raw_features, raw_targets
+
+
+def normalised_with(
+    arrays: PreparedArrays,
+    raw_features: np.ndarray,
+    raw_targets: np.ndarray,
+    statistics: tuple[np.ndarray, np.ndarray, float, float],
+    **changes,
+) -> PreparedArrays:
+    """`arrays` holding raw_features and raw_targets normalised with statistics (feature
+    mean and std, target mean and std), with `changes` to its other fields."""
+    feature_mean, feature_std, target_mean, target_std = statistics
+    return replace(
+        arrays,
+        features=normalise(raw_features, feature_mean, feature_std),
+        targets=np.ascontiguousarray((raw_targets - target_mean) / target_std, dtype=np.float32),
+        feature_mean=feature_mean,
+        feature_std=feature_std,
+        target_mean=target_mean,
+        target_std=target_std,
+        **changes,
+    )
+
+
 def fit_normalisation(
     train_features: np.ndarray, train_targets: np.ndarray, target: str
 ) -> tuple[np.ndarray, np.ndarray, float, float]:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import metadata
 
 import numpy as np
 
-from rnnfleet.data import PreparedArrays, normalise
+from rnnfleet.data import PreparedArrays, denormalised, normalised_with
 from rnnfleet.gaps import window_numbers
 
 # The schema's `update:` defaults, for callers that pass no settings (benchmarks, tests).
@@ -145,20 +145,13 @@ def plan_training(
 def with_normalisation(arrays: PreparedArrays, normalisation: dict) -> PreparedArrays:
     """The arrays normalised with a model file's statistics instead of their own (the
     model's inputs keep the meaning they had when it was first fitted)."""
-    feature_mean = np.asarray(normalisation["feature_mean"], np.float32)
-    feature_std = np.asarray(normalisation["feature_std"], np.float32)
-    target_mean, target_std = float(normalisation["target_mean"]), float(normalisation["target_std"])
-    raw_features = arrays.features * arrays.feature_std.astype(np.float64) + arrays.feature_mean.astype(np.float64)
-    raw_targets = arrays.targets * np.float64(arrays.target_std) + arrays.target_mean
-    return replace(
-        arrays,
-        features=normalise(raw_features, feature_mean, feature_std),
-        targets=np.ascontiguousarray((raw_targets - target_mean) / target_std, dtype=np.float32),
-        feature_mean=feature_mean,
-        feature_std=feature_std,
-        target_mean=target_mean,
-        target_std=target_std,
+    statistics = (
+        np.asarray(normalisation["feature_mean"], np.float32),
+        np.asarray(normalisation["feature_std"], np.float32),
+        float(normalisation["target_mean"]),
+        float(normalisation["target_std"]),
     )
+    return normalised_with(arrays, *denormalised(arrays), statistics)
 
 
 def update_from_row(previous: dict, recent_bars: int) -> int:

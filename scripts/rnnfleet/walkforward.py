@@ -21,14 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from rnnfleet.checkpoint import write_json
-from rnnfleet.data import PreparedArrays, embargo_rows, fit_normalisation, normalise
+from rnnfleet.data import PreparedArrays, denormalised, embargo_rows, fit_normalisation, normalised_with
 from rnnfleet.errors import DataError, UserError
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import SplitPoints, window_numbers
@@ -102,24 +101,18 @@ def fold_arrays(arrays: PreparedArrays, fold: Fold) -> PreparedArrays:
     """The fold's rows of `arrays` with the fold's split, features and targets normalised
     with the fold's own training part's statistics (undoing the array file's first)."""
     rows = slice(fold.first_row, fold.end_row)
-    raw_features = arrays.features[rows] * arrays.feature_std.astype(np.float64) + arrays.feature_mean
-    raw_targets = arrays.targets[rows] * np.float64(arrays.target_std) + arrays.target_mean
+    raw_features, raw_targets = denormalised(arrays, rows)
     train_end = fold.split.train_end
-    feature_mean, feature_std, target_mean, target_std = fit_normalisation(
-        raw_features[:train_end], raw_targets[:train_end], arrays.target
-    )
+    statistics = fit_normalisation(raw_features[:train_end], raw_targets[:train_end], arrays.target)
     fold_rows = fold.end_row - fold.first_row
     gap_bars = arrays.gap_bars - fold.first_row
     # A gap outside the fold's bars touches none of its windows (rnnfleet.gaps.usable_window_ends).
     gap_bars = gap_bars[(gap_bars >= 0) & (gap_bars < fold_rows + arrays.warmup + arrays.horizon)]
-    return replace(
+    return normalised_with(
         arrays,
-        features=normalise(raw_features, feature_mean, feature_std),
-        targets=np.ascontiguousarray((raw_targets - target_mean) / target_std, dtype=np.float32),
-        feature_mean=feature_mean,
-        feature_std=feature_std,
-        target_mean=target_mean,
-        target_std=target_std,
+        raw_features,
+        raw_targets,
+        statistics,
         train_end=fold.split.train_end,
         val_start=fold.split.val_start,
         val_end=fold.split.val_end,
