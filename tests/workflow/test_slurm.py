@@ -163,7 +163,9 @@ def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_
     for job_id in jobs:
         record = slurm_job(job_id)
         assert record["JobState"] == "COMPLETED", record
-        assert re.fullmatch(r"gres[:/]gpu:1", record.get("TresPerJob", "")), record  # ONE GPU, not ten
+        # ONE GPU for the job (sbatch --gres=gpu:1, on its one node), not one per training
+        assert re.fullmatch(r"gres[:/]gpu:1", record.get("TresPerNode", "")), record
+        assert "TresPerJob" not in record, record
     by_job = trainings_by_slurm_job(workdir, datasets)
     assert sorted(by_job) == sorted(jobs)
     assert sorted(len(trainings) for trainings in by_job.values()) == [10, 10, 10, 10]
