@@ -12,6 +12,7 @@ keeps the datasets it finished.
 
 from __future__ import annotations
 
+import base64
 import csv
 import importlib.util
 import json
@@ -131,8 +132,8 @@ def trainings_by_slurm_job(workdir: Path, datasets: list[str]) -> dict[str, list
     """{SLURM job id: (start, end) of each training it ran}, from the trainings' own logs and metrics."""
     by_job: dict[str, list[tuple[float, float]]] = {}
     for dataset in datasets:
-        first_line = (workdir / "logs" / "train" / f"{dataset}.log").read_text().splitlines()[0]
-        job_id = re.search(r"SLURM job (\d+)", first_line).group(1)
+        # Each attempt's first line names the SLURM job it ran in; the last attempt wrote the model.
+        job_id = re.findall(r"SLURM job (\d+)", (workdir / "logs" / "train" / f"{dataset}.log").read_text())[-1]
         metrics = json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
         by_job.setdefault(job_id, []).append((metrics["process_started_at"], metrics["finished_at"]))
     return by_job
@@ -148,8 +149,9 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
 
 
 def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_budget(
-    slurm_cluster, slurm_executor_env, workdir
+    slurm_cluster, slurm_executor_env, tmp_path
 ):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
     datasets = [f"P{i:02d}_1m" for i in range(40)]
     add_datasets(workdir, datasets)
     write_config(workdir, data_dir="data", train={"gpu_mem": 1})
@@ -173,7 +175,8 @@ def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_
     assert max(peaks) == 2, peaks  # several at once on the job's GPU, never over its budget
 
 
-def test_packed_job_keeps_the_datasets_that_finished_when_one_fails(slurm_cluster, slurm_executor_env, workdir):
+def test_packed_job_keeps_the_datasets_that_finished_when_one_fails(slurm_cluster, slurm_executor_env, tmp_path):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
     datasets = [f"Q{i}_1m" for i in range(4)]
     add_datasets(workdir, datasets)
     write_config(workdir, data_dir="data", train={"gpu_mem": 1})
@@ -199,14 +202,17 @@ def test_packed_job_keeps_the_datasets_that_finished_when_one_fails(slurm_cluste
     assert summary_by_dataset(workdir).keys() == set(datasets)
 
 
-def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(slurm_cluster, slurm_executor_env, workdir):
+def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(
+    slurm_cluster, slurm_executor_env, tmp_path
+):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
     datasets = [f"K{i}_1m" for i in range(4)]
     add_datasets(workdir, datasets)
     write_config(workdir, data_dir="data", train={"gpu_mem": 1})
     # One job of four; the first training to start an epoch waits there (holding one of the two
     # places the budget gives) while the other three train in the other place.
-    marker = workdir.parent / "paused-at-epoch"
-    output = workdir.parent / "snakemake-output.txt"
+    marker = workdir / "paused-at-epoch"
+    output = workdir / "snakemake-output.txt"
     command = snakemake_command(
         workdir, *PACKED_PROFILES, "--group-components", "dataset=4", "--resources", "gpu_mem=2"
     )
@@ -215,7 +221,7 @@ def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(slur
         run = subprocess.Popen(command, cwd=workdir, stdout=sink, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 600
-        while not marker.exists() or len(re.findall(r"\(Rule: train\)", job_logs(output.read_text()))) < 3:
+        while not marker.exists() or len(finished_trainings(workdir)) < 3:
             assert run.poll() is None, output.read_text()[-3000:]
             assert time.monotonic() < deadline, output.read_text()[-3000:]
             time.sleep(0.2)
@@ -239,6 +245,12 @@ def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(slur
     assert summary_by_dataset(workdir).keys() == set(datasets)
 
 
-def job_logs(snakemake_output: str) -> str:
-    """The SLURM logs of the jobs a run has submitted so far, one after the other."""
-    return "".join(Path(log).read_text() for log in submitted_jobs(snakemake_output).values() if Path(log).exists())
+def finished_trainings(workdir: Path) -> list[str]:
+    """Datasets whose model is written and whose train job Snakemake has recorded as ended
+    (its incomplete marker, .snakemake/incomplete/<base64 of the path>, gone)."""
+    markers = workdir / ".snakemake" / "incomplete"
+    return [
+        path.stem
+        for path in (workdir / "models").glob("*.pt")
+        if not (markers / base64.urlsafe_b64encode(f"models/{path.name}".encode()).decode()).exists()
+    ]
