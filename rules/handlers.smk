@@ -26,6 +26,12 @@ from rnnfleet.hooks.snakemake_hooks import (
     name_write_protected_outputs,
 )
 from rnnfleet.hooks.retry_policy import apply as apply_retry_policy
+from rnnfleet.hooks.packed_jobs import (
+    apply_inside_job,
+    apply_split_on_failure,
+    budget_for_jobs,
+    in_slurm_job,
+)
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.plots import drop_stale_snakemake_backup
 
@@ -56,6 +62,19 @@ if workflow.is_main_process:
         "because settings changed are not named before the run",
     )
     name_write_protected_outputs(write_protected_line)
+
+# Packed cluster jobs (profiles/slurm-packed): each SLURM job gets the run's gpu_mem budget
+# for its GPU and keeps going past a failed dataset; a failed job keeps the results of its
+# finished datasets and retries only the others (rnnfleet.hooks.packed_jobs).
+if workflow.is_main_process:
+    budget_for_jobs(workflow)
+    apply_split_on_failure()
+else:
+    after_building_dag(
+        lambda dag: apply_inside_job(workflow) if in_slurm_job(workflow) else None,
+        "rnnfleet: WARNING: this Snakemake has no Workflow._build_dag: a packed cluster "
+        "job neither bounds its trainings by gpu_mem nor keeps going past a failed dataset",
+    )
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.

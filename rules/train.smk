@@ -1,3 +1,10 @@
+# gpu_mem is the memory of one GPU: `--resources gpu_mem=N` bounds what the trainings on this
+# machine declare together and, on a cluster, what those of each job do (each job has its own
+# GPU); Snakemake's default scope would sum it across the whole cluster.
+resource_scopes:
+    gpu_mem="local",
+
+
 rule train:
     input:
         arrays=ARRAYS,

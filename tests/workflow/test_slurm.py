@@ -4,20 +4,36 @@ The session fixture runs tests/slurm/start_cluster.sh, which installs Debian's s
 munge where they are missing (as root, with apt-get) and starts munged, slurmctld and
 slurmd. Where that is impossible the test is skipped with the script's reason, except under
 CI (CI set), where it fails: CI must really run it.
+
+The packed profile (profiles/slurm-packed) too: K datasets per SLURM job holding one GPU, the
+trainings at once inside it within the job's gpu_mem budget, and a failed or killed job that
+keeps the datasets it finished.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, snakemake
+from conftest import (
+    PAUSE_AT,
+    PAUSE_FILE,
+    REPO,
+    add_datasets,
+    snakemake,
+    snakemake_command,
+    summary_by_dataset,
+    write_config,
+)
 
 START_CLUSTER = REPO / "tests" / "slurm" / "start_cluster.sh"
 # The real profile, then the test cluster's own settings (status via squeue, fast polling).
@@ -102,3 +118,141 @@ def test_trainings_go_through_sbatch_and_a_rerun_submits_nothing(slurm_cluster, 
     assert "Nothing to be done" in rerun.stderr + rerun.stdout
     assert submitted_jobs(rerun.stderr) == {}
     assert newest_slurm_job_id() == newest_before
+
+
+PACKED_PROFILES = (
+    "--profile",
+    str(REPO / "profiles" / "slurm-packed"),
+    "--profile",
+    str(REPO / "tests" / "slurm" / "profile"),
+)
+
+
+def trainings_by_slurm_job(workdir: Path, datasets: list[str]) -> dict[str, list[tuple[float, float]]]:
+    """{SLURM job id: (start, end) of each training it ran}, from the trainings' own logs and metrics."""
+    by_job: dict[str, list[tuple[float, float]]] = {}
+    for dataset in datasets:
+        # Each attempt's first line names the SLURM job it ran in; the last attempt wrote the model.
+        job_id = re.findall(r"SLURM job (\d+)", (workdir / "logs" / "train" / f"{dataset}.log").read_text())[-1]
+        metrics = json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
+        by_job.setdefault(job_id, []).append((metrics["process_started_at"], metrics["finished_at"]))
+    return by_job
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_budget(
+    slurm_cluster, slurm_executor_env, tmp_path
+):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
+    datasets = [f"P{i:02d}_1m" for i in range(40)]
+    add_datasets(workdir, datasets)
+    write_config(workdir, data_dir="data", train={"gpu_mem": 1})
+    # Each job's GPU budget: 2 GB, 2 trainings of 1 GB at once.
+    run = snakemake(workdir, *PACKED_PROFILES, "--resources", "gpu_mem=2", env=slurm_executor_env, timeout=1500)
+
+    for dataset in datasets:
+        assert (workdir / "models" / f"{dataset}.pt").stat().st_size > 0
+    jobs = submitted_jobs(run.stderr)
+    assert len(jobs) == 4, run.stderr[-3000:]  # K = 10 datasets per SLURM job
+    for job_id in jobs:
+        record = slurm_job(job_id)
+        assert record["JobState"] == "COMPLETED", record
+        # ONE GPU for the job (sbatch --gres=gpu:1, on its one node), not one per training
+        assert re.fullmatch(r"gres[:/]gpu:1", record.get("TresPerNode", "")), record
+        assert "TresPerJob" not in record, record
+    by_job = trainings_by_slurm_job(workdir, datasets)
+    assert sorted(by_job) == sorted(jobs)
+    assert sorted(len(trainings) for trainings in by_job.values()) == [10, 10, 10, 10]
+    peaks = [most_at_once(trainings) for trainings in by_job.values()]
+    assert max(peaks) == 2, peaks  # several at once on the job's GPU, never over its budget
+
+
+def test_packed_job_keeps_the_datasets_that_finished_when_one_fails(slurm_cluster, slurm_executor_env, tmp_path):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
+    datasets = [f"Q{i}_1m" for i in range(4)]
+    add_datasets(workdir, datasets)
+    write_config(workdir, data_dir="data", train={"gpu_mem": 1})
+    # All four in one job whose budget (1 GB) allows one training at once, though it has 2 CPUs.
+    packing = ("--group-components", "dataset=4", "--resources", "gpu_mem=1")
+    failing = {**slurm_executor_env, "RNNFLEET_FAULT_TRAIN_CRASH": "Q2_1m"}
+    first = snakemake(workdir, *PACKED_PROFILES, *packing, env=failing, check=False, timeout=900)
+
+    assert first.returncode != 0
+    assert len(submitted_jobs(first.stderr)) == 1, first.stderr[-3000:]
+    assert "kept the results of its 3 finished dataset(s): Q0_1m, Q1_1m, Q3_1m" in first.stderr
+    assert sorted(path.stem for path in (workdir / "models").glob("*.pt")) == ["Q0_1m", "Q1_1m", "Q3_1m"]
+    assert (workdir / "results" / "not_done.txt").read_text().split() == ["Q2_1m"]
+    (only_job,) = trainings_by_slurm_job(workdir, ["Q0_1m", "Q1_1m", "Q3_1m"]).values()
+    assert most_at_once(only_job) == 1, only_job
+    kept = {name: (workdir / "models" / f"{name}.pt").stat().st_mtime_ns for name in ("Q0_1m", "Q1_1m", "Q3_1m")}
+
+    # The next run trains only the failed dataset, in one job of its own; the others stay.
+    second = snakemake(workdir, *PACKED_PROFILES, *packing, env=slurm_executor_env, timeout=900)
+    assert len(submitted_jobs(second.stderr)) == 1
+    assert set(trainings_by_slurm_job(workdir, ["Q2_1m"])) == set(submitted_jobs(second.stderr))
+    assert {name: (workdir / "models" / f"{name}.pt").stat().st_mtime_ns for name in kept} == kept
+    assert summary_by_dataset(workdir).keys() == set(datasets)
+
+
+def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(
+    slurm_cluster, slurm_executor_env, tmp_path
+):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
+    datasets = [f"K{i}_1m" for i in range(4)]
+    add_datasets(workdir, datasets)
+    write_config(workdir, data_dir="data", train={"gpu_mem": 1})
+    # One job of four; the first training to start an epoch waits there (holding one of the two
+    # places the budget gives) while the other three train in the other place.
+    marker = workdir / "paused-at-epoch"
+    output = workdir / "snakemake-output.txt"
+    command = snakemake_command(
+        workdir, *PACKED_PROFILES, "--group-components", "dataset=4", "--resources", "gpu_mem=2"
+    )
+    env = {**os.environ, **slurm_executor_env, PAUSE_AT: "epoch", PAUSE_FILE: str(marker)}
+    with open(output, "w") as sink:
+        run = subprocess.Popen(command, cwd=workdir, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 600
+        while not marker.exists() or len(finished_trainings(workdir)) < 3:
+            assert run.poll() is None, output.read_text()[-3000:]
+            assert time.monotonic() < deadline, output.read_text()[-3000:]
+            time.sleep(0.2)
+        # By content: Snakemake touches the outputs of the jobs it records as done.
+        finished = {path.stem: path.read_bytes() for path in (workdir / "models").glob("*.pt")}
+        (killed_job,) = submitted_jobs(output.read_text())
+        subprocess.run(["scancel", killed_job], check=True)  # as when its wall time runs out
+        run.wait(timeout=900)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    text = output.read_text()
+
+    # Snakemake retried the job with the one dataset it had not finished, in a SLURM job of its own.
+    assert run.returncode == 0, text[-3000:]
+    assert len(finished) == 3, finished
+    assert f"kept the results of its 3 finished dataset(s): {', '.join(sorted(finished))}" in text
+    (retry_job,) = set(submitted_jobs(text)) - {killed_job}
+    (paused,) = set(datasets) - set(finished)
+    assert trainings_by_slurm_job(workdir, [paused]).keys() == {retry_job}
+    assert trainings_by_slurm_job(workdir, sorted(finished)).keys() == {killed_job}  # not trained again
+    assert {name: (workdir / "models" / f"{name}.pt").read_bytes() for name in finished} == finished
+    assert summary_by_dataset(workdir).keys() == set(datasets)
+
+
+def finished_trainings(workdir: Path) -> list[str]:
+    """Datasets whose model is written and whose train job Snakemake has recorded as ended
+    (its incomplete marker, .snakemake/incomplete/<base64 of the path>, gone)."""
+    markers = workdir / ".snakemake" / "incomplete"
+    return [
+        path.stem
+        for path in (workdir / "models").glob("*.pt")
+        if not (markers / base64.urlsafe_b64encode(f"models/{path.name}".encode()).decode()).exists()
+    ]

@@ -1,0 +1,200 @@
+"""Packed cluster jobs (profiles/slurm-packed): several datasets in one SLURM job, one GPU.
+
+Snakemake submits a group job of K datasets as one SLURM job; inside it a Snakemake of its
+own (the SLURM executor's job step executor) runs each of the group's jobs as a job step
+(`srun`). Stock, that inner Snakemake runs one step at a time (it is started with
+`--jobs 1`, and its executor waits for each step before starting the next), knows nothing of the run's `--resources` and stops at the first failed job;
+and each step holds the job's GPU alone (SLURM gives a step all the job's GRES, exclusively),
+so steps could not share the card anyway. `apply_inside_job` fixes that inside the job:
+
+- as many steps at once as the job has CPUs, and the trainings among them bounded by the
+  job's GPU budget: the run's `--resources gpu_mem`, which the main process exports to its
+  jobs (`budget_for_jobs`; sbatch passes the environment on), tallied per job;
+- steps started with `srun --overlap`, so that they share the job's CPUs, memory and GPU;
+- `--keep-going`: a failed dataset does not stop the others of its job.
+
+And in the main process, when a group job fails, stock Snakemake deletes the outputs of
+every job in it and a retry runs them all again (snakemake/snakemake#2508,
+snakemake-executor-plugin-slurm#110): `apply_split_on_failure` keeps the datasets whose
+jobs all finished (recorded as for a job that succeeded) and leaves only the others in the
+failed group, so only their outputs are removed and only they are retried.
+
+Each function changes nothing when its Snakemake internals are missing and says so in one
+warning line (the stock behaviour then applies).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections import defaultdict
+
+# The per-job GPU memory budget (GB) of a cluster run, from the main process to its jobs.
+JOB_GPU_MEM_VARIABLE = "RNNFLEET_GPU_MEM_PER_JOB"
+RESOURCE = "gpu_mem"
+
+
+def _warn(message: str) -> None:
+    print(f"rnnfleet: WARNING: {message}", file=sys.stderr)
+
+
+def budget_for_jobs(workflow) -> int | None:
+    """Main process: export its `--resources gpu_mem` (on a cluster: the budget of each job's
+    GPU) to the jobs it submits. The budget, or None."""
+    resource = workflow.global_resources.get(RESOURCE) if RESOURCE in workflow.global_resources else None
+    budget = getattr(resource, "value", resource)
+    if isinstance(budget, int):
+        os.environ[JOB_GPU_MEM_VARIABLE] = str(budget)
+        return budget
+    os.environ.pop(JOB_GPU_MEM_VARIABLE, None)
+    return None
+
+
+def in_slurm_job(workflow) -> bool:
+    """This is the Snakemake that runs a submitted job's steps (not the main process, not a step)."""
+    return not workflow.is_main_process and not workflow.local_exec and bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def _concurrent_overlapping_steps() -> bool:
+    """Have the job step executor start each step in a thread of its own (stock, it waits for
+    one step to end before it starts the next) and with `srun --overlap`."""
+    try:
+        import snakemake_executor_plugin_slurm_jobstep as jobstep
+    except ImportError:
+        return False
+    executor = getattr(jobstep, "Executor", None)
+    stock_node_setting = getattr(jobstep, "get_node_setting", None)
+    if executor is None or stock_node_setting is None or not hasattr(executor, "run_job_pre"):
+        return False
+    if getattr(stock_node_setting, "__rnnfleet_packed__", False):
+        return True
+
+    def get_node_setting(job) -> str:
+        return f"{stock_node_setting(job)} --overlap"
+
+    def run_jobs(self, jobs) -> None:
+        for job in jobs:
+            self.run_job_pre(job)
+            # run_job waits for its step and then reports it to the scheduler (which locks)
+            threading.Thread(target=self.run_job, args=(job,), daemon=True).start()
+
+    get_node_setting.__rnnfleet_packed__ = True
+    jobstep.get_node_setting = get_node_setting
+    executor.run_jobs = run_jobs
+    return True
+
+
+def apply_inside_job(workflow) -> int | None:
+    """Inside a submitted SLURM job, before its scheduler starts: steps at once up to its
+    CPUs, trainings bounded by its GPU budget, steps sharing the job's GPU, keep going past
+    a failed dataset. Returns the budget declared, or None."""
+    settings = workflow.execution_settings
+    if hasattr(settings, "keep_going"):
+        settings.keep_going = True
+    else:
+        _warn("this Snakemake has no execution_settings.keep_going: one failed dataset stops its packed job")
+    if not (hasattr(workflow, "register_resource") and hasattr(workflow, "resource_scopes")):
+        _warn("this Snakemake has no Workflow.register_resource: a packed job runs one step at a time")
+        return None
+    if not _concurrent_overlapping_steps():
+        _warn("this SLURM job step executor is not the one rnnfleet knows: a packed job runs one step at a time")
+        return None
+    cpus = int(os.environ.get("SLURM_CPUS_ON_NODE") or 1)
+    workflow.register_resource("_nodes", max(1, cpus))  # steps at once (each takes >= 1 CPU)
+    budget = os.environ.get(JOB_GPU_MEM_VARIABLE)
+    if not budget:
+        return None
+    workflow.resource_scopes[RESOURCE] = "global"  # here "global" is this job: its one GPU
+    workflow.register_resource(RESOURCE, int(budget))
+    return int(budget)
+
+
+def _datasets_done(group, persistence, run) -> tuple[list, list]:
+    """The group's jobs split in two: those of datasets whose jobs all finished (every output
+    there, none marked incomplete), and the rest. A job without a dataset wildcard counts
+    as a dataset of its own. `run` runs a Snakemake coroutine (Workflow.async_run)."""
+    clear_cache = getattr(persistence, "_clear_cache", None)
+    if clear_cache is not None:
+        clear_cache()  # the Snakemake inside the SLURM job cleared its markers on disk
+    by_dataset = defaultdict(list)
+    for job in group.jobs:
+        by_dataset[job.wildcards_dict.get("dataset", id(job))].append(job)
+
+    def finished(job) -> bool:
+        return all(os.path.exists(str(path)) for path in job.output) and not run(persistence.incomplete(job))
+
+    done, failed = [], []
+    for jobs in by_dataset.values():
+        (done if all(finished(job) for job in jobs) else failed).extend(jobs)
+    return done, failed
+
+
+def _shrink(group, jobs) -> None:
+    """Make `group` the group job of `jobs` only (its cached products, order and resources
+    recomputed; the scheduler's tally of what it holds is left as submitted)."""
+    group.jobs = type(group.jobs)(jobs)
+    for cached in ("_toposorted", "_resources", "_input", "_output", "_log", "_all_products", "_jobid"):
+        setattr(group, cached, None)
+    group.finalize()
+
+
+def apply_split_on_failure(warn: bool = True) -> bool:
+    """Have Snakemake's scheduler keep the finished datasets of a failed group job; True if applied."""
+    try:
+        from snakemake.jobs import GroupJob
+        from snakemake.scheduling.job_scheduler import JobScheduler
+    except ImportError:
+        GroupJob = JobScheduler = None
+    stock = getattr(JobScheduler, "_handle_error", None)
+    if getattr(stock, "__rnnfleet_packed__", False):
+        return True
+    needed = GroupJob is not None and all(
+        hasattr(GroupJob, name) for name in ("jobs", "finalize", "toposorted", "postprocess")
+    )
+    if stock is None or not needed:
+        if warn:
+            _warn(
+                "this Snakemake's scheduler is not the one rnnfleet knows: one failed dataset in a packed "
+                "cluster job removes the results of the others in that job"
+            )
+        return False
+
+    def _handle_error(self, job, postprocess_job: bool = True):
+        workflow = self.workflow
+        if job.is_group() and postprocess_job and not workflow.dryrun and not workflow.local_exec:
+            _keep_finished_datasets(self, job)
+        return stock(self, job, postprocess_job)
+
+    _handle_error.__rnnfleet_packed__ = True
+    JobScheduler._handle_error = _handle_error
+    return True
+
+
+def _keep_finished_datasets(scheduler, group) -> None:
+    """Record the finished datasets of a failed group job as done and leave the rest in it."""
+    workflow = scheduler.workflow
+    dag = workflow.dag
+    run = workflow.async_run
+    done, failed = _datasets_done(group, workflow.persistence, run)
+    if not done or not failed:
+        return  # nothing to keep, or nothing failed: the stock handling is right
+    # Finished in order, while the group still counts as running: the DAG then does not
+    # take the group for ready again when its first jobs finish.
+    order = {job: level for level, jobs in enumerate(group.toposorted) for job in jobs}
+    for job in sorted(done, key=order.__getitem__):
+        run(job.postprocess(check_output_mtime=False))  # outputs checked, metadata recorded
+        dag._running.add(job)
+        run(dag.finish(job, update_checkpoint_dependencies=False))
+    # Both sets hold the group by its hash, which changes with its jobs.
+    scheduler.running.discard(group)
+    dag._running.discard(group)
+    _shrink(group, failed)
+    scheduler.running.add(group)
+    dag._running.add(group)
+    datasets = sorted({str(job.wildcards_dict.get("dataset")) for job in done})
+    print(
+        f"rnnfleet: packed job {group.groupid} failed; kept the results of its {len(datasets)} finished "
+        f"dataset(s): {', '.join(datasets)}",
+        file=sys.stderr,
+    )
