@@ -10,10 +10,10 @@ rule summarize:
         table=SUMMARY,
     log:
         f"{PATHS['logs']}/summarize.log",
+    conda:
+        "../envs/rnnfleet.yaml"
     params:
         # the warn thresholds too: a changed one re-writes the table, re-trains nothing
         quality=config["quality"],
-    conda:
-        "../envs/rnnfleet.yaml"
     script:
         "../scripts/summarize.py"

@@ -147,8 +147,17 @@ def test_the_generated_config_has_every_key_at_its_schema_default():
     assert config_problems(config, SCHEMA) == []
     for section, values in config.items():
         if isinstance(values, dict) and section != "model":
-            for key, value in values.items():
-                assert value == SCHEMA["properties"][section]["properties"][key].get("default", value), key
+            assert_at_schema_defaults(values, SCHEMA["properties"][section], section)
+
+
+def assert_at_schema_defaults(values: dict, schema: dict, where: str) -> None:
+    """Every key of `values` at its schema default, nested sections (quality.flat_bars.warn) too."""
+    for key, value in values.items():
+        spec = schema["properties"][key]
+        if isinstance(value, dict) and "properties" in spec:
+            assert_at_schema_defaults(value, spec, f"{where}.{key}")
+        else:
+            assert value == spec.get("default", value), f"{where}.{key}"
 
 
 def test_command_line_text_is_typed_as_yaml_types_it_except_where_the_schema_says_text():
