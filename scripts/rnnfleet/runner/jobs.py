@@ -48,7 +48,8 @@ from rnnfleet.updating import (
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
 EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
-# The schema's `evaluate:` defaults, for callers that pass no settings (benchmarks, tests).
+# The schema's `evaluate:` defaults, for callers that pass no settings (benchmarks, tests);
+# tests/unit/test_scores.py checks they agree.
 EVALUATE_DEFAULTS = {
     "cost_bps": 1.0,
     "block_bars": 60,
