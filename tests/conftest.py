@@ -163,6 +163,23 @@ def planned_reasons(dry_run_output: str, rules: tuple[str, ...]) -> list[str]:
     return reasons
 
 
+def copy_of_run(folder: Path, tmp_path: Path) -> Path:
+    """A copy of a finished run's folder (links copied as links), for a test that changes it."""
+    copy = tmp_path / "run"
+    shutil.copytree(folder, copy, symlinks=True)
+    return copy
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most of the (start, end) intervals that overlap at one time."""
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
 def summary_by_dataset(workdir: Path) -> dict[str, dict]:
     """results/metrics.csv of a run as {dataset: its row}."""
     with open(workdir / "results" / "metrics.csv", encoding="utf-8") as table:

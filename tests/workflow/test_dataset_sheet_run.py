@@ -5,11 +5,19 @@ override re-runs exactly that dataset, and a bad row stops the run with one line
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import add_datasets, decoded, pending_jobs, report_results, snakemake, summary_by_dataset, write_config
+from conftest import (
+    add_datasets,
+    copy_of_run,
+    decoded,
+    pending_jobs,
+    report_results,
+    snakemake,
+    summary_by_dataset,
+    write_config,
+)
 
 from rnnfleet.data import load_arrays
 from rnnfleet.synthetic import synthetic_bars
@@ -96,8 +104,7 @@ def test_the_report_shows_each_datasets_own_target_and_model(run):
     ids=["target", "model", "time zone of a dataset without overrides"],
 )
 def test_changing_one_rows_override_makes_exactly_that_dataset_pending(run, tmp_path, row, changed, preprocess, train):
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy, symlinks=True)
+    copy = copy_of_run(run, tmp_path)
     assert "Nothing to be done" in snakemake(copy, "-n").stdout
     write_sheet(copy, **{row: changed})
     dry_run = snakemake(copy, "-n").stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import kill_hard, pending_jobs, snakemake, snakemake_command, trained_folder, write_config
+from conftest import copy_of_run, kill_hard, pending_jobs, snakemake, snakemake_command, trained_folder, write_config
 
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, TRAIN_CRASH
 from rnnfleet.hooks.previous_models import BACKUP_DIR
@@ -28,8 +28,7 @@ def trained(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def workdir(trained, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy, symlinks=True)
+    copy = copy_of_run(trained, tmp_path)
     write_config(copy, data_dir="data", **RETRAIN)
     return copy
 

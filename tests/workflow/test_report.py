@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import PNG_SIGNATURE, add_datasets, decoded, pending_jobs, report_results, snakemake, write_config
+from conftest import (
+    PNG_SIGNATURE,
+    add_datasets,
+    copy_of_run,
+    decoded,
+    pending_jobs,
+    report_results,
+    snakemake,
+    write_config,
+)
 
 DATASETS = ["AAA_1m", "BBB_1m"]
 FORECAST_BARS = 7
@@ -87,8 +96,7 @@ def curve_stamps(workdir: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_a_rerun_draws_only_the_loss_curves_of_new_and_retrained_datasets(run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy, symlinks=True)
+    copy = copy_of_run(run, tmp_path)
     first = curve_stamps(copy)
     (copy / "data" / f"{DATASETS[1]}.csv").unlink()
     add_datasets(copy, ["CCC_1m"])
@@ -111,8 +119,7 @@ def test_a_rerun_draws_only_the_loss_curves_of_new_and_retrained_datasets(run, t
 def test_a_copy_of_the_curves_left_by_a_killed_run_does_not_stop_the_next_one(run, tmp_path):
     # Snakemake copies the updated folder here before the plots job and drops the copy after
     # it; a run killed meanwhile leaves it, and Snakemake's next copy fails over it.
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy, symlinks=True)
+    copy = copy_of_run(run, tmp_path)
     left_over = copy / ".snakemake" / "backups" / "results" / "loss_curves"
     shutil.copytree(copy / "results" / "loss_curves", left_over)
     add_datasets(copy, ["CCC_1m"])
@@ -138,8 +145,7 @@ def test_configured_forecasts_are_part_of_the_run(run):
 
 
 def test_any_forecast_on_demand_runs_only_predict(run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy, symlinks=True)
+    copy = copy_of_run(run, tmp_path)
     target = f"predictions/{DATASETS[1]}.csv"
     dry = snakemake(copy, "-n", target).stdout
     assert set(pending_jobs(dry, "predict")) == {DATASETS[1]}
@@ -149,8 +155,7 @@ def test_any_forecast_on_demand_runs_only_predict(run, tmp_path):
 
 
 def test_unknown_dataset_to_forecast_is_a_clear_error(run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(run, copy, symlinks=True)
+    copy = copy_of_run(run, tmp_path)
     write_config(copy, data_dir="data", predict={"datasets": ["NOPE_1m"]})
     result = snakemake(copy, "-n", check=False)
     assert result.returncode != 0

@@ -5,11 +5,10 @@ models trained with train.epochs 2, tests/conftest.py's tiny config)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import add_datasets, pending_jobs, snakemake, trained_folder
+from conftest import add_datasets, copy_of_run, pending_jobs, snakemake, trained_folder
 
 DATASETS = ["A_1m", "B_1m"]
 REPORT = "model(s) will be re-trained because settings changed"
@@ -22,8 +21,7 @@ def trained(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def trained_copy(trained, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy, symlinks=True)
+    copy = copy_of_run(trained, tmp_path)
     return copy
 
 

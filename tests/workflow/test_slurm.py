@@ -29,6 +29,7 @@ from conftest import (
     PAUSE_FILE,
     REPO,
     add_datasets,
+    most_at_once,
     snakemake,
     snakemake_command,
     summary_by_dataset,
@@ -137,15 +138,6 @@ def trainings_by_slurm_job(workdir: Path, datasets: list[str]) -> dict[str, list
         metrics = json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
         by_job.setdefault(job_id, []).append((metrics["process_started_at"], metrics["finished_at"]))
     return by_job
-
-
-def most_at_once(intervals: list[tuple[float, float]]) -> int:
-    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    running = peak = 0
-    for _, change in events:
-        running += change
-        peak = max(peak, running)
-    return peak
 
 
 def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_budget(

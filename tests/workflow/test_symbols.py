@@ -6,14 +6,13 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import shutil
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import pending_jobs, snakemake, write_config
+from conftest import copy_of_run, pending_jobs, snakemake, write_config
 
 from rnnfleet.data import load_arrays, read_clean_bars
 from rnnfleet.discovery import dataset_name, discover_datasets
@@ -190,11 +189,6 @@ def binance_run(tmp_path_factory):
     return workdir, snakemake(workdir, check=False)
 
 
-def copy_of(binance_run, tmp_path: Path) -> Path:
-    shutil.copytree(binance_run[0], tmp_path / "run", symlinks=True)
-    return tmp_path / "run"
-
-
 def test_a_binance_tree_trains_one_model_per_symbol_and_a_corrupt_zip_fails_alone(binance_run):
     workdir, result = binance_run
     assert result.returncode != 0  # BADUSDT failed
@@ -217,7 +211,7 @@ def test_a_binance_tree_trains_one_model_per_symbol_and_a_corrupt_zip_fails_alon
 
 
 def test_a_new_daily_file_makes_exactly_its_symbol_pending_naming_the_file(binance_run, tmp_path):
-    workdir = copy_of(binance_run, tmp_path)
+    workdir = copy_of_run(binance_run[0], tmp_path)
     bars = symbol_bars("ETHUSDT", 5)
     new_file = write_daily(workdir / "data", "ETHUSDT", bars, 3)
     dry_run = snakemake(workdir, "-n").stdout
@@ -237,7 +231,7 @@ def test_a_new_daily_file_makes_exactly_its_symbol_pending_naming_the_file(binan
 
 def test_a_replacement_with_an_older_time_is_noticed(binance_run, tmp_path):
     """As `cp -p` or `rsync -a` leave it: the file and its .CHECKSUM older than the arrays."""
-    workdir = copy_of(binance_run, tmp_path)
+    workdir = copy_of_run(binance_run[0], tmp_path)
     replaced = daily_path(workdir / "data", "BTCUSDT", 2)  # a day the monthly file does not hold
     old_times = replaced.stat()
     bars = symbol_bars("BTCUSDT", 3)

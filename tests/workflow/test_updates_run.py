@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import kill_hard, snakemake, start_paused_run, summary_by_dataset, write_config
+from conftest import copy_of_run, kill_hard, snakemake, start_paused_run, summary_by_dataset, write_config
 
 from rnnfleet.data import load_arrays
 from rnnfleet.hooks.previous_models import BACKUP_DIR
@@ -58,8 +58,7 @@ def trained(tmp_path_factory, bars) -> Path:
 
 @pytest.fixture
 def run(trained, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy, symlinks=True)
+    copy = copy_of_run(trained, tmp_path)
     return copy
 
 

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, add_datasets, pending_jobs, snakemake, trained_folder, write_config
+from conftest import (
+    REPO,
+    add_datasets,
+    copy_of_run,
+    most_at_once,
+    pending_jobs,
+    snakemake,
+    trained_folder,
+    write_config,
+)
 
 from rnnfleet.data import load_arrays
 from rnnfleet.model import load_model
@@ -36,8 +44,7 @@ def trained(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def trained_copy(trained, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy, symlinks=True)
+    copy = copy_of_run(trained, tmp_path)
     return copy
 
 
@@ -136,15 +143,6 @@ def test_edited_training_code_does_not_retrain(trained_copy):
     assert pending_jobs(result.stdout, "train") == {}
 
 
-def _max_overlap(intervals: list[tuple[float, float]]) -> int:
-    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    running = peak = 0
-    for _, change in events:
-        running += change
-        peak = max(peak, running)
-    return peak
-
-
 @pytest.mark.parametrize("budget, expected", [(4, lambda peak: peak == 2), (8, lambda peak: peak > 2)])
 def test_gpu_mem_budget_bounds_concurrent_trainings(tmp_path, budget, expected):
     import json
@@ -158,7 +156,7 @@ def test_gpu_mem_budget_bounds_concurrent_trainings(tmp_path, budget, expected):
     for name in names:
         metrics = json.loads((tmp_path / "metrics" / f"{name}.json").read_text())
         intervals.append((metrics["process_started_at"], metrics["finished_at"]))
-    assert expected(_max_overlap(intervals)), intervals
+    assert expected(most_at_once(intervals)), intervals
 
 
 def test_cold_and_warm_training_give_identical_models(trained_copy):

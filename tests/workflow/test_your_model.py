@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, add_datasets, pending_jobs, snakemake, write_config
+from conftest import REPO, add_datasets, copy_of_run, pending_jobs, snakemake, write_config
 
 from rnnfleet.errors import last_marked_line
 from rnnfleet.model import load_model
@@ -78,8 +78,7 @@ def model_run(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def model_run_copy(model_run, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(model_run, copy, symlinks=True)
+    copy = copy_of_run(model_run, tmp_path)
     return copy
 
 
@@ -177,8 +176,7 @@ def test_your_features_are_recorded_in_the_model_file_and_used_for_forecasts(fea
 
 
 def test_editing_your_feature_file_reprocesses_and_retrains(features_run, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(features_run, copy, symlinks=True)
+    copy = copy_of_run(features_run, tmp_path)
     assert "Nothing to be done" in (result := snakemake(copy, "-n", *FEATURE_ARGS)).stdout + result.stderr
     edit(copy / "examples" / "momentum_features.py")
     dry = snakemake(copy, "-n", *FEATURE_ARGS).stdout
