@@ -67,3 +67,20 @@ def train_settings(config: dict) -> dict:
         "columns": config["columns"],
         "evaluate": config["evaluate"],
     }
+
+
+def updates_ruled_out(update: dict, evaluate: dict) -> str | None:
+    """Why the `update:` and `evaluate:` settings rule out updating a model with new bars
+    (rnnfleet.updating), in words for the log and the dry-run; None: they allow it."""
+    if not update["enabled"]:
+        return "update.enabled is false"
+    if evaluate["production"] != "scored" or evaluate["folds"]:
+        return "updates need evaluate.production scored and evaluate.folds 0"
+    return None
+
+
+def full_fit_due(updates_since_full_fit: int, update: dict) -> str | None:
+    """Why a model updated that many times since its full fit trains from scratch now; None: not yet."""
+    if updates_since_full_fit >= update["full_every"]:
+        return f"update.full_every: {updates_since_full_fit} update(s) since the full fit"
+    return None

@@ -26,8 +26,10 @@ import numpy as np
 
 from rnnfleet.data import PreparedArrays, denormalised, normalised_with
 from rnnfleet.gaps import window_numbers
+from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS, full_fit_due, updates_ruled_out
 
 # The schema's `update:` defaults, for callers that pass no settings (benchmarks, tests).
+# tests/unit/test_updating.py checks they agree.
 UPDATE_DEFAULTS = {
     "enabled": True,
     "recent_bars": 2880,
@@ -39,9 +41,6 @@ UPDATE_DEFAULTS = {
 }
 FULL, UPDATE = "full", "update"
 NO_PREVIOUS_MODEL = "no previous model"
-# Train settings that decide nothing a model learns (they are not params of the train rule:
-# rnnfleet.settings.RUNTIME_ONLY_TRAIN_KEYS) and may differ between a fit and its update.
-RUNTIME_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
 
 
 def rows_sha256(arrays: PreparedArrays, rows: int) -> str:
@@ -83,7 +82,7 @@ def training_fingerprint(
         {
             "preprocess": arrays.settings_sha256,
             "model": model_hparams,
-            "train": {key: value for key, value in train_hparams.items() if key not in RUNTIME_KEYS},
+            "train": {key: value for key, value in train_hparams.items() if key not in RUNTIME_ONLY_TRAIN_KEYS},
             "columns": columns or {},
             "evaluate": evaluate,
             "code": {"rnnfleet": rnnfleet_version(), "plugins": plugin_sha256},
@@ -122,10 +121,9 @@ def plan_training(
     if previous is None:
         return Plan(FULL, previous_problem or NO_PREVIOUS_MODEL)
     lineage = previous.get("lineage")
-    if not update["enabled"]:
-        return Plan(FULL, "update.enabled is false")
-    if evaluate["production"] != "scored" or evaluate["folds"]:
-        return Plan(FULL, "updates need evaluate.production scored and evaluate.folds 0")
+    ruled_out = updates_ruled_out(update, evaluate)
+    if ruled_out:
+        return Plan(FULL, ruled_out)
     if not isinstance(lineage, dict) or "optimizer_state" not in previous:
         return Plan(FULL, "the previous model records no lineage (trained before updates existed)")
     if not len(arrays.row_digests):
@@ -137,8 +135,9 @@ def plan_training(
         return Plan(FULL, "no new bars" if arrays.rows == seen else "fewer bars than the model has seen")
     if rows_sha256(arrays, seen) != lineage["rows_sha256"]:
         return Plan(FULL, "earlier bars changed")
-    if int(lineage["updates"]) >= update["full_every"]:
-        return Plan(FULL, f"update.full_every: {lineage['updates']} update(s) since the full fit")
+    due = full_fit_due(int(lineage["updates"]), update)
+    if due:
+        return Plan(FULL, due)
     return Plan(UPDATE, f"{arrays.rows - seen} new bars", previous)
 
 

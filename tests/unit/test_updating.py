@@ -146,3 +146,12 @@ def test_the_dry_run_labels_say_update_or_retrain_and_why(grown, tmp_path):
     (tmp_path / "broken.npz").write_bytes(b"not a zip")
     assert array_rows(str(tmp_path / "broken.npz")) is None
     assert zipfile.is_zipfile(tmp_path / "a.npz")
+
+
+def test_the_update_defaults_are_the_schemas():
+    import yaml
+    from conftest import REPO
+
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    update = schema["properties"]["update"]["properties"]
+    assert UPDATE_DEFAULTS == {key: spec["default"] for key, spec in update.items()}

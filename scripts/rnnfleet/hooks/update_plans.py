@@ -18,6 +18,8 @@ import os
 import zipfile
 from collections.abc import Callable, Mapping
 
+from rnnfleet.settings import full_fit_due, updates_ruled_out
+
 SETTINGS_CHANGED = "re-train: settings changed"
 NEW_BARS = "update: new bars/new files"
 # The label when the job decides on what only it reads (no metrics file: a previous model kept).
@@ -63,14 +65,14 @@ def expected_fit(
     (rnnfleet.updating.Plan.label's words)."""
     if settings_changed:
         return SETTINGS_CHANGED
-    if not update["enabled"]:
-        return "re-train: update.enabled is false"
-    if evaluate["production"] != "scored" or evaluate["folds"]:
-        return "re-train: updates need evaluate.production scored and evaluate.folds 0"
+    ruled_out = updates_ruled_out(update, evaluate)
+    if ruled_out:
+        return f"re-train: {ruled_out}"
     if lineage is None:
         return DECIDED_IN_JOB
-    if int(lineage.get("updates", 0)) >= update["full_every"]:
-        return f"re-train: update.full_every: {lineage.get('updates')} update(s) since the full fit"
+    due = full_fit_due(int(lineage.get("updates", 0)), update)
+    if due:
+        return f"re-train: {due}"
     if preprocess_runs:
         return NEW_BARS
     rows = arrays_rows()
