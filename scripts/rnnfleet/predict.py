@@ -130,9 +130,11 @@ def forecast_csv(
     trusted_plugins: Iterable[str] = (),
     max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
     read_note: str = "",
+    checkpoint: dict | None = None,
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
-    read_note: a line saying how the bars are read, printed once they are.
+    read_note: a line saying how the bars are read, printed once they are; checkpoint: the
+    model file's contents where the caller has loaded it already.
 
     A plug-in file the model file names is imported only when it is one of trusted_plugins
     or lies inside the working folder with the content recorded at training; else
@@ -141,7 +143,7 @@ def forecast_csv(
     are dropped up to max_bad_fraction of the file (as preprocessing does), else refused
     with a line naming max_bad_fraction_setting (the config key, or the command's option).
     """
-    checkpoint = load_checkpoint(model_path)
+    checkpoint = checkpoint if checkpoint is not None else load_checkpoint(model_path)
     plugin_sources = vetted_plugins(checkpoint, model_path, trusted_plugins)
     model = rebuild_model(checkpoint, plugin_sources, device, model_path)
     columns = checkpoint["features"].get("columns") or None
@@ -169,11 +171,17 @@ def forecast_csv(
     return forecasts
 
 
+def training_read(checkpoint: dict) -> dict:
+    """How the model's training bars were read: {"format": ..., "timezone": ..., "read_as":
+    ...} ({} when the model file predates that record)."""
+    read = checkpoint.get("read")
+    return read if isinstance(read, dict) else {}
+
+
 def recorded_format(checkpoint: dict) -> dict:
     """The `format:` settings the model's training bars were read with ({} when the model
     file predates that record)."""
-    read = checkpoint.get("read")
-    return dict(read.get("format") or {}) if isinstance(read, dict) else {}
+    return dict(training_read(checkpoint).get("format") or {})
 
 
 def settings_text(read_format: dict) -> str:
@@ -203,7 +211,7 @@ def reading_settings(checkpoint: dict, model_path, options: dict, override: bool
             f"with format.{key} {settings[key]!r}; leave the option out to read them the same way, or add "
             "--override-format if this file really differs"
         )
-    zone = (checkpoint["read"].get("timezone") or "") if isinstance(checkpoint["read"], dict) else ""
+    zone = training_read(checkpoint).get("timezone") or ""
     line = f"{model_path}: bars read as its training bars were: {settings_text({**settings, **options})}"
     line += f" (training times read in {zone})" if zone else ""
     if conflicts:
@@ -215,8 +223,7 @@ def reading_settings(checkpoint: dict, model_path, options: dict, override: bool
 def other_zone_warning(checkpoint: dict, bars_zone: str, bars_name: str) -> str:
     """A warning line when the new bars' naive times were read in another zone than the
     training bars' (say histdata's EST at training, a re-saved copy read as UTC now); '' else."""
-    read = checkpoint.get("read")
-    trained_zone = read.get("timezone", "") if isinstance(read, dict) else ""
+    trained_zone = training_read(checkpoint).get("timezone", "")
     zoned = (TIMEZONE_EPOCH, TIMEZONE_IN_FILE, "")
     if trained_zone in zoned or bars_zone in zoned or ";" in trained_zone + bars_zone or trained_zone == bars_zone:
         return ""
@@ -259,9 +266,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
     args = parser.parse_args(argv)
     options = {key: getattr(args, key) for key in FORMAT_DEFAULTS if getattr(args, key) is not None}
     try:
-        read_format, read_note = reading_settings(
-            load_checkpoint(args.model), args.model, options, args.override_format
-        )
+        checkpoint = load_checkpoint(args.model)
+        read_format, read_note = reading_settings(checkpoint, args.model, options, args.override_format)
         forecast_csv(
             args.model,
             args.csv,
@@ -273,6 +279,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
             args.trust,
             max_bad_fraction_setting="option --max-bad-fraction",
             read_note=read_note,
+            checkpoint=checkpoint,
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)
