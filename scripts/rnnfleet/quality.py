@@ -102,11 +102,12 @@ def measure_quality(bars, max_gap: str | None) -> dict:
     """Each flag's measure of read_clean_bars' frame (see the module doc), shares rounded to
     SHARE_DIGITS; zero_volume is None without a volume column."""
     rows = len(bars)
-    open_, high, low, close = (bars[key].to_numpy(dtype=np.float64) for key in ("open", "high", "low", "close"))
+    columns = ["open", "high", "low", "close"] + (["volume"] if has_volume(bars) else [])
+    values = {column: bars[column].to_numpy(dtype=np.float64) for column in columns}
+    open_, high, low, close = (values[key] for key in ("open", "high", "low", "close"))
     flat = (open_ == high) & (high == low) & (low == close)
     inconsistent = (high < low) | (open_ < low) | (open_ > high) | (close < low) | (close > high)
-    columns = ["open", "high", "low", "close"] + (["volume"] if has_volume(bars) else [])
-    constant = [column for column in columns if rows > 1 and one_value(bars[column].to_numpy(dtype=np.float64))]
+    constant = [column for column in columns if rows > 1 and one_value(values[column])]
     timestamps_ns = bars["timestamp"].array.asi8
     steps = np.diff(timestamps_ns)
 
@@ -115,7 +116,7 @@ def measure_quality(bars, max_gap: str | None) -> dict:
 
     return {
         "flat_bars": share(flat.sum()),
-        "zero_volume": share((bars["volume"].to_numpy(dtype=np.float64) == 0).sum()) if has_volume(bars) else None,
+        "zero_volume": share((values["volume"] == 0).sum()) if "volume" in values else None,
         "constant_columns": round(len(constant) / len(columns), SHARE_DIGITS),
         "ohlc_inconsistent": share(inconsistent.sum()),
         "conflicting_duplicates": share(bars.attrs.get("conflicting_duplicates", 0)),
