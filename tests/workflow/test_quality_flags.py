@@ -131,3 +131,12 @@ def test_a_changed_fail_threshold_re_runs_the_preprocess_it_affects(fleet):
     assert set(pending_jobs(planned, "preprocess")) >= {FLAT, CLEAN}
     write_config(fleet, data_dir="data")
     assert pending_jobs(snakemake(fleet, "-n").stdout, "preprocess").keys() == {HIGH_LOW, DUPLICATES}
+
+
+def test_thresholds_from_the_command_line_act_as_from_config_yaml(fleet):
+    failing = {HIGH_LOW, DUPLICATES}  # pending in every dry run: their preprocess failed
+    fail_changed = snakemake(fleet, "-n", "--config", 'quality={"flat_bars": {"fail": 0.95}}').stdout
+    assert set(pending_jobs(fail_changed, "preprocess")) >= {FLAT, CLEAN}
+    warn_changed = snakemake(fleet, "-n", "--config", 'quality={"flat_bars": {"warn": 0.99}}').stdout
+    assert pending_jobs(warn_changed, "preprocess").keys() == failing
+    assert not pending_jobs(warn_changed, "train").keys() - failing

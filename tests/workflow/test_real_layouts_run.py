@@ -12,7 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import snakemake, summary_by_dataset, write_config
+from conftest import pending_jobs, snakemake, summary_by_dataset, write_config
 from layouts import REAL_LAYOUTS, SEQ_LEN, headered, preprocess_log, reference_bars, write_nse, write_real_layouts
 
 from rnnfleet.checkpoint import load_checkpoint
@@ -96,3 +96,13 @@ def test_inspect_writes_a_row_for_every_file_beside_an_unreadable_parquet(real_r
         assert row["status"] == "ok" and row["bars"] == "400", (dataset, row)
     assert "log_volume left out: no volume column" in rows["NSE_1m"]["cleaning"]
     assert "column 'close' holds its numbers as text: converted" in rows["PARQUETTEXT_1m"]["cleaning"]
+
+
+def test_price_side_from_the_command_line_reads_the_ask_side(real_run):
+    workdir, _ = real_run
+    snakemake(workdir, "inspect", "--config", 'format={"price_side": "ask"}')
+    rows = {row["dataset"]: row for row in csv.DictReader((workdir / "results" / "inspect.csv").open())}
+    assert "ask prices (format.price_side)" in rows["FXCM_1m"]["read_as"], rows["FXCM_1m"]
+    # and the changed setting makes that dataset's preprocess pending, as from config.yaml
+    planned = snakemake(workdir, "-n", "--config", 'format={"price_side": "ask"}').stdout
+    assert "FXCM_1m" in pending_jobs(planned, "preprocess")

@@ -202,3 +202,13 @@ def test_a_killed_update_keeps_the_previous_model(run, bars):
     snakemake(run)
     assert metrics(run, "GROWING")["made"] == "update 1"
     assert np.isfinite(metrics(run, "GROWING")["test_skill"])
+
+
+def test_update_settings_from_the_command_line_act_as_from_config_yaml(run, bars):
+    appended(run, bars)
+    off = ("--config", 'update={"enabled": false}')
+    assert planned_lines(snakemake(run, "-n", *off)) == [
+        "re-train: update.enabled is false: 2 (datasets: DAYS, GROWING)"
+    ]
+    snakemake(run, *off)
+    assert {metrics(run, dataset)["made"] for dataset in ("DAYS", "GROWING")} == {"full"}
