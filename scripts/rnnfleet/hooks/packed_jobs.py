@@ -13,11 +13,20 @@ so steps could not share the card anyway. `apply_inside_job` fixes that inside t
 - steps started with `srun --overlap`, so that they share the job's CPUs, memory and GPU;
 - `--keep-going`: a failed dataset does not stop the others of its job.
 
-And in the main process, when a group job fails, stock Snakemake deletes the outputs of
-every job in it and a retry runs them all again (snakemake/snakemake#2508,
-snakemake-executor-plugin-slurm#110): `apply_split_on_failure` keeps the datasets whose
-jobs all finished (recorded as for a job that succeeded) and leaves only the others in the
-failed group, so only their outputs are removed and only they are retried.
+And when a SLURM job fails, stock Snakemake deletes the outputs of every job in it and a
+retry runs them all again (snakemake/snakemake#2508, snakemake-executor-plugin-slurm#110).
+`apply_split_on_failure` keeps what finished, at both levels:
+
+- in the main process, the datasets of a failed group job whose jobs all finished are
+  recorded as for a job that succeeded, and only the others stay in the failed group, so
+  only their outputs are removed and only they are retried (when every dataset finished,
+  the group counts as succeeded);
+- inside the SLURM job, a step that SLURM stopped (scancel, wall time) after its job had
+  finished, while the step was still shutting down, counts as succeeded: its outputs are
+  kept instead of removed as "might be corrupted".
+
+"Finished" is what Snakemake itself records: every output there and none marked incomplete
+(the step's Snakemake removes its job's mark only after the job succeeded).
 
 Each function changes nothing when its Snakemake internals are missing and says so in one
 warning line (the stock behaviour then applies).
@@ -88,12 +97,14 @@ def _concurrent_overlapping_steps() -> bool:
 def apply_inside_job(workflow) -> int | None:
     """Inside a submitted SLURM job, before its scheduler starts: steps at once up to its
     CPUs, trainings bounded by its GPU budget, steps sharing the job's GPU, keep going past
-    a failed dataset. Returns the budget declared, or None."""
+    a failed dataset, keep a step stopped after its job finished. Returns the budget
+    declared, or None."""
     settings = workflow.execution_settings
     if hasattr(settings, "keep_going"):
         settings.keep_going = True
     else:
         _warn("this Snakemake has no execution_settings.keep_going: one failed dataset stops its packed job")
+    apply_split_on_failure()
     if not (hasattr(workflow, "register_resource") and hasattr(workflow, "resource_scopes")):
         _warn("this Snakemake has no Workflow.register_resource: a packed job runs one step at a time")
         return None
@@ -110,23 +121,28 @@ def apply_inside_job(workflow) -> int | None:
     return int(budget)
 
 
-def _datasets_done(group, persistence, run) -> tuple[list, list]:
-    """The group's jobs split in two: those of datasets whose jobs all finished (every output
-    there, none marked incomplete), and the rest. A job without a dataset wildcard counts
-    as a dataset of its own. `run` runs a Snakemake coroutine (Workflow.async_run)."""
+def _reread_markers(persistence) -> None:
     clear_cache = getattr(persistence, "_clear_cache", None)
     if clear_cache is not None:
-        clear_cache()  # the Snakemake inside the SLURM job cleared its markers on disk
+        clear_cache()  # another Snakemake (the job's, a step's) changed the markers on disk
+
+
+def _finished(job, persistence, run) -> bool:
+    """Snakemake recorded the job as finished: every output there, none marked incomplete.
+    `run` runs a Snakemake coroutine (Workflow.async_run)."""
+    return all(os.path.exists(str(path)) for path in job.output) and not run(persistence.incomplete(job))
+
+
+def _datasets_done(group, persistence, run) -> tuple[list, list]:
+    """The group's jobs split in two: those of datasets whose jobs all finished, and the
+    rest. A job without a dataset wildcard counts as a dataset of its own."""
+    _reread_markers(persistence)
     by_dataset = defaultdict(list)
     for job in group.jobs:
         by_dataset[job.wildcards_dict.get("dataset", id(job))].append(job)
-
-    def finished(job) -> bool:
-        return all(os.path.exists(str(path)) for path in job.output) and not run(persistence.incomplete(job))
-
     done, failed = [], []
     for jobs in by_dataset.values():
-        (done if all(finished(job) for job in jobs) else failed).extend(jobs)
+        (done if all(_finished(job, persistence, run) for job in jobs) else failed).extend(jobs)
     return done, failed
 
 
@@ -140,7 +156,9 @@ def _shrink(group, jobs) -> None:
 
 
 def apply_split_on_failure(warn: bool = True) -> bool:
-    """Have Snakemake's scheduler keep the finished datasets of a failed group job; True if applied."""
+    """Have Snakemake's scheduler keep what finished in a failed SLURM job (the finished
+    datasets of a group job; inside the job, a step stopped after its job finished); True if
+    applied."""
     try:
         from snakemake.jobs import GroupJob
         from snakemake.scheduling.job_scheduler import JobScheduler
@@ -162,8 +180,11 @@ def apply_split_on_failure(warn: bool = True) -> bool:
 
     def _handle_error(self, job, postprocess_job: bool = True):
         workflow = self.workflow
-        if job.is_group() and postprocess_job and not workflow.dryrun and not workflow.local_exec:
-            _keep_finished_datasets(self, job)
+        if postprocess_job and not workflow.dryrun and not workflow.local_exec:
+            if job.is_group() and _keep_finished_datasets(self, job):
+                return None
+            if not job.is_group() and in_slurm_job(workflow) and _keep_step_stopped_after_finishing(self, job):
+                return None
         return stock(self, job, postprocess_job)
 
     _handle_error.__rnnfleet_packed__ = True
@@ -171,14 +192,53 @@ def apply_split_on_failure(warn: bool = True) -> bool:
     return True
 
 
-def _keep_finished_datasets(scheduler, group) -> None:
-    """Record the finished datasets of a failed group job as done and leave the rest in it."""
+def _count_as_succeeded(scheduler, job) -> bool:
+    """Hand a job reported failed to the scheduler's handling of a finished one (outputs
+    checked, metadata recorded, dependants released) as if it had reported success; False
+    where this scheduler has no such queue. Called with the scheduler's lock held, as
+    JobScheduler._proceed would take it."""
+    to_finish, wake = getattr(scheduler, "_tofinish", None), getattr(scheduler, "_open_jobs", None)
+    if not isinstance(to_finish, list) or not hasattr(wake, "release"):
+        return False
+    to_finish.append(job)  # taken up on the scheduler's next round, after this error round
+    wake.release()
+    return True
+
+
+def _keep_step_stopped_after_finishing(scheduler, job) -> bool:
+    """Inside a SLURM job: a failed step whose job had finished counts as succeeded. True if so."""
+    workflow = scheduler.workflow
+    _reread_markers(workflow.persistence)
+    if not _finished(job, workflow.persistence, workflow.async_run) or not _count_as_succeeded(scheduler, job):
+        return False
+    dataset = job.wildcards_dict.get("dataset", "")
+    print(
+        f"rnnfleet: {job.rule.name} {dataset}: its job step was stopped after the job had finished; "
+        "its results are kept",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _keep_finished_datasets(scheduler, group) -> bool:
+    """Record the finished datasets of a failed group job as done and leave the rest in it;
+    when all finished, the group counts as succeeded. True if the stock handling is not needed."""
     workflow = scheduler.workflow
     dag = workflow.dag
     run = workflow.async_run
     done, failed = _datasets_done(group, workflow.persistence, run)
-    if not done or not failed:
-        return  # nothing to keep, or nothing failed: the stock handling is right
+    if not done:
+        return False  # nothing to keep: the stock handling is right
+    datasets = sorted({str(job.wildcards_dict.get("dataset")) for job in done})
+    if not failed:
+        if not _count_as_succeeded(scheduler, group):
+            return False
+        print(
+            f"rnnfleet: packed job {group.groupid} failed after all its {len(datasets)} dataset(s) had "
+            f"finished; kept their results: {', '.join(datasets)}",
+            file=sys.stderr,
+        )
+        return True
     # Finished in order, while the group still counts as running: the DAG then does not
     # take the group for ready again when its first jobs finish.
     order = {job: level for level, jobs in enumerate(group.toposorted) for job in jobs}
@@ -192,9 +252,9 @@ def _keep_finished_datasets(scheduler, group) -> None:
     _shrink(group, failed)
     scheduler.running.add(group)
     dag._running.add(group)
-    datasets = sorted({str(job.wildcards_dict.get("dataset")) for job in done})
     print(
         f"rnnfleet: packed job {group.groupid} failed; kept the results of its {len(datasets)} finished "
         f"dataset(s): {', '.join(datasets)}",
         file=sys.stderr,
     )
+    return False
