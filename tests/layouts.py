@@ -226,12 +226,13 @@ def write_fxcm(bars: pd.DataFrame, path: Path) -> None:
     pd.DataFrame(columns).iloc[::-1].to_csv(path, index=False)
 
 
-def write_yfinance(bars: pd.DataFrame, path: Path, ticker: str = "SPY") -> None:
-    """yfinance.download(...).to_csv(): three header rows, columns Close, High, Low, Open, Volume."""
-    order = ["close", "high", "low", "open", "volume"]
+def write_yfinance(bars: pd.DataFrame, path: Path, tickers: tuple[str, ...] = ("SPY",)) -> None:
+    """yfinance.download(...).to_csv(): three header rows, columns Close, High, Low, Open,
+    Volume, each once per ticker (a download of several: the same bars for each here)."""
+    order = [key for key in ["close", "high", "low", "open", "volume"] for _ in tickers]
     lines = [
         ",".join(["Price", *(key.capitalize() for key in order)]),
-        ",".join(["Ticker", *[ticker] * len(order)]),
+        ",".join(["Ticker", *tickers * (len(order) // len(tickers))]),
         "Datetime" + "," * len(order),
     ]
     times = bars["timestamp"].dt.strftime("%Y-%m-%d %H:%M:%S+00:00")

@@ -353,6 +353,7 @@ def sniff_text(sample: str, name: str, requested: Layout) -> Layout:
     layout = replace(requested, header=header, delimiter=delimiter, fields=len(cells), quoted_lines=quoted)
     if header:
         header_rows = 1 + continued_header_rows(rows[1:])
+        check_one_ticker(rows[1:header_rows], name)
         layout = replace(layout, header_rows=header_rows)
         if all(isinstance(value, int) for value in layout.columns.values()) and layout.columns:
             return layout  # positions given, header line(s) skipped
@@ -374,6 +375,20 @@ def continued_header_rows(rows: list[list[str]]) -> int:
             break
         count += 1
     return count
+
+
+def check_one_ticker(header_rows: list[list[str]], name: str) -> None:
+    """A DataError when a header line `Ticker,AAPL,SPY,...` names several tickers (a yfinance
+    download of several): one file's bars must be one instrument's."""
+    for cells in header_rows:
+        if header_key(cells[0]) == "ticker":
+            tickers = sorted({cell.strip() for cell in cells[1:] if cell.strip()})
+            if len(tickers) > 1:
+                raise DataError(
+                    f"{name}: holds the bars of {len(tickers)} tickers ({', '.join(tickers)}), a yfinance download "
+                    "of several; save each ticker to a file of its own (yf.download('SPY', ...).to_csv(...)), "
+                    "one dataset each"
+                )
 
 
 def header_names(rows: list[list[str]]) -> list[str]:

@@ -26,6 +26,7 @@ from layouts import (
     write_fxcm,
     write_headerless,
     write_real_layouts,
+    write_yfinance,
 )
 
 from rnnfleet.data import DataError, features_for_bars, read_clean_bars
@@ -178,6 +179,15 @@ def test_yfinance_header_lines_name_the_time_column_from_the_third():
     assert header_names(rows[:3]) == ["Datetime", "Close", "High", "Low", "Open", "Volume"]
     assert continued_header_rows([rows[3]]) == 0  # a plain header: the data follows at once
     assert header_names(rows[:1]) == rows[0]
+
+
+def test_a_yfinance_download_of_several_tickers_is_refused_naming_them(tmp_path):
+    bars = reference_bars(20)
+    write_yfinance(bars, tmp_path / "one.csv")
+    assert list(read_bars(tmp_path / "one.csv")["close"]) == list(bars["close"])
+    write_yfinance(bars, tmp_path / "stocks.csv", tickers=("SPY", "AAPL"))
+    with pytest.raises(DataError, match=r"stocks.csv: holds the bars of 2 tickers \(AAPL, SPY\), a yfinance download"):
+        read_bars(tmp_path / "stocks.csv")
 
 
 def test_bid_and_ask_columns_are_found_in_the_usual_spellings():

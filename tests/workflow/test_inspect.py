@@ -22,7 +22,7 @@ def test_inspect_tables_every_dataset_without_training(every_layout, layouts_run
     assert set(rows) == {*every_layout[1], *ODD_CASES, "WEEKEND_1m"}  # no decoys
     binance = rows["BINANCE-MS-1m-2024-01-02"]
     assert "12 columns, time from column 0 in epoch ms" in binance["read_as"]
-    assert (binance["status"], binance["bars"], binance["median_spacing"], binance["gaps"]) == (
+    assert (binance["status"], binance["bars"], binance["median_step"], binance["gaps"]) == (
         "ok",
         str(ROWS),
         "00:01:00",
