@@ -598,12 +598,11 @@ def read_parquet(raw, name: str, requested: Layout):
         raise DataError(f"{name}: not a readable Parquet file ({error})") from None
     header = list(parquet.schema_arrow.names)
     configured = {key: value for key, value in requested.columns.items() if isinstance(value, str)}
-    wanted = match_header(header, name, configured, requested.price_side)
-    if "timestamp" not in wanted and "__index_level_0__" in header:
-        wanted["timestamp"] = "__index_level_0__"  # pandas' unnamed index
+    wanted = parquet_columns(header, name, configured, requested.price_side)
     table = parquet.read(columns=list(dict.fromkeys(wanted.values())))
     # Arrow's buffers are freed column by column as pandas takes them: the numbers held once.
-    frame = table.to_pandas(self_destruct=True, split_blocks=True)
+    # Without pandas' metadata a saved index (df.set_index("timestamp").to_parquet()) stays a column.
+    frame = table.to_pandas(self_destruct=True, split_blocks=True, ignore_metadata=True)
     del table
     pa.default_memory_pool().release_unused()  # give Arrow's freed buffers back to the OS
     frame = frame.rename(columns={column: key for key, column in wanted.items()})
@@ -616,6 +615,20 @@ def read_parquet(raw, name: str, requested: Layout):
         bid_ask=uses_bid_ask(wanted, header),
     )
     return frame, layout
+
+
+def parquet_columns(header: list[str], name: str, configured: dict, price_side: str) -> dict[str, str]:
+    """match_header for a Parquet file's columns, where pandas' unnamed index (saved as
+    `__index_level_0__`) holds the times when no column names them."""
+    index = "__index_level_0__"
+    if index not in header or "timestamp" in configured:
+        return match_header(header, name, configured, price_side)
+    try:
+        return match_header(header, name, configured, price_side)
+    except DataError:
+        named = ["timestamp" if column == index else column for column in header]
+        wanted = match_header(named, name, configured, price_side)
+        return {**wanted, "timestamp": index} if wanted.get("timestamp") == "timestamp" else wanted
 
 
 def value_keys(layout: Layout) -> list[str]:

@@ -251,6 +251,17 @@ def test_every_line_quoted_with_a_header_is_read_and_unquoting_keeps_crlf(tmp_pa
     assert "header, '\\t'-delimited, 9 columns, each line in quotes" in read.attrs["read_as"]
 
 
+@pytest.mark.parametrize("index_name", ["timestamp", "Datetime", None])
+def test_parquet_with_the_times_as_its_saved_index_reads_as_with_a_time_column(tmp_path, index_name):
+    bars = reference_bars(30)
+    bars.to_parquet(tmp_path / "plain.parquet", index=False)
+    indexed = bars.set_index("timestamp").rename_axis(index_name)
+    indexed.to_parquet(tmp_path / "indexed.parquet")  # df.set_index(...).to_parquet(): pandas' index column
+    plain, read = read_bars(tmp_path / "plain.parquet"), read_bars(tmp_path / "indexed.parquet")
+    pd.testing.assert_frame_equal(read, plain)
+    assert f"time from column '{index_name or '__index_level_0__'}'" in read.attrs["read_as"]
+
+
 def test_words_in_a_parquet_price_column_and_a_short_row_are_one_line_data_errors(tmp_path):
     bars = reference_bars(20)
     frame = pd.DataFrame({"timestamp": bars["timestamp"], **numbers(bars)})
