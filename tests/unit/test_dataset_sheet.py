@@ -5,6 +5,7 @@ is one line naming the sheet, the line and the problem."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,12 @@ def test_another_builder_takes_model_keys_its_function_declares(folder):
     config["model"] = {"builder": "my_model.py:build"}
     sheet = read("dataset\tfiles\tmodel.width\nETH\tETH/*.csv\t32\n", config)
     assert sheet.configs["ETH"]["model"] == {"builder": "my_model.py:build", "width": 32}
+
+
+def test_the_sheet_schema_allows_the_columns_of_every_section_the_sheet_reads():
+    from rnnfleet.hooks.dataset_sheet import SECTIONS, TOP_LEVEL_KEYS
+
+    pattern = yaml.safe_load((REPO / "schemas" / "datasets.schema.yaml").read_text())["propertyNames"]["pattern"]
+    for key in [*TOP_LEVEL_KEYS, *(f"{section}.some_key" for section in SECTIONS)]:
+        assert re.fullmatch(pattern, key), key
+    assert not re.fullmatch(pattern, "paths.models")

@@ -13,7 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import copy_of_run, kill_hard, snakemake, start_paused_run, summary_by_dataset, write_config
+from conftest import (
+    copy_of_run,
+    kill_hard,
+    pending_jobs,
+    snakemake,
+    start_paused_run,
+    summary_by_dataset,
+    write_config,
+)
 
 from rnnfleet.data import load_arrays
 from rnnfleet.hooks.previous_models import BACKUP_DIR
@@ -212,3 +220,19 @@ def test_update_settings_from_the_command_line_act_as_from_config_yaml(run, bars
     ]
     snakemake(run, *off)
     assert {metrics(run, dataset)["made"] for dataset in ("DAYS", "GROWING")} == {"full"}
+
+
+def test_a_datasets_sheet_row_turns_updates_off_for_its_dataset_alone(run, bars):
+    (run / "config").mkdir()
+    sheet = "dataset\tfiles\tupdate.enabled\nDAYS\tDAYS-1m-*\t\nGROWING\tGROWING-1m-all.csv\tfalse\n"
+    (run / "config" / "datasets.tsv").write_text(sheet)
+    write_config(run, data_dir="data", datasets={"files": "", "sheet": "config/datasets.tsv"}, update=UPDATE_SETTINGS)
+    unchanged = snakemake(run, "-n")
+    assert pending_jobs(unchanged.stdout + unchanged.stderr, "train") == {}  # same datasets, same settings
+    appended(run, bars)
+    assert sorted(planned_lines(snakemake(run, "-n"))) == [
+        "re-train: update.enabled is false: 1 (datasets: GROWING)",
+        "update: new bars/new files: 1 (datasets: DAYS)",
+    ]
+    snakemake(run)
+    assert (metrics(run, "DAYS")["made"], metrics(run, "GROWING")["made"]) == ("update 1", "full")
