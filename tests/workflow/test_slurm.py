@@ -30,11 +30,14 @@ from conftest import (
     REPO,
     add_datasets,
     most_at_once,
+    pending_jobs,
     snakemake,
     snakemake_command,
     summary_by_dataset,
     write_config,
 )
+
+from rnnfleet.faults import PACKED_JOB_EXIT
 
 START_CLUSTER = REPO / "tests" / "slurm" / "start_cluster.sh"
 # The real profile, then the test cluster's own settings (status via squeue, fast polling).
@@ -194,6 +197,26 @@ def test_packed_job_keeps_the_datasets_that_finished_when_one_fails(slurm_cluste
     assert summary_by_dataset(workdir).keys() == set(datasets)
 
 
+def test_packed_job_that_fails_after_all_its_datasets_finished_counts_as_succeeded(
+    slurm_cluster, slurm_executor_env, tmp_path
+):
+    workdir = tmp_path  # only this test's datasets, so that they fill one job
+    datasets = ["E0_1m", "E1_1m"]
+    add_datasets(workdir, datasets)
+    write_config(workdir, data_dir="data", train={"gpu_mem": 1})
+    failing_at_end = {**slurm_executor_env, PACKED_JOB_EXIT: "1"}  # the job's Snakemake exits 1 when done
+    packing = ("--group-components", "dataset=2", "--resources", "gpu_mem=2")
+    run = snakemake(workdir, *PACKED_PROFILES, *packing, env=failing_at_end, timeout=900)
+
+    (job_id,) = submitted_jobs(run.stderr)  # not submitted again
+    assert slurm_job(job_id)["JobState"] == "FAILED", "the job did not fail: nothing tested"
+    assert "failed after all its 2 dataset(s) had finished; kept their results: E0_1m, E1_1m" in run.stderr
+    assert trainings_by_slurm_job(workdir, datasets).keys() == {job_id}
+    assert summary_by_dataset(workdir).keys() == set(datasets)
+    again = snakemake(workdir, *PACKED_PROFILES, *packing, "-n", env=slurm_executor_env)
+    assert pending_jobs(again.stdout + again.stderr, "train") == {}
+
+
 def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(
     slurm_cluster, slurm_executor_env, tmp_path
 ):
@@ -242,6 +265,8 @@ def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(
     assert trainings_by_slurm_job(workdir, sorted(finished)).keys() == {killed_job}  # not trained again
     assert {name: (workdir / "models" / f"{name}.pt").read_bytes() for name in finished} == finished
     assert summary_by_dataset(workdir).keys() == set(datasets)
+    done, total = re.findall(r"(\d+) of (\d+) steps \(\d+%\) done", text)[-1]
+    assert done == total, f"the progress count ended at {done} of {total}"  # the kept jobs counted
 
 
 def slurm_logs(workdir: Path) -> list[str]:

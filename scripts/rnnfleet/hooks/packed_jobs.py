@@ -39,6 +39,8 @@ import sys
 import threading
 from collections import defaultdict
 
+from rnnfleet.faults import exit_with_injected_code_at_end
+
 # The per-job GPU memory budget (GB) of a cluster run, from the main process to its jobs.
 JOB_GPU_MEM_VARIABLE = "RNNFLEET_GPU_MEM_PER_JOB"
 RESOURCE = "gpu_mem"
@@ -105,6 +107,7 @@ def apply_inside_job(workflow) -> int | None:
     else:
         _warn("this Snakemake has no execution_settings.keep_going: one failed dataset stops its packed job")
     apply_split_on_failure()
+    exit_with_injected_code_at_end()
     if not (hasattr(workflow, "register_resource") and hasattr(workflow, "resource_scopes")):
         _warn("this Snakemake has no Workflow.register_resource: a packed job runs one step at a time")
         return None
@@ -246,6 +249,8 @@ def _keep_finished_datasets(scheduler, group) -> bool:
         run(job.postprocess(check_output_mtime=False))  # outputs checked, metadata recorded
         dag._running.add(job)
         run(dag.finish(job, update_checkpoint_dependencies=False))
+    if isinstance(getattr(scheduler, "finished_jobs", None), int):
+        scheduler.finished_jobs += len(done)  # the "N of M steps done" count
     # Both sets hold the group by its hash, which changes with its jobs.
     scheduler.running.discard(group)
     dag._running.discard(group)
