@@ -39,6 +39,12 @@ if workflow.is_main_process:
         )
 DATA_FILES = FOUND.files
 DATASETS = list(DATA_FILES)
+# {dataset: its quality thresholds} where a sheet row sets quality.* keys of its own.
+DATASET_QUALITY = {
+    dataset: dataset_config["quality"]
+    for dataset, dataset_config in DATASET_CONFIGS.items()
+    if dataset_config["quality"] != config["quality"]
+}
 
 PATHS = config["paths"]
 OUTPUT_FOLDERS = [

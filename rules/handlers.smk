@@ -133,4 +133,5 @@ onerror:
             not_done=NOT_DONE,
         ),
         quality_thresholds=config["quality"],
+        dataset_quality=DATASET_QUALITY,
     )

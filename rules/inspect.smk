@@ -14,5 +14,6 @@ rule inspect:
         settings=PREPROCESS_SETTINGS,
         dataset_settings=per_distinct_config(preprocess_settings),
         quality=config["quality"],
+        dataset_quality=DATASET_QUALITY,
     script:
         "../scripts/inspect_data.py"

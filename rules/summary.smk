@@ -15,5 +15,6 @@ rule summarize:
     params:
         # the warn thresholds too: a changed one re-writes the table, re-trains nothing
         quality=config["quality"],
+        dataset_quality=DATASET_QUALITY,
     script:
         "../scripts/summarize.py"

@@ -12,4 +12,5 @@ with run_job_guard("inspect"):
         dataset_settings=dict(snakemake.params.dataset_settings),
         table_path=snakemake.output.table,
         quality_thresholds=dict(snakemake.params.quality),
+        dataset_quality=dict(snakemake.params.dataset_quality),
     )

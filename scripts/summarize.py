@@ -10,4 +10,5 @@ with run_job_guard("summary"):
         metrics_paths=snakemake.input.metrics,
         table_path=snakemake.output.table,
         quality_thresholds=dict(snakemake.params.quality),
+        dataset_quality=dict(snakemake.params.dataset_quality),
     )

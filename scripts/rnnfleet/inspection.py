@@ -104,12 +104,14 @@ def inspect_datasets(
     table_path: str,
     dataset_settings: dict | None = None,
     quality_thresholds: dict | None = None,
+    dataset_quality: dict | None = None,
 ) -> None:
     """The table of every dataset in `files` ({dataset: its path or paths}), written atomically;
     each read with `settings`, or with its own from dataset_settings ({dataset: settings}, the
-    datasets sheet's overrides); quality flags judged with quality_thresholds (warn and fail;
-    None: the settings' own)."""
-    dataset_settings = dataset_settings or {}
+    datasets sheet's overrides); quality flags judged with its own from dataset_quality
+    ({dataset: its `quality:`}), else with quality_thresholds (warn and fail; None: the
+    settings' own)."""
+    dataset_settings, dataset_quality = dataset_settings or {}, dataset_quality or {}
     import pandas as pd
 
     from rnnfleet.checkpoint import atomic_write
@@ -117,8 +119,9 @@ def inspect_datasets(
     rows = []
     for number, (dataset, path) in enumerate(files.items(), 1):
         own_settings = dataset_settings.get(dataset, settings)
-        if quality_thresholds is not None:
-            own_settings = {**own_settings, "quality": quality_thresholds}
+        thresholds = dataset_quality.get(dataset, quality_thresholds)
+        if thresholds is not None:
+            own_settings = {**own_settings, "quality": thresholds}
         rows.append(inspect_dataset(dataset, path, own_settings))
         print(f"{number}/{len(files)} {dataset}: {rows[-1]['status']}", file=sys.stderr)
     table = pd.DataFrame(rows, columns=list(INSPECT_COLUMNS))

@@ -66,17 +66,23 @@ STATUSES = ("ok", "data error", "failed", "stopped", "previous model kept", "not
 SHOWN_FAILURES = 20
 
 
-def metrics_row(metrics_path: str | os.PathLike, quality_thresholds: dict | None = None) -> dict:
-    """A dataset's row from its metrics file; quality_flags judged with `quality_thresholds`
-    (the run's `quality:` config; None: the defaults)."""
+def metrics_row(
+    metrics_path: str | os.PathLike, quality_thresholds: dict | None = None, dataset_quality: dict | None = None
+) -> dict:
+    """A dataset's row from its metrics file; quality_flags judged with its own thresholds
+    from dataset_quality ({dataset: its `quality:`}, the datasets sheet's), else with
+    `quality_thresholds` (the run's `quality:` config; None: the defaults)."""
     with open(metrics_path) as handle:
         metrics = json.load(handle)
     row = {column: metrics.get(column, "") for column in SUMMARY_COLUMNS}
-    return {**row, "quality_flags": quality_flags(metrics, quality_thresholds), "status": "ok", "error": ""}
+    thresholds = (dataset_quality or {}).get(metrics.get("dataset"), quality_thresholds)
+    return {**row, "quality_flags": quality_flags(metrics, thresholds), "status": "ok", "error": ""}
 
 
-def summary_rows(metrics_paths: list[str], quality_thresholds: dict | None = None) -> list[dict]:
-    rows = (metrics_row(path, quality_thresholds) for path in metrics_paths)
+def summary_rows(
+    metrics_paths: list[str], quality_thresholds: dict | None = None, dataset_quality: dict | None = None
+) -> list[dict]:
+    rows = (metrics_row(path, quality_thresholds, dataset_quality) for path in metrics_paths)
     return sorted(rows, key=lambda row: row["dataset"])
 
 
@@ -101,17 +107,24 @@ def print_quality_warnings(rows: list[dict]) -> None:
 
 
 def write_summary(
-    metrics_paths: list[str], table_path: str | os.PathLike, quality_thresholds: dict | None = None
+    metrics_paths: list[str],
+    table_path: str | os.PathLike,
+    quality_thresholds: dict | None = None,
+    dataset_quality: dict | None = None,
 ) -> list[dict]:
     """The summarize job: every dataset trained."""
-    rows = summary_rows(metrics_paths, quality_thresholds)
+    rows = summary_rows(metrics_paths, quality_thresholds, dataset_quality)
     print_quality_warnings(rows)
     write_table(rows, table_path)
     return rows
 
 
 def outcome_row(
-    dataset: str, step_logs: dict[str, str], metrics_path: str, quality_thresholds: dict | None = None
+    dataset: str,
+    step_logs: dict[str, str],
+    metrics_path: str,
+    quality_thresholds: dict | None = None,
+    dataset_quality: dict | None = None,
 ) -> dict:
     """What became of one dataset, from the last marked line of each step's log (in
     pipeline order) and the metrics file."""
@@ -126,7 +139,7 @@ def outcome_row(
                 status = "failed"
             return {"dataset": dataset, "status": status, "error": f"{step}: {line.split(': ', 1)[1]}"}
     try:
-        return metrics_row(metrics_path, quality_thresholds)
+        return metrics_row(metrics_path, quality_thresholds, dataset_quality)
     except FileNotFoundError:
         return {"dataset": dataset, "status": "not run", "error": ""}
     except (OSError, ValueError) as error:

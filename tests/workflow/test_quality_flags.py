@@ -7,6 +7,7 @@ ranking marks the degenerate dataset."""
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,31 @@ def test_thresholds_from_the_command_line_act_as_from_config_yaml(fleet):
     warn_changed = snakemake(fleet, "-n", "--config", 'quality={"flat_bars": {"warn": 0.99}}').stdout
     assert pending_jobs(warn_changed, "preprocess").keys() == failing
     assert not pending_jobs(warn_changed, "train").keys() - failing
+
+
+def test_a_datasets_sheet_row_sets_the_quality_thresholds_of_its_dataset_alone(tmp_path):
+    """Two copies of the flat, zero-volume bars: one row raises the flat-bars warning to 100%,
+    the other makes flat bars fail; the third dataset keeps the config's thresholds."""
+    write_fleet(tmp_path / "all")
+    (tmp_path / "data").mkdir()
+    for name in ("FLAT_A", "FLAT_B", "FLAT_C"):
+        shutil.copy(tmp_path / "all" / f"{FLAT}.csv", tmp_path / "data" / f"{name}.csv")
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "datasets.tsv").write_text(
+        "dataset\tfiles\tquality.flat_bars.warn\tquality.flat_bars.fail\n"
+        "FLAT_A\tFLAT_A.csv\t1.0\t\nFLAT_B\tFLAT_B.csv\t\t0.5\nFLAT_C\tFLAT_C.csv\t\t\n"
+    )
+    write_config(tmp_path, data_dir="data", datasets={"files": "", "sheet": "config/datasets.tsv"})
+    snakemake(tmp_path, "inspect")
+    run = snakemake(tmp_path, check=False)
+
+    with open(tmp_path / "results" / "inspect.csv", encoding="utf-8") as table:
+        inspected = {row["dataset"]: row for row in csv.DictReader(table)}
+    assert (inspected["FLAT_A"]["status"], inspected["FLAT_A"]["quality_flags"]) == ("ok", "zero_volume 45.0%")
+    assert inspected["FLAT_B"]["status"] == "unusable" and "quality.flat_bars.fail" in inspected["FLAT_B"]["problem"]
+    assert inspected["FLAT_C"]["quality_flags"] == "flat_bars 100.0%, zero_volume 45.0%"
+    summary = summary_by_dataset(tmp_path)
+    assert (summary["FLAT_A"]["status"], summary["FLAT_A"]["quality_flags"]) == ("ok", "zero_volume 45.0%")
+    assert summary["FLAT_B"]["status"] == "data error" and "flat bars" in summary["FLAT_B"]["error"]
+    assert summary["FLAT_C"]["quality_flags"] == "flat_bars 100.0%, zero_volume 45.0%"
+    assert "FLAT_A: warning: data quality: zero_volume 45.0%" in run.stderr

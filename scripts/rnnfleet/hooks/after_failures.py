@@ -72,6 +72,7 @@ def write_results_after_failures(
     model_pattern: str,
     paths: ResultPaths,
     quality_thresholds: dict | None = None,
+    dataset_quality: dict | None = None,
 ) -> list[dict]:
     """See the module doc. The patterns hold `{dataset}`. A dataset that is not done but has
     a model (put back by previous_models, or untouched because an earlier step failed) is
@@ -85,6 +86,7 @@ def write_results_after_failures(
             {step: pattern.format(dataset=dataset) for step, pattern in step_log_patterns.items()},
             metrics_paths[dataset],
             quality_thresholds,
+            dataset_quality,
         )
         if row["status"] not in ("ok", "not run") and os.path.exists(model_pattern.format(dataset=dataset)):
             row = {**row, "status": KEPT_STATUS, "error": f"{row['status']}: {row['error']}"}

@@ -53,7 +53,7 @@ from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS
 NAME_COLUMNS = ("dataset", "files")
 BAR_FILES = "files rnnfleet reads: .csv .txt .tsv, each also compressed, .parquet, .pq"
 # Sections whose keys a row may set (as `section.key` columns), and the top-level keys it may set.
-SECTIONS = ("format", "columns", "preprocess", "evaluate", "model", "train", "update")
+SECTIONS = ("format", "columns", "preprocess", "evaluate", "model", "train", "update", "quality")
 TOP_LEVEL_KEYS = ("target",)
 # Keys that belong to the whole run: where and how fast jobs run, and the model function
 # every train job imports (its file is an input of every train job).
