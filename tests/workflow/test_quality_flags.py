@@ -169,3 +169,11 @@ def test_a_datasets_sheet_row_sets_the_quality_thresholds_of_its_dataset_alone(t
     assert summary["FLAT_B"]["status"] == "data error" and "flat bars" in summary["FLAT_B"]["error"]
     assert summary["FLAT_C"]["quality_flags"] == "flat_bars 100.0%, zero_volume 45.0%"
     assert "FLAT_A: warning: data quality: zero_volume 45.0%" in run.stderr
+
+    # A row's warn cell changed: the tables only; its fail cell changed: that dataset's preprocess.
+    sheet = tmp_path / "config" / "datasets.tsv"
+    sheet.write_text(sheet.read_text().replace("FLAT_A\tFLAT_A.csv\t1.0\t", "FLAT_A\tFLAT_A.csv\t0.99\t"))
+    warn_changed = snakemake(tmp_path, "-n").stdout
+    assert pending_jobs(warn_changed, "preprocess").keys() == {"FLAT_B"}  # FLAT_B: its preprocess failed
+    sheet.write_text(sheet.read_text().replace("FLAT_A\tFLAT_A.csv\t0.99\t", "FLAT_A\tFLAT_A.csv\t0.99\t0.999"))
+    assert pending_jobs(snakemake(tmp_path, "-n").stdout, "preprocess").keys() == {"FLAT_A", "FLAT_B"}
