@@ -621,11 +621,11 @@ def parquet_columns(header: list[str], name: str, configured: dict, price_side: 
     """match_header for a Parquet file's columns, where pandas' unnamed index (saved as
     `__index_level_0__`) holds the times when no column names them."""
     index = "__index_level_0__"
-    if index not in header or "timestamp" in configured:
-        return match_header(header, name, configured, price_side)
     try:
         return match_header(header, name, configured, price_side)
     except DataError:
+        if index not in header or "timestamp" in configured:
+            raise
         named = ["timestamp" if column == index else column for column in header]
         wanted = match_header(named, name, configured, price_side)
         return {**wanted, "timestamp": index} if wanted.get("timestamp") == "timestamp" else wanted
