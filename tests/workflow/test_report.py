@@ -32,7 +32,8 @@ def run(tmp_path_factory) -> Path:
     add_datasets(workdir, DATASETS)
     write_config(workdir, data_dir="data", predict={"datasets": DATASETS[:1], "last": FORECAST_BARS})
     snakemake(workdir)
-    snakemake(workdir, "--report", "report.html")
+    report = snakemake(workdir, "--report", "report.html")
+    (workdir / "report_output.txt").write_text(report.stdout + report.stderr)
     return workdir
 
 
@@ -60,6 +61,12 @@ def test_report_is_one_valid_html_page(run):
     for tag in ("html", "head", "body"):
         assert parser.starts.get(tag) == parser.ends.get(tag) == 1, tag
     assert parser.starts.get("script", 0) == parser.ends.get("script", 0) > 0
+
+
+def test_report_text_renders_without_restructuredtext_messages(run):
+    output = (run / "report_output.txt").read_text()
+    assert not re.search(r"\((INFO|WARNING|ERROR|SEVERE)/\d\)", output), output
+    assert "System Message" not in (run / "report.html").read_text()
 
 
 def test_report_has_a_labelled_loss_curve_per_dataset(run):

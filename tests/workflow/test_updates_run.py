@@ -29,7 +29,7 @@ from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_csv
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import evaluate, usable_windows, window_view
+from rnnfleet.training import AMP_DTYPES, evaluate, usable_windows, window_view
 from rnnfleet.updating import with_normalisation
 
 DAY = 400  # bars of one "day" file
@@ -94,15 +94,16 @@ def planned_lines(result) -> list[str]:
     return block
 
 
-def start_val_loss(model_path: Path, arrays_path: Path) -> float:
-    """The validation loss of the model file's weights on the new arrays, normalised as the model was."""
+def start_val_loss(model_path: Path, arrays_path: Path, amp: str) -> float:
+    """The validation loss of the model file's weights on the new arrays, normalised as the model was,
+    in the precision `amp` the job recorded (bf16 where the CPU computes it natively, else float32)."""
     model, checkpoint = load_model(model_path)
     arrays = with_normalisation(load_arrays(arrays_path), checkpoint["normalisation"])
     seq_len = checkpoint["features"]["seq_len"]
     windows = window_view(torch.from_numpy(arrays.features), seq_len)
     targets = torch.from_numpy(arrays.targets)[seq_len - 1 :]
     val = torch.from_numpy(usable_windows(arrays, seq_len).val)
-    return evaluate(model, windows, targets, None, TARGETS[arrays.target], val)[0]
+    return evaluate(model, windows, targets, AMP_DTYPES[amp], TARGETS[arrays.target], val)[0]
 
 
 def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
@@ -128,7 +129,7 @@ def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
         assert after["rows"] == first[dataset]["rows"] + DAY and after["new_rows"] == DAY
         # The update started from the previous model: its epoch 0 is that model on the new
         # validation windows, far from what a fresh model gives.
-        expected = start_val_loss(kept / f"{dataset}.pt", run / "prep" / f"{dataset}.npz")
+        expected = start_val_loss(kept / f"{dataset}.pt", run / "prep" / f"{dataset}.npz", after["amp"])
         assert after["update_start_val_loss"] == pytest.approx(expected, rel=1e-5)
         assert after["lineage"]["updates"] == 1 and after["lineage"]["full_fit"]["rows"] == first[dataset]["rows"]
         assert [entry["made"] for entry in after["lineage"]["history"]] == ["full", "update"]
