@@ -21,6 +21,7 @@ ROWS = 400
 SEQ_LEN = 30
 BAR_KEYS = ["open", "high", "low", "close", "volume"]
 NS_PER = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
+HISTDATA_DATASET = "DAT_ASCII_EURUSD_M1_1m"
 
 
 def reference_bars(rows: int = ROWS, start: str = "2024-01-02 00:00") -> pd.DataFrame:
@@ -125,10 +126,21 @@ def write_every_layout(bars: pd.DataFrame, folder: Path) -> dict[str, str]:
     ).to_csv(folder / "MT5_1m.csv", sep="\t", index=False)
     expected["MT5_1m"] = "header, '\\t'-delimited, 9 columns, time from columns '<DATE>' + '<TIME>'"
     est = bars["timestamp"].dt.tz_convert("Etc/GMT+5")  # histdata.com: EST all year
+    # Named as histdata.com names its files (DAT_ASCII_<symbol>_M1_<year>), with 1m for `pattern`.
     write_headerless(
-        pd.DataFrame({"t": est.dt.strftime("%Y%m%d %H%M%S"), **numbers(bars)}), folder / "HISTDATA_1m.csv", sep=";"
+        pd.DataFrame({"t": est.dt.strftime("%Y%m%d %H%M%S"), **numbers(bars)}),
+        folder / f"{HISTDATA_DATASET}.csv",
+        sep=";",
     )
-    expected["HISTDATA_1m"] = "as %Y%m%d %H%M%S text, naive times in Etc/GMT+5"
+    expected[HISTDATA_DATASET] = "as %Y%m%d %H%M%S text, naive times in Etc/GMT+5"
+    # NinjaTrader's export: the same line shape as histdata's, times in UTC; nothing in the file
+    # says so, so they are read as UTC and said to be assumed, never as histdata's EST.
+    write_headerless(
+        pd.DataFrame({"t": bars["timestamp"].dt.strftime("%Y%m%d %H%M%S"), **numbers(bars)}),
+        folder / "NINJATRADER_1m.txt",
+        sep=";",
+    )
+    expected["NINJATRADER_1m"] = "as %Y%m%d %H%M%S text, naive times read as UTC (set format.timezone)"
     pd.DataFrame(
         {
             "Gmt time": bars["timestamp"].dt.strftime("%d.%m.%Y %H:%M:%S.000"),

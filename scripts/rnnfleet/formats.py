@@ -16,14 +16,14 @@ What it reads, with no user code (docs/data.md):
   (FXCM's `"EUR/USD(Open, Bid)*"`, `BidOpen`) by `format.price_side`; yfinance's three
   header rows (`Price,Close,...` / `Ticker,SPY,...` / `Datetime,,...`);
 - headerless CSV by column position: epoch first (Binance klines, Kraken), `YYYYMMDD HHMMSS`
-  first (histdata.com), date and time first (MetaTrader 4), ISO time first, each of them
+  first (histdata.com, NinjaTrader), date and time first (MetaTrader 4), ISO time first, each of them
   also after a symbol column (NSE's `NIFTY,20130101,09:16,...`);
 - every line in quotes (a tab-separated export re-saved by a spreadsheet);
 - no volume column (the bars then have none);
 - Parquet (pyarrow; only the needed columns are read; numbers stored as text converted);
 - times as text, or epoch s/ms/us/ns told apart by each value's size (so one file may switch
   unit); naive times are in `format.timezone` (auto: UTC, said in the read line, except
-  histdata's EST); in a zone with daylight saving the repeated hour of a fall-back day is
+  histdata's EST for files histdata.com named, DAT_ASCII_*); in a zone with daylight saving the repeated hour of a fall-back day is
   read as its two instants, in file order.
 
 How: settings = what the file's first lines show (sniffing) <- a named preset <- the explicit
@@ -114,6 +114,10 @@ TEXT_TIME_FORMATS = (
     "%Y%m%d %H:%M",
 )
 HISTDATA_ZONE = "Etc/GMT+5"  # histdata.com: EST all year, no daylight saving (UTC-5)
+# histdata.com's own file names (DAT_ASCII_EURUSD_M1_2019.csv, in HISTDATA_COM_ASCII_..._2019.zip):
+# only these, or format.preset histdata, are read in its EST. NinjaTrader and others write the
+# same line shape in UTC or local time, so the shape alone never sets a zone.
+HISTDATA_NAME_PREFIXES = ("DAT_ASCII_", "HISTDATA_COM_")
 # The one phrase said (read line, inspect, summary) when naive times are taken as UTC because
 # format.timezone is auto and nothing in the file or its layout gives a zone.
 NAIVE_AS_UTC = "naive times read as UTC (set format.timezone)"
@@ -134,7 +138,7 @@ class Layout:
     columns: dict = field(default_factory=dict)
     timestamp_unit: str = "auto"  # auto | s | ms | us | ns | text
     timestamp_format: str = ""  # strftime layout of text times; "" = recognised from the first value
-    timezone: str = "auto"  # zone of naive times; auto = UTC, histdata's EST for histdata files
+    timezone: str = "auto"  # zone of naive times; auto = UTC, histdata's EST for histdata's own files
     fields: int = 0  # columns in the file (for the log)
     source: str = "auto"  # preset name, or auto
     encoding: str = "utf-8"  # a Python codec name (told by the byte-order mark)
@@ -545,9 +549,14 @@ def sniff_headerless(cells: list[str], line: str, name: str, layout: Layout) -> 
     layout = replace(layout, columns=columns)
     if unit == "text":
         layout = replace(layout, timestamp_unit="text")
-    if histdata and layout.timezone == "auto":
+    if histdata and layout.timezone == "auto" and is_histdata_name(name):
         layout = replace(layout, timezone=HISTDATA_ZONE)
     return layout
+
+
+def is_histdata_name(name: str) -> bool:
+    """Whether the file is named as histdata.com names its downloads."""
+    return Path(name).name.upper().startswith(HISTDATA_NAME_PREFIXES)
 
 
 def read_text(stream, name: str, layout: Layout):

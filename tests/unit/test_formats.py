@@ -17,6 +17,7 @@ from conftest import REPO
 from layouts import (
     ASK_SPREAD,
     BAR_KEYS,
+    HISTDATA_DATASET,
     REAL_LAYOUTS,
     file_of,
     headered,
@@ -64,7 +65,7 @@ def test_presets_read_their_layout_without_sniffing(every_layout):
         ("kraken", "KRAKEN_1m"),
         ("metatrader4", "MT4_1m"),
         ("metatrader5", "MT5_1m"),
-        ("histdata", "HISTDATA_1m"),
+        ("histdata", HISTDATA_DATASET),
         ("dukascopy", "DUKASCOPY_1m"),
         ("csv", "COMMA_1m"),
     ]:

@@ -92,7 +92,7 @@ def test_naive_times_without_a_zone_say_they_were_read_as_utc(tmp_path):
     ids=["histdata EST", "binance epoch", "a GMT header", "offsets in the file"],
 )
 def test_known_conventions_stay_automatic(tmp_path, text, zone, said):
-    path = tmp_path / "bars.csv"
+    path = tmp_path / ("DAT_ASCII_EURUSD_M1_2024.csv" if zone == "Etc/GMT+5" else "bars.csv")
     path.write_text(text)
     frame = read_bars(path)
     assert frame.attrs["timezone"] == zone and said in frame.attrs["read_as"]
@@ -152,3 +152,50 @@ def test_new_bars_read_in_another_zone_than_the_training_bars_are_warned_about()
     assert warning.startswith("recent.csv: warning: naive times read in UTC (assumed), the model's training bars' in ")
     assert other_zone_warning(histdata, "Etc/GMT+5", "recent.csv") == ""
     assert other_zone_warning(histdata, "UTC (epoch)", "recent.csv") == ""
+
+
+HISTDATA_SHAPED_LINES = "20240102 093000;1.1;1.2;1.0;1.1;5\n20240102 093100;1.1;1.2;1.0;1.1;7\n"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["NinjaTrader_ES_1m.txt", "ES 03-24.Last.txt", "export_1m.csv", "EURUSD_1m.csv.gz"],
+    ids=["ninjatrader", "ninjatrader default name", "a plain export", "compressed"],
+)
+def test_histdata_line_shape_alone_sets_no_zone(tmp_path, name):
+    """NinjaTrader (and others) write histdata's line shape in UTC or local time: the shape
+    alone reads naive times as UTC and says it was assumed, never histdata's EST."""
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        import gzip
+
+        path.write_bytes(gzip.compress(HISTDATA_SHAPED_LINES.encode()))
+    else:
+        path.write_text(HISTDATA_SHAPED_LINES)
+    frame = read_bars(path)
+    assert frame.attrs["timezone"] == TIMEZONE_ASSUMED and frame.attrs["read_as"].endswith(NAIVE_AS_UTC)
+    assert frame["timestamp"].iloc[0] == pd.Timestamp("2024-01-02 09:30", tz="UTC")
+
+
+@pytest.mark.parametrize(
+    ("name", "read_format"),
+    [
+        ("DAT_ASCII_EURUSD_M1_2024.csv", None),
+        ("dat_ascii_eurusd_m1_2024.txt", None),
+        ("HISTDATA_COM_ASCII_EURUSD_M1_2024.zip", None),
+        ("EURUSD_1m.csv", {"preset": "histdata"}),
+    ],
+    ids=["histdata's name", "lower case", "histdata's zip", "the preset"],
+)
+def test_histdata_files_stay_est(tmp_path, name, read_format):
+    path = tmp_path / name
+    if name.endswith(".zip"):
+        import zipfile
+
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("DAT_ASCII_EURUSD_M1_2024.csv", HISTDATA_SHAPED_LINES)
+    else:
+        path.write_text(HISTDATA_SHAPED_LINES)
+    frame = read_bars(path, None, read_format)
+    assert frame.attrs["timezone"] == "Etc/GMT+5"
+    assert frame["timestamp"].iloc[0] == pd.Timestamp("2024-01-02 14:30", tz="UTC")
