@@ -9,10 +9,8 @@ from rnnfleet.hooks.after_failures import (
     drop_not_done_list_if_replaced,
     write_results_after_failures,
 )
-from rnnfleet.hooks.previous_models import (
-    back_up_models_to_replace,
-    restore_previous_models,
-)
+from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore
+from rnnfleet.hooks.previous_models import restore_previous_models
 from rnnfleet.hooks.recovery import (
     JobsOfKilledRunAlive,
     claim_run_folder,
@@ -49,6 +47,9 @@ apply_snakemake_guards(
 # A training is launched again only when a retry can help (out of GPU memory, killed).
 apply_retry_policy(("train",), warn=workflow.is_main_process)
 
+# A failed re-train's model is put back in one rename (the train rule's outputs are update()).
+apply_atomic_restore(warn=workflow.is_main_process)
+
 if workflow.is_main_process:
     # An empty output folder that is a mount point is left in place; targets and model
     # files are checked before the DAG is built (rules/checks.smk); outputs Snakemake calls
@@ -83,20 +84,11 @@ if workflow.is_main_process:
     except JobsOfKilledRunAlive as error:
         raise WorkflowError(str(error)) from None
     if ALONE_IN_FOLDER:
-        # Alone in the folder: a backup still here belongs to a re-train that was killed,
-        # or to a plots job that was killed (rnnfleet.plots.drop_stale_snakemake_backup).
+        # Alone in the folder: a backup still here belongs to a plots job that was killed
+        # (rnnfleet.plots.drop_stale_snakemake_backup), or is a model an earlier rnnfleet
+        # kept aside during a re-train that was killed (rnnfleet.hooks.previous_models).
         restore_previous_models(PATHS["models"])
         drop_stale_snakemake_backup(LOSS_CURVES)
-
-
-def back_up_models_to_retrain():
-    """Keep each model a train job of this run replaces until its new one is written
-    (rnnfleet.hooks.previous_models)."""
-    back_up_models_to_replace(
-        job.output.model
-        for job in workflow.dag.needrun_jobs()
-        if job.rule.name == "train"
-    )
 
 
 onstart:
@@ -104,7 +96,6 @@ onstart:
     check_plugin_files()
     write_job_settings()
     stop_jobs_on_signals()
-    back_up_models_to_retrain()
     start_mps_if_on()
     prestart_warm_workers()
 
@@ -116,10 +107,9 @@ onsuccess:
 
 # With failed or stopped jobs Snakemake skips the summarize and plots jobs (their inputs
 # are missing): the table and the figures of the datasets that succeeded are written
-# here instead, and re-trains that failed get their previous model back.
+# here instead (re-trains that failed keep their previous model: Snakemake puts it back).
 onerror:
     stop_mps_if_on()
-    restore_previous_models(PATHS["models"])
     write_results_after_failures(
         DATASETS,
         {step: log_path(step) for step in ("preprocess", "train", "predict")},

@@ -9,8 +9,12 @@ rule train:
     input:
         arrays=ARRAYS,
         model_code=MODEL_CODE,
+    # update(): Snakemake leaves the model of a re-train or update at its path (forecasts
+    # read it) until the job renames the new one over it, and puts it back if the job fails
+    # (rnnfleet.hooks.atomic_restore). The metrics file is deleted as usual: the next run
+    # trains a dataset again because its metrics are missing.
     output:
-        model=MODEL,
+        model=update(MODEL),
         metrics=METRICS,
     log:
         log_path("train"),

@@ -5,15 +5,25 @@ from __future__ import annotations
 import csv
 import os
 import shutil
-import subprocess
-import time
+import signal
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import copy_of_run, kill_hard, pending_jobs, snakemake, snakemake_command, trained_folder, write_config
+from conftest import (
+    copy_of_run,
+    kill_hard,
+    pending_jobs,
+    process_alive,
+    resume,
+    snakemake,
+    start_paused_run,
+    trained_folder,
+    wait_until_gone,
+    write_config,
+)
 
-from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, TRAIN_CRASH
+from rnnfleet.faults import TRAIN_CRASH
 from rnnfleet.hooks.previous_models import BACKUP_DIR
 from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_csv
@@ -51,7 +61,7 @@ def test_a_failed_retrain_keeps_the_previous_model_byte_for_byte(workdir):
 
     assert result.returncode != 0
     assert "rule train" in result.stdout + result.stderr and "A_1m" in result.stderr
-    assert model_a.read_bytes() == old_a  # the crash happened after Snakemake deleted it: put back
+    assert model_a.read_bytes() == old_a  # never replaced: the job crashed before writing it
     assert model_b.read_bytes() != old_b  # B was re-trained with the new setting
     assert not (workdir / "metrics/A_1m.json").exists() and backups(workdir) == []
     row = statuses(workdir)["A_1m"]
@@ -74,34 +84,65 @@ def test_a_failed_retrain_keeps_the_previous_model_byte_for_byte(workdir):
     assert backups(workdir) == []
 
 
-def test_a_killed_retrain_gets_its_previous_model_back_and_is_trained_again(workdir):
+def forecasts_from(model: Path, workdir: Path) -> pd.DataFrame:
+    """The forecasts a scheduled job would make with the model at its path right now."""
+    out = workdir.parent / "forecasts-now.csv"
+    forecast_csv(model, workdir / "data/A_1m.csv", out, last=3)
+    return pd.read_csv(out)
+
+
+@pytest.mark.parametrize("point", ["epoch", "model-write"])
+def test_a_model_stays_readable_at_its_path_while_it_is_retrained(workdir, point):
+    """Paused in training and while the new model file is being written: the path holds the
+    previous model, whole, and forecasts read it; the new one replaces it in one rename."""
     model_a = workdir / "models/A_1m.pt"
     old_a = model_a.read_bytes()
-    marker = workdir.parent / "paused"
-    with open(workdir.parent / "output.txt", "w") as output:
-        run = subprocess.Popen(
-            snakemake_command(workdir, "models/A_1m.pt"),
-            cwd=workdir,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, PAUSE_AT: "epoch", PAUSE_FILE: str(marker)},
-        )
-    deadline = time.monotonic() + 180
-    while not (marker.exists() and marker.read_text().isdigit()):
-        assert run.poll() is None and time.monotonic() < deadline, (workdir.parent / "output.txt").read_text()
-        time.sleep(0.05)
-    assert not model_a.exists(), "Snakemake had not deleted the model: nothing tested"
-    kill_hard(run, int(marker.read_text()))
-    assert backups(workdir) == ["A_1m.pt"]
+    expected = forecasts_from(model_a, workdir)
+    run, job_pid = start_paused_run(workdir, point, "models/A_1m.pt")
+    assert "A_1m" in (workdir / "logs/train/A_1m.log").read_text(), "the paused job is not A's re-train"
+    assert model_a.read_bytes() == old_a
+    pd.testing.assert_frame_equal(forecasts_from(model_a, workdir), expected)
+    resume(workdir, point)
+    assert run.wait(timeout=300) == 0
+    assert model_a.read_bytes() != old_a
+    load_model(model_a)
 
-    dry_run = snakemake(workdir, "-n")  # the next command, whatever it is, puts the model back
 
-    assert model_a.read_bytes() == old_a and backups(workdir) == []
+@pytest.mark.parametrize(
+    "signal_number", [signal.SIGKILL, signal.SIGHUP, signal.SIGQUIT, signal.SIGTERM, signal.SIGINT]
+)
+def test_a_killed_retrain_leaves_the_previous_model_in_place_and_is_trained_again(workdir, signal_number):
+    """Whatever ends the run (kill -9, an ssh drop, Ctrl-\\, a stop, Ctrl-C), the previous
+    model is at its path at once, with no Snakemake command needed to bring it back."""
+    model_a = workdir / "models/A_1m.pt"
+    old_a = model_a.read_bytes()
+    run, job_pid = start_paused_run(workdir, "epoch", "models/A_1m.pt")
+    if signal_number == signal.SIGKILL:
+        kill_hard(run, job_pid)
+    else:
+        os.killpg(run.pid, signal_number)
+        run.wait(timeout=120)
+        if process_alive(job_pid):  # a warm worker outside the group: the run told it to stop
+            wait_until_gone(job_pid)
+
+    assert model_a.read_bytes() == old_a
+    load_model(model_a)
+    dry_run = snakemake(workdir, "-n")
     assert set(pending_jobs(dry_run.stdout, "train")) == {"A_1m", "B_1m"}
     snakemake(workdir)
-    assert model_a.read_bytes() != old_a and backups(workdir) == []
+    assert model_a.read_bytes() != old_a
     assert {row["status"] for row in statuses(workdir).values()} == {"ok"}
+
+
+def test_a_model_kept_aside_by_an_earlier_version_is_put_back(workdir):
+    """A folder where an earlier rnnfleet was killed mid re-train: its model waits in
+    BACKUP_DIR with the path empty; the next command puts it back."""
+    model_a = workdir / "models/A_1m.pt"
+    old_a = model_a.read_bytes()
+    (workdir / BACKUP_DIR).mkdir(parents=True)
+    os.replace(model_a, workdir / BACKUP_DIR / model_a.name)
+    snakemake(workdir, "-n")
+    assert model_a.read_bytes() == old_a and backups(workdir) == []
 
 
 def test_new_rows_with_a_data_error_keep_the_previous_model_and_say_which_file(trained, tmp_path):

@@ -1,17 +1,10 @@
-"""A re-train that fails or is killed keeps the model it was meant to replace.
+"""Models an earlier rnnfleet kept aside during a re-train.
 
-Snakemake deletes a job's outputs before the job runs and again when it fails, so a
-re-train (after a hyper-parameter change, --forcerun, new data) that then fails would
-leave no model at all. What this module promises:
-
-- before the first job of a run, every existing model that a train job of this run will
-  replace (and that is a whole model file, rnnfleet.checkpoint.model_file_problem) is hard-linked (copied where links are not possible) into BACKUP_DIR, a folder
-  private to the user (one link per model to re-train, nothing in dry-runs);
-- a train job that succeeds drops its backup: the new model is in place;
-- after a run with failures, and at the start of the next run after a run that was killed
-  (when no other run is alive in the folder), every backup whose model is missing is put
-  back, byte for byte. Only the model: its metrics stay missing, so the next run trains
-  the dataset again, and the summary marks it "previous model kept".
+rnnfleet now leaves a model at its path while it is re-trained (the train rule's outputs are
+update(): rnnfleet.hooks.atomic_restore). Earlier versions let Snakemake delete it first and
+kept a link to it in BACKUP_DIR; a run of those killed mid-way left the model there. What
+this module promises: restore_previous_models() puts every such model whose path is empty
+back, byte for byte, and drops the rest (a run alone in its folder calls it at its start).
 """
 
 from __future__ import annotations
@@ -19,17 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
-
-from rnnfleet.checkpoint import model_file_problem
 
 BACKUP_DIR = Path(".snakemake") / "rnnfleet-previous-models"
 KEPT_STATUS = "previous model kept"
-
-
-def backup_path(model_path: str | os.PathLike) -> Path:
-    return BACKUP_DIR / Path(model_path).name
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -43,30 +29,10 @@ def _link_or_copy(source: Path, target: Path) -> None:
     os.replace(staging, target)
 
 
-def back_up_models_to_replace(model_paths: Iterable[str | os.PathLike]) -> int:
-    """Keep a link to each existing model in model_paths (those about to be re-trained);
-    returns how many there were."""
-    backed_up = 0
-    for model_path in model_paths:
-        model = Path(model_path)
-        if not model.is_file() or model_file_problem(model):  # nothing to keep in a broken file
-            continue
-        if not backed_up:
-            BACKUP_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _link_or_copy(model, backup_path(model))
-        backed_up += 1
-    return backed_up
-
-
-def drop_backup(model_path: str | os.PathLike) -> None:
-    """The train job for model_path succeeded: its previous model is no longer needed."""
-    backup_path(model_path).unlink(missing_ok=True)
-
-
 def restore_previous_models(models_folder: str | os.PathLike) -> list[str]:
     """Put back every backed-up model whose model file is missing; drop the backups of
-    models that are there (written after the backup). Returns the datasets whose previous
-    model was put back. One listing of BACKUP_DIR, usually absent."""
+    models that are there. Returns the datasets whose previous model was put back. One
+    listing of BACKUP_DIR, usually absent."""
     restored = []
     try:
         with os.scandir(BACKUP_DIR) as entries:

@@ -25,7 +25,6 @@ from rnnfleet.errors import (
     last_marked_line,
 )
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
-from rnnfleet.hooks.previous_models import backup_path, drop_backup
 from rnnfleet.runner.orphans import run_job_guard
 from rnnfleet.updating import (
     FULL,
@@ -89,8 +88,8 @@ def train_job(attempt: int, attempts: int, log_path: str, device: str, **train_k
                 check_retry_helps(attempt, attempts, earlier_attempts_log, gpu_mem_gb)
             raise_injected_out_of_memory(attempt)
             raise_injected_train_crash(dataset)
-            train_one(**train_kwargs, previous_model=str(backup_path(train_kwargs["model_path"])))
-            drop_backup(train_kwargs["model_path"])
+            # The model file stays at its path until the new one is renamed over it.
+            train_one(**train_kwargs, previous_model=train_kwargs["model_path"])
     except SystemExit:
         sys.stderr.flush()
         EARLIER_ATTEMPTS_DIR.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,77 @@
+"""A model being replaced stays whole at its path, also while Snakemake puts it back.
+
+The train rule's outputs are flagged update(): Snakemake leaves the model and metrics at their
+paths while the job runs (the job renames its new files over them), copies them aside first
+and, when the job fails, copies them back with shutil.copy, which truncates the file and
+writes it again in place: a forecast reading it at that moment would see part of a file.
+
+What it promises:
+- On Snakemake 9.27.1 exactly, and while FileBackupMixin's restore_output and
+  _get_backup_path have the source this was written against (SHA-256 below), putting a file
+  back is atomic: a file identical to its backup (the job failed before renaming anything
+  over it) is left as it is, any other is replaced by a whole copy in one rename. Either way
+  the backup is removed and True returned, as the stock code does.
+- Without a backup, and for folders, the stock code runs.
+- On any other Snakemake version, or when that source differs, nothing is replaced and one
+  warning line says what that means.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from rnnfleet.hooks.snakemake_speedups import _stock, source_differences
+
+STOCK_SOURCE_SHA256 = {
+    "snakemake.persistence:FileBackupMixin.restore_output": "929db9930db20c0c14703237255f295d75790235fe8a0b2e1a625eb2b36b6ba0",
+    "snakemake.persistence:FileBackupMixin._get_backup_path": "64748f0e794d9de6d478c106252f46544607eea63f33ed63bffea899b691d29c",
+}
+
+
+def put_back(backup: Path, path: Path) -> None:
+    """path holds backup's bytes, replaced in one rename unless it already does."""
+    if path.is_file() and filecmp.cmp(backup, path, shallow=False):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".restoring")
+    os.close(handle)
+    try:
+        shutil.copy2(backup, staging)
+        os.replace(staging, path)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise
+
+
+def restore_output(self, path: Path) -> bool:
+    """FileBackupMixin.restore_output, atomic for files (see the module doc)."""
+    backup = self._get_backup_path(path)
+    if not backup.is_file():
+        return restore_output.__rnnfleet_stock__(self, path)
+    put_back(backup, Path(path))
+    backup.unlink()
+    return True
+
+
+def apply(warn: bool = True) -> bool:
+    """Replace the restore; True when it is replaced. `warn`: print the one warning line
+    when it does not fit this Snakemake."""
+    problems = source_differences(STOCK_SOURCE_SHA256)
+    if problems:
+        if warn:
+            print(
+                f"rnnfleet: WARNING: atomic restore of models is off ({'; '.join(problems)}); "
+                "a forecast that reads a model at the moment a failed re-train puts it back may find it incomplete",
+                file=sys.stderr,
+            )
+        return False
+    from snakemake.persistence import FileBackupMixin
+
+    restore_output.__rnnfleet_stock__ = _stock(FileBackupMixin.restore_output)
+    FileBackupMixin.restore_output = restore_output
+    return True
