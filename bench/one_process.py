@@ -17,7 +17,12 @@ from rnnfleet.runner.device import tune_cpu_allocator  # noqa: E402
 
 tune_cpu_allocator()
 
+from snakemake.utils import validate  # noqa: E402
+
+from rnnfleet.fitting import Settings  # noqa: E402
 from rnnfleet.runner.jobs import preprocess_one, train_one  # noqa: E402
+
+SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas", "config.schema.yaml")
 
 
 def main():
@@ -28,6 +33,7 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     config = json.loads(args.config_json)
+    validate(config, schema=SCHEMA)  # the schema's defaults filled in, as the workflow's config
     train = {k: v for k, v in config["train"].items() if k not in ("threads", "gpu_mem", "warm_workers")}
     for path in sorted(glob.glob(os.path.join(args.data_dir, config.get("pattern", "*1m*.csv")))):
         name = os.path.splitext(os.path.basename(path))[0]
@@ -45,8 +51,7 @@ def main():
             arrays_path=arrays_path,
             model_path=os.path.join(args.out_dir, "models", name + ".pt"),
             metrics_path=os.path.join(args.out_dir, "metrics", name + ".json"),
-            model_hparams=config["model"],
-            train_hparams=train,
+            settings=Settings(config["model"], train, config["evaluate"], config["update"], config["columns"]),
             threads=args.threads,
             gpu_mem_gb=config["train"]["gpu_mem"],
         )

@@ -79,6 +79,12 @@ TINY_CONFIG = {
 TINY_ROWS = 400
 
 
+def schema_defaults(section: str) -> dict:
+    """The config schema's defaults of one section (what a validated config holds)."""
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
+    return {key: spec.get("default") for key, spec in schema["properties"][section]["properties"].items()}
+
+
 def write_config(workdir: Path, **overrides) -> Path:
     """config.yaml in workdir: the repo's, with TINY_CONFIG and overrides merged in."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())

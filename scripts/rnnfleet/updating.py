@@ -28,17 +28,6 @@ from rnnfleet.data import PreparedArrays, denormalised, normalised_with
 from rnnfleet.gaps import window_numbers
 from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS, full_fit_due, updates_ruled_out
 
-# The schema's `update:` defaults, for callers that pass no settings (benchmarks, tests).
-# tests/unit/test_updating.py checks they agree.
-UPDATE_DEFAULTS = {
-    "enabled": True,
-    "recent_bars": 2880,
-    "epochs": 3,
-    "lr": None,
-    "full_every": 10,
-    "max_skill_drop": 0.05,
-    "refit_normalisation": False,
-}
 FULL, UPDATE = "full", "update"
 NO_PREVIOUS_MODEL = "no previous model"
 

@@ -269,11 +269,3 @@ def test_the_forest_chart_draws_an_estimate_outside_its_interval_and_falls_back_
     assert [row["dataset"] for row in best_first(validation_only)] == ["B", "A"]
     draw_skill_overview(validation_only, tmp_path / "validation.png")
     assert (tmp_path / "skill.png").stat().st_size > 1000 and (tmp_path / "validation.png").stat().st_size > 1000
-
-
-def test_the_train_jobs_evaluate_defaults_are_the_schemas():
-    from rnnfleet.runner.jobs import EVALUATE_DEFAULTS
-
-    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
-    evaluate = schema["properties"]["evaluate"]["properties"]
-    assert EVALUATE_DEFAULTS == {key: spec["default"] for key, spec in evaluate.items()}

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from conftest import schema_defaults
 
 from rnnfleet.data import prepare_dataset, row_digests, save_arrays
 from rnnfleet.hooks.update_plans import NEW_BARS, SETTINGS_CHANGED, array_rows, expected_fit
@@ -18,7 +19,6 @@ from rnnfleet.training import StartState, build_checkpoint, train_model
 from rnnfleet.updating import (
     FULL,
     UPDATE,
-    UPDATE_DEFAULTS,
     Plan,
     fit_record,
     next_lineage,
@@ -32,6 +32,8 @@ MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}
 EVALUATE = {"production": "scored", "folds": 0}
 FINGERPRINT = "f" * 64
+
+UPDATE_SETTINGS = schema_defaults("update")
 
 
 def prepared(csv_path, bars):
@@ -74,7 +76,7 @@ def test_new_bars_plan_an_update_and_the_rest_a_fit_from_scratch(grown):
     before, after, checkpoint = grown
 
     def plan(previous=checkpoint, arrays=after, fingerprint=FINGERPRINT, evaluate=EVALUATE, **update):
-        return plan_training(previous, None, arrays, fingerprint, {**UPDATE_DEFAULTS, **update}, evaluate)
+        return plan_training(previous, None, arrays, fingerprint, {**UPDATE_SETTINGS, **update}, evaluate)
 
     assert plan() == Plan(UPDATE, "300 new bars", checkpoint)
     assert plan().label == "update: 300 new bars"
@@ -133,12 +135,12 @@ def test_the_dry_run_labels_say_update_or_retrain_and_why(grown, tmp_path):
     before, _, _ = grown
     lineage = {"updates": 2, "rows": before.rows - 10}
 
-    def label(changed=False, update=UPDATE_DEFAULTS, lineage=lineage, preprocess_runs=True, rows=lambda: None):
+    def label(changed=False, update=UPDATE_SETTINGS, lineage=lineage, preprocess_runs=True, rows=lambda: None):
         return expected_fit(changed, update, EVALUATE, lineage, preprocess_runs, rows)
 
     assert label() == NEW_BARS
     assert label(changed=True) == SETTINGS_CHANGED
-    assert label(update={**UPDATE_DEFAULTS, "full_every": 2}).startswith("re-train: update.full_every: 2")
+    assert label(update={**UPDATE_SETTINGS, "full_every": 2}).startswith("re-train: update.full_every: 2")
     save_arrays(before, tmp_path / "a.npz")
     assert array_rows(str(tmp_path / "a.npz")) == before.rows
     rows = lambda: array_rows(str(tmp_path / "a.npz"))  # noqa: E731
@@ -146,12 +148,3 @@ def test_the_dry_run_labels_say_update_or_retrain_and_why(grown, tmp_path):
     (tmp_path / "broken.npz").write_bytes(b"not a zip")
     assert array_rows(str(tmp_path / "broken.npz")) is None
     assert zipfile.is_zipfile(tmp_path / "a.npz")
-
-
-def test_the_update_defaults_are_the_schemas():
-    import yaml
-    from conftest import REPO
-
-    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
-    update = schema["properties"]["update"]["properties"]
-    assert UPDATE_DEFAULTS == {key: spec["default"] for key, spec in update.items()}

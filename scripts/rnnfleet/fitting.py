@@ -1,0 +1,221 @@
+"""The decisions of a train job, top to bottom: which fit (an update of the previous model or
+a full fit), the walk-forward folds, the scored model and its test-period scores, the refit
+for production, the metrics and the model file's contents.
+
+What it promises: fit_dataset() takes the dataset's arrays, the previous model file's
+contents (or why there is none) and complete settings (the schema's defaults filled in, as
+the workflow's config is) and returns the model file's contents, the metrics and the lines
+that end the job's log. It claims no device, reads and writes no file and takes no lock:
+rnnfleet.runner.jobs does those around it. Progress goes to the job's log as it happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rnnfleet.data import PreparedArrays
+from rnnfleet.training import (
+    StartState,
+    all_rows_train,
+    build_checkpoint,
+    describe_training,
+    log,
+    plugin_hashes,
+    refit_on_all_rows,
+    score_test_period,
+    train_model,
+    usable_windows,
+)
+from rnnfleet.updating import (
+    FULL,
+    UPDATE,
+    Plan,
+    fit_record,
+    made_label,
+    next_lineage,
+    plan_training,
+    skill_drop,
+    training_fingerprint,
+    update_from_row,
+    update_windows,
+    with_normalisation,
+)
+from rnnfleet.walkforward import folds_metrics, walk_forward
+
+# The evaluate settings of rnnfleet.training.score_test_period.
+SCORING_KEYS = ("cost_bps", "block_bars", "bootstrap")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One dataset's training settings, each section complete (the schema's defaults filled in)."""
+
+    model: dict
+    train: dict
+    evaluate: dict
+    update: dict
+    columns: dict | None = None
+
+
+@dataclass(frozen=True)
+class Fitted:
+    checkpoint: dict  # the model file's contents
+    metrics: dict  # the metrics JSON (the checkpoint holds the same dict)
+    test_scores: dict  # the scored model's test-period scores ({}: no test period)
+    folds: int  # walk-forward folds run
+    refitted: bool  # the checkpoint holds the refit on all rows, not the scored model
+
+    def summary(self, model_path: str) -> list[str]:
+        """The lines that end the job's log once the files are written: the test period's
+        verdict, the folds' summary and the best epoch's line (the log's last)."""
+        metrics, test_scores, dataset = self.metrics, self.test_scores, self.metrics["dataset"]
+        lines = []
+        if test_scores:
+            lines.append(
+                f"{dataset}: test period ({test_scores['test_windows']} windows): test skill "
+                f"{test_scores['test_skill']:+.4f}, 95% interval [{test_scores['test_skill_low']:+.4f}, "
+                f"{test_scores['test_skill_high']:+.4f}]: {test_scores['test_verdict']}"
+            )
+        if self.folds:
+            sd = metrics["folds_skill_sd"]
+            lines.append(
+                f"{dataset}: walk-forward over {self.folds} fold(s): test skill mean {metrics['folds_skill_mean']:+.4f}"
+                + (f", sd {sd:.4f}" if sd is not None else "")
+                + f"; {metrics['folds_positive']} above 0, {metrics['folds_beat']} beat the baseline"
+            )
+        lines.append(
+            f"{dataset}: best epoch {metrics['best_epoch']} of {metrics['epochs_run']}, val_loss "
+            f"{metrics['val_loss']:.5f} vs naive ({metrics['baseline']}) {metrics['naive_val_loss']:.5f} "
+            f"(skill {metrics['skill']:+.4f}) -> {model_path}"
+            + (" (re-fitted on all rows: evaluate.production refit)" if self.refitted else "")
+            + (f" ({metrics['made']} since the full fit)" if metrics["made"] != "full" else "")
+        )
+        return lines
+
+
+def fit_dataset(
+    dataset: str,
+    arrays: PreparedArrays,
+    previous: tuple[dict | None, str | None],
+    settings: Settings,
+    device,
+    job_facts: dict,
+) -> Fitted:
+    """See the module doc. previous: (the previous model file's contents, None) or (None,
+    why there is none to update). job_facts: what the runner knows of the job (device, amp,
+    threads, process, timings), recorded in the metrics."""
+    model_hparams, train_hparams, evaluate = settings.model, settings.train, settings.evaluate
+    seq_len, seed = int(train_hparams["seq_len"]), int(train_hparams["seed"])
+    scoring = {key: evaluate[key] for key in SCORING_KEYS}
+    fingerprint = training_fingerprint(
+        arrays, model_hparams, train_hparams, settings.columns, evaluate, plugin_hashes(arrays, model_hparams)
+    )
+    fit_plan = plan_training(*previous, arrays, fingerprint, settings.update, evaluate)
+    log(f"{dataset}: {fit_plan.label}")
+
+    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start=None):
+        trained = train_model(part, model_hparams, hparams, device, start)
+        return trained, score_test_period(part, trained, seq_len, **scoring, seed=seed)
+
+    folds, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
+    update_metrics = {}
+    if fit_plan.kind == UPDATE:
+        fit_plan, update_metrics, updated = update_model(
+            dataset, fit_plan, arrays, settings.update, train_hparams, train_and_score
+        )
+        if updated:
+            arrays, result, test_scores = updated
+    if fit_plan.kind == FULL:
+        result, test_scores = train_and_score(arrays)
+
+    metrics = scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) | job_facts
+    if folds:
+        metrics |= folds_metrics(folds, fold_entries, result, test_scores)
+    metrics["product"] = evaluate["production"]
+    metrics |= update_metrics
+    made = "full" if fit_plan.kind == FULL else "update"
+    record = fit_record(made, arrays, metrics, result.train_seconds, update_metrics.get("new_rows", 0))
+    lineage = next_lineage(fit_plan, arrays, fingerprint, record)
+    metrics |= {"made": made_label(lineage), "made_reason": fit_plan.label, "lineage": lineage}
+
+    product = result
+    if evaluate["production"] == "refit":
+        log(f"{dataset}: refit for production: {result.best_epoch} epoch(s) (the scored model's best) on all rows")
+        product = refit_on_all_rows(arrays, model_hparams, train_hparams, device, result.best_epoch)
+        metrics |= {"refit_epochs": product.epochs_run, "refit_seconds": product.train_seconds}
+        metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
+    checkpoint = build_checkpoint(
+        dataset,
+        product,
+        arrays,
+        model_hparams,
+        train_hparams,
+        metrics,
+        settings.columns,
+        product=evaluate["production"],
+        lineage=lineage,
+    )
+    return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
+
+
+def scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) -> dict:
+    """The scored model's metrics: validation and test scores, what it is, how it trained."""
+    windows = usable_windows(arrays, seq_len)
+    metrics = {
+        "dataset": dataset,
+        "val_loss": result.val_loss,
+        "naive_val_loss": result.naive_val_loss,
+        "skill": result.skill,
+        **test_scores,
+        **describe_training(arrays, model_hparams),
+        "best_epoch": result.best_epoch,
+        "epochs_run": result.epochs_run,
+        "train_seconds": result.train_seconds,
+        "rows": arrays.rows,
+        **arrays.quality,  # the data-quality flags (rnnfleet.quality)
+        "train_windows": len(windows.train),
+        "val_windows": len(windows.val),
+        "setup_seconds": result.setup_seconds,
+        "history": result.history,
+    }
+    if result.val_accuracy is not None:
+        metrics |= {"val_accuracy": result.val_accuracy, "naive_val_accuracy": result.naive_val_accuracy}
+    return metrics
+
+
+def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict, train_hparams: dict, train_and_score):
+    """The training of an UPDATE plan (rnnfleet.updating): (the plan, the update's metrics,
+    (the arrays it trained on, its TrainingResult, its test scores)). Where no training window
+    ends after update_from_row, or the update's skill falls more than update.max_skill_drop
+    below its full fit's, the plan returned is FULL and the last item None."""
+    previous = plan.previous
+    if not update["refit_normalisation"]:
+        arrays = with_normalisation(arrays, previous["normalisation"])
+    from_row = update_from_row(previous, update["recent_bars"])
+    train_windows = len(update_windows(arrays, int(train_hparams["seq_len"]), from_row))
+    if not train_windows:
+        plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
+        log(f"{dataset}: {plan.label}")
+        return plan, {}, None
+    log(
+        f"{dataset}: update {previous['lineage']['updates'] + 1}: from the previous model's weights and "
+        f"optimizer state, {train_windows} training window(s) ending at or after row {from_row}, "
+        f"at most {update['epochs']} epoch(s)"
+    )
+    hparams = {**train_hparams, "epochs": update["epochs"], "lr": update["lr"] or train_hparams["lr"]}
+    start = StartState(previous["state_dict"], previous["optimizer_state"], from_row)
+    result, test_scores = train_and_score(arrays, hparams, start)
+    update_metrics = {
+        "new_rows": arrays.rows - int(previous["lineage"]["rows"]),
+        "update_start_val_loss": result.start_val_loss,
+        "update_train_windows": train_windows,
+        "update_seconds": result.train_seconds,
+    }
+    dropped = skill_drop(
+        {"skill": result.skill, **test_scores}, previous["lineage"]["full_fit"], update["max_skill_drop"]
+    )
+    if dropped:
+        plan = Plan(FULL, dropped)
+        log(f"{dataset}: {plan.label}")
+        return plan, {"discarded_update": update_metrics}, None
+    return plan, update_metrics, (arrays, result, test_scores)
