@@ -21,12 +21,16 @@ from rnnfleet.errors import UserError
 
 WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "scripts")
 PROJECT_CONFIG = Path("config") / "config.yaml"
-PROJECT_PROFILE = Path("profiles") / "default" / "config.yaml"
+PROFILES = ("default", "slurm", "slurm-packed")
 
 
 def workflow_dir() -> Path:
-    """rnnfleet's workflow folder: the clone this package sits in, else the installed copy."""
+    """rnnfleet's workflow folder: the clone this package sits in, else the installed copy
+    (`pip install .` into an environment, or `pip install --user .` into the user base)."""
+    import site
+
     candidates = [Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / "rnnfleet"]
+    candidates.append(Path(site.getuserbase()) / "share" / "rnnfleet")
     for candidate in candidates:
         if all((candidate / name).exists() for name in WORKFLOW_FILES):
             return candidate
@@ -36,16 +40,31 @@ def workflow_dir() -> Path:
     )
 
 
-def project_snakefile(workflow: Path) -> str:
+def project_snakefile() -> str:
     return (
         "# An rnnfleet project folder (written by `rnnfleet init`; docs/project-folder.md).\n"
         "# Your settings: config/config.yaml. Run here:  snakemake --cores all\n"
-        "# rnnfleet's workflow is included from where it is installed: upgrading rnnfleet leaves\n"
-        "# this folder's files as they are; outputs, logs and .snakemake/ are written here.\n"
+        "# (or from anywhere: snakemake -s path/to/this/Snakefile: it runs in this folder).\n"
+        "# rnnfleet's workflow is included from wherever rnnfleet is installed in the Python that\n"
+        "# runs snakemake, found anew at each run: upgrading, moving or re-creating that\n"
+        "# environment leaves this folder working; outputs, logs and .snakemake/ are written here.\n"
         "# (include, not `module`: Snakemake does not register a module's onstart/onsuccess/\n"
-        "# onerror handlers, which keep previous models and write results after failures.)\n"
-        f"include: {quoted_yaml((workflow / 'Snakefile').as_posix())}\n"
-        "\n\n"
+        "# onerror handlers, which write results after failures.)\n"
+        "try:\n"
+        "    from rnnfleet.cli import workflow_dir\n"
+        "except ImportError as error:\n"
+        "    raise WorkflowError(\n"
+        '        f"rnnfleet is not installed in the Python that runs this snakemake ({error}); "\n'
+        '        "run the snakemake of the environment where you installed rnnfleet"\n'
+        "    ) from None\n"
+        "\n"
+        "\n"
+        "workdir: workflow.basedir\n"
+        "\n"
+        "\n"
+        'include: str(workflow_dir() / "Snakefile")\n'
+        "\n"
+        "\n"
         "# What a plain `snakemake` makes here: rnnfleet's `all` (an included file cannot set it).\n"
         "rule fleet:\n"
         "    default_target: True\n"
@@ -74,14 +93,17 @@ def quoted_yaml(text: str) -> str:
 
 
 def init(folder: Path, data_dir: str) -> list[Path]:
-    """Write a project folder: Snakefile, config/config.yaml, profiles/default/config.yaml.
+    """Write a project folder: Snakefile, config/config.yaml, profiles/{default,slurm,slurm-packed}.
     Refuses (UserError) when one of them exists: nothing already there is replaced."""
     workflow = workflow_dir()
     files = {
-        folder / "Snakefile": project_snakefile(workflow),
+        folder / "Snakefile": project_snakefile(),
         folder / PROJECT_CONFIG: project_config(workflow, data_dir),
-        folder / PROJECT_PROFILE: (workflow / "profiles" / "default" / "config.yaml").read_text(),
     }
+    for profile in PROFILES:  # the run settings and the SLURM profiles, the folder's own to edit
+        files[folder / "profiles" / profile / "config.yaml"] = (
+            workflow / "profiles" / profile / "config.yaml"
+        ).read_text()
     existing = [path for path in files if path.exists()]
     if existing:
         raise UserError(f"{existing[0]}: exists already; nothing was written (choose a new folder)")
@@ -93,6 +115,10 @@ def init(folder: Path, data_dir: str) -> list[Path]:
 
 def run_init(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{folder}: exists and is not a folder; nothing was written (choose a new folder)")
+    if args.data and not os.path.isdir(args.data):
+        raise UserError(f"--data {args.data}: no such folder; nothing was written (give the folder of your bar files)")
     data_dir = os.path.abspath(args.data) if args.data else "data"
     written = init(folder, data_dir)
     print(f"rnnfleet project folder {folder}: wrote {', '.join(str(path.relative_to(folder)) for path in written)}")
@@ -112,12 +138,40 @@ def snakemake_in(folder: Path, arguments: list[str]) -> list[str]:
 
 def run_inspect(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: no such folder")
+    if not is_project_folder(folder):
+        return inspect_data_folder(folder, args.snakemake_args)
     result = subprocess.run(snakemake_in(folder, ["inspect", "--cores", "1", *args.snakemake_args]), cwd=folder)
     if result.returncode == 0:
-        table = folder / results_dir(folder) / "inspect.csv"
-        if table.exists():
-            print(table.read_text(), end="")
+        print_table(folder / results_dir(folder) / "inspect.csv")
     return result.returncode
+
+
+def is_project_folder(folder: Path) -> bool:
+    """A folder snakemake runs in (a project folder, or a clone): its own Snakefile or config."""
+    return any((folder / name).exists() for name in ("Snakefile", PROJECT_CONFIG, "config.yaml"))
+
+
+def inspect_data_folder(data_dir: Path, snakemake_args: list[str]) -> int:
+    """`snakemake inspect` over a folder of bar files with rnnfleet's default settings, run in
+    a private temporary folder: nothing is written into the data."""
+    import tempfile
+
+    workflow = workflow_dir()
+    print(f"rnnfleet: {data_dir} holds no Snakefile or config: inspected as a data folder with the default settings")
+    with tempfile.TemporaryDirectory(prefix="rnnfleet-inspect-") as work:
+        Path(work, "config.yaml").write_text(project_config(workflow, str(data_dir.resolve())))
+        command = [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "inspect", "--cores", "1"]
+        result = subprocess.run(command + snakemake_args, cwd=work)
+        if result.returncode == 0:
+            print_table(Path(work) / "results" / "inspect.csv")
+    return result.returncode
+
+
+def print_table(table: Path) -> None:
+    if table.exists():
+        print(table.read_text(), end="")
 
 
 def results_dir(folder: Path) -> str:

@@ -104,30 +104,54 @@ def check_files_pattern(files_pattern: str) -> None:
         )
 
 
-def walk(folder: str, relative: str, max_depth: int | None) -> Iterator[tuple[str, os.DirEntry]]:
+def walk(
+    folder: str, relative: str, max_depth: int | None, walked: frozenset = frozenset()
+) -> Iterator[tuple[str, os.DirEntry]]:
     """(path relative to the top, entry) of every entry under folder that is not a folder
     walked into: files, and also folders below max_depth (how many folder levels below the
     top are walked; None: all), so that one named like a dataset is seen; hidden folders
-    skipped."""
+    skipped. A link to a folder is followed unless it leads back into the folders being
+    walked (a loop, or a link to a parent): such a link is yielded as an entry."""
+    walked = walked | {folder}  # paths: their identities are looked up only where a link needs them
     with os.scandir(folder) as entries:
         subfolders = []
         for entry in entries:
-            if entry.is_dir() and not entry.name.startswith(".") and (max_depth is None or max_depth > 0):
+            if is_folder(entry) and not entry.name.startswith(".") and (max_depth is None or max_depth > 0):
+                if entry.is_symlink() and folder_identity(entry.path) in map(folder_identity, walked):
+                    yield relative + entry.name, entry
+                    continue
                 subfolders.append(entry)
-            elif not (entry.is_dir() and entry.name.startswith(".")):
+            elif not (is_folder(entry) and entry.name.startswith(".")):
                 yield relative + entry.name, entry
     for entry in sorted(subfolders, key=lambda item: item.name):
-        yield from walk(entry.path, f"{relative}{entry.name}/", None if max_depth is None else max_depth - 1)
+        depth = None if max_depth is None else max_depth - 1
+        yield from walk(entry.path, f"{relative}{entry.name}/", depth, walked)
+
+
+def is_folder(entry: os.DirEntry) -> bool:
+    """A folder, or a link to one; False for a link that leads nowhere (a loop of links)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def folder_identity(path: str) -> tuple[int, int]:
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 
 def entry_problem(entry: os.DirEntry) -> str | None:
     """Why an entry named like a bar file is not one (None: it is a file). From the
     listing's file type; only a symbolic link costs a stat (of its target)."""
-    if entry.is_file():
-        return None
+    try:
+        if entry.is_file():
+            return None
+    except OSError as error:  # a loop of symbolic links
+        return f"is a symbolic link that cannot be followed ({error.strerror})"
     if entry.is_symlink():
         target = os.readlink(entry.path)
-        if entry.is_dir():
+        if is_folder(entry):
             return f"is a symbolic link to {target!r}, which is a folder"
         if os.path.exists(entry.path):
             return f"is a symbolic link to {target!r}, which is not a regular file"
@@ -177,7 +201,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
     else:
         regex, max_depth = None, 0
     members: dict[str, list[os.DirEntry]] = {}
-    other_names, same_name = [], []
+    other_names, same_name, folder_names = [], [], []
     checksum_entries: dict[str, os.DirEntry] = {}  # data file path -> its .CHECKSUM
     found_problems: dict[str, str] = {}
     for relative, entry in walk(data_dir, "", max_depth):
@@ -186,6 +210,8 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
             continue
         if not is_bar_file_name(entry.name):
             other_names.append(relative)
+            if is_folder(entry):
+                folder_names.append(relative)
             continue
         if regex is None:
             if not fnmatch(entry.name, pattern) or not names_one_minute(entry.name, pattern):
@@ -206,7 +232,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
             continue
         members.setdefault(name, []).append(entry)
     if not members:
-        raise UserError(no_match_message(data_dir, pattern, files_pattern, other_names))
+        raise UserError(no_match_message(data_dir, pattern, files_pattern, other_names, folder_names))
     if same_name:
         raise UserError(
             f"data_dir {data_dir!r}: two files give the same dataset name; keep one of: {'; '.join(same_name)}"
@@ -235,10 +261,19 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
     return found
 
 
-def no_match_message(data_dir: str, pattern: str, files_pattern: str, other_names: list[str]) -> str:
+def no_match_message(
+    data_dir: str, pattern: str, files_pattern: str, other_names: list[str], folder_names: list[str] = ()
+) -> str:
     holds = f"it holds {', '.join(sorted(other_names)[:5])}" if other_names else "it is empty"
     if len(other_names) > 5:
         holds += f" and {len(other_names) - 5} more"
+    if folder_names and not files_pattern:
+        return (
+            f"config key 'pattern' = {pattern!r} matches no file in data_dir {data_dir!r} ({holds}); "
+            f"data_dir holds folders ({', '.join(sorted(folder_names)[:5])}): a symbol split over period files "
+            "in folders (Binance Data Vision's tree, monthly or daily files) is one dataset by "
+            'datasets.files, e.g. `datasets: {files: "**/{dataset}-1m-*"}` in config.yaml (docs/data.md)'
+        )
     if files_pattern:
         return (
             f"config key 'datasets.files' = {files_pattern!r} matches no file under data_dir {data_dir!r} "

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from conftest import PROGRAMS, REPO, write_config
+from conftest import PROGRAMS, REPO, add_datasets, pending_jobs, snakemake, write_config
 
 # Runs `snakemake --list-rules` (parse only: Snakefile, config, discovery) in-process with
 # os.scandir / os.listdir / os.stat / os.lstat counting the calls that reach data_dir.
@@ -56,3 +56,31 @@ def test_a_tree_of_period_files_is_walked_once_opening_none(tmp_path):
         "stat_of_data_files": 0,
         "open_of_data_files": 0,
     }
+
+
+def test_symbolic_link_loops_and_links_to_a_parent_leave_the_run_planned(tmp_path):
+    """A link to a parent folder under `**/` and a link to itself named like a dataset: the dry
+    run plans the real datasets, the looping link is skipped with its reason, no traceback."""
+    data_dir = tmp_path / "data"
+    (data_dir / "spot").mkdir(parents=True)
+    add_datasets(tmp_path, ["AAA-1m-2024-01"])
+    (data_dir / "AAA-1m-2024-01.csv").rename(data_dir / "spot" / "AAA-1m-2024-01.csv")
+    (data_dir / "spot" / "up").symlink_to("..")  # walked once, not again through the link
+    (data_dir / "LOOP-1m-2024-01.csv").symlink_to("LOOP-1m-2024-01.csv")
+    write_config(tmp_path, data_dir="data", datasets={"files": "**/{dataset}-1m-*"})
+    dry_run = snakemake(tmp_path, "-n")
+    output = dry_run.stdout + dry_run.stderr
+    assert set(pending_jobs(output, "train")) == {"AAA"}
+    assert "LOOP-1m-2024-01.csv" in output and "cannot be followed" in output
+    assert "Traceback" not in output
+
+
+def test_a_tree_under_the_default_pattern_points_to_datasets_files(tmp_path):
+    data_dir = tmp_path / "data" / "spot" / "monthly" / "klines"
+    data_dir.mkdir(parents=True)
+    (data_dir / "BTCUSDT-1m-2024-01.csv").write_text("1704067200000,1,1,1,1,1\n")
+    write_config(tmp_path, data_dir="data")
+    result = snakemake(tmp_path, "-n", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "data_dir holds folders (spot)" in output and '`datasets: {files: "**/{dataset}-1m-*"}`' in output

@@ -91,7 +91,11 @@ def test_init_makes_a_folder_that_runs_there_incrementally_and_forecasts(venv, t
         "Snakefile",
         os.path.join("config", "config.yaml"),
         os.path.join("profiles", "default", "config.yaml"),
+        os.path.join("profiles", "slurm-packed", "config.yaml"),
+        os.path.join("profiles", "slurm", "config.yaml"),
     ]
+    # The folder names no path of rnnfleet's install: it finds the workflow at each run.
+    assert str(REPO) not in (folder / "Snakefile").read_text()
     config = yaml.safe_load(config_path.read_text())
     assert config["data_dir"] == str(bars)  # stored absolute: the folder runs from anywhere
     # The user's own settings, in the folder's config file.
@@ -252,3 +256,40 @@ def test_the_built_in_model_takes_its_keys_from_the_command_line(tmp_path):
     model, checkpoint = load_model(tmp_path / "models" / "A_1m.pt")
     assert (model.rnn.hidden_size, type(model.rnn).__name__) == (12, "GRU")
     assert checkpoint["model_config"]["num_layers"] == TINY_CONFIG["model"]["num_layers"]  # from config.yaml
+
+
+def test_a_project_folder_is_lint_clean_and_runs_from_another_folder(venv, tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    rnnfleet(venv, "init", "my-fleet", "--data", "data", cwd=tmp_path)
+    folder = tmp_path / "my-fleet"
+    lint = subprocess.run(
+        [str(bin_dir(venv) / "python"), "-m", "snakemake", "--lint"], cwd=folder, capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    from_parent = snakemake_here(venv, tmp_path, "-s", "my-fleet/Snakefile", "-n")
+    assert list(pending_jobs(from_parent.stdout, "train")) == ["A_1m"]
+    assert not (tmp_path / ".snakemake").exists()  # it ran in the project folder
+
+
+def test_inspect_on_a_data_folder_writes_nothing_there_and_init_refuses_bad_paths(venv, tmp_path):
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    data = tmp_path / "data"
+    before = sorted(data.rglob("*"))
+    inspected = rnnfleet(venv, "inspect", str(data), cwd=tmp_path)
+    assert "inspected as a data folder" in inspected.stdout
+    rows = {row["dataset"]: row for row in csv.DictReader(inspected.stdout.splitlines()[-3:])}
+    assert set(rows) == {"A_1m", "B_1m"} and {row["status"] for row in rows.values()} == {"ok"}
+    assert sorted(data.rglob("*")) == before and not (tmp_path / ".snakemake").exists()
+
+    missing = rnnfleet(venv, "init", "fleet", "--data", str(tmp_path / "nowhere"), cwd=tmp_path, check=False)
+    assert missing.returncode == 1 and missing.stderr.strip().endswith(
+        "no such folder; nothing was written (give the folder of your bar files)"
+    )
+    (tmp_path / "a-file").write_text("")
+    on_file = rnnfleet(venv, "init", "a-file", cwd=tmp_path, check=False)
+    assert (
+        on_file.returncode == 1
+        and on_file.stderr.strip()
+        == "error: a-file: exists and is not a folder; nothing was written (choose a new folder)"
+    )
+    assert not (tmp_path / "fleet").exists()
