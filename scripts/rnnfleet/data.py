@@ -75,6 +75,9 @@ class PreparedArrays:
     # (rnnfleet.updating). Empty in array files written before updates existed.
     row_digests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     settings_sha256: str = ""
+    # The time of each feature row's bar, int64 nanoseconds since the epoch, UTC (for the test
+    # period's chart). Empty in array files written before they were kept.
+    row_times: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def rows(self) -> int:
@@ -442,6 +445,7 @@ def prepare_dataset(
         **read,
         features_left_out=left_out,
         row_digests=row_digests(feature_matrix, targets),
+        row_times=np.ascontiguousarray(timestamps_ns[warmup : warmup + len(targets)], dtype=np.int64),
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
@@ -487,6 +491,7 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             read_as=np.str_(arrays.read_as),
             row_digests=arrays.row_digests,
             settings_sha256=np.str_(arrays.settings_sha256),
+            row_times=arrays.row_times,
         )
 
 
@@ -531,6 +536,7 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 else {},
                 row_digests=stored["row_digests"] if "row_digests" in stored.files else np.zeros(0, np.uint64),
                 settings_sha256=str(stored["settings_sha256"]) if "settings_sha256" in stored.files else "",
+                row_times=stored["row_times"] if "row_times" in stored.files else np.zeros(0, np.int64),
             )
     except DataError:
         raise

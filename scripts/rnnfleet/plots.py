@@ -110,7 +110,6 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     axes.xaxis.get_major_locator().set_params(integer=True)
     (actual,) = test_axes.plot([], [], "-", color="0.55", linewidth=0.8, label="actual")
     (forecast,) = test_axes.plot([], [], "-", color="tab:red", linewidth=1.0, label="forecast")
-    test_axes.set_xlabel("test window")
     written = []
     for metrics_path in metrics_paths:
         with open(metrics_path) as handle:
@@ -120,9 +119,9 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         if not history:
             (folder / f"{dataset}.png").unlink(missing_ok=True)
             continue
-        epochs = [entry["epoch"] for entry in history]
-        training.set_data(epochs, [entry["train_loss"] for entry in history])
-        validation.set_data(epochs, [entry["val_loss"] for entry in history])
+        training.set_data(*curve_points(history, "train_loss"))
+        epochs, val_losses = validation_points(metrics)
+        validation.set_data(epochs, val_losses)
         naive.set_data(epochs, [metrics["naive_val_loss"]] * len(epochs))
         naive.set_label(f"naive: {metrics.get('baseline', 'naive forecast')}, validation")
         best.set_xdata([metrics["best_epoch"]] * 2)
@@ -142,12 +141,45 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     return written
 
 
+def curve_points(history: list[dict], key: str) -> tuple[list, list]:
+    return [entry["epoch"] for entry in history], [entry[key] for entry in history]
+
+
+def validation_points(metrics: dict) -> tuple[list, list]:
+    """(epochs, validation losses) of the loss curve; an update's curve starts at epoch 0,
+    the previous model's weights on the new validation windows (which "best epoch (0)" marks
+    when no epoch of the update beat them)."""
+    epochs, losses = curve_points(metrics["history"], "val_loss")
+    if metrics.get("update_start_val_loss") is not None:
+        return [0, *epochs], [metrics["update_start_val_loss"], *losses]
+    return epochs, losses
+
+
+def test_period_axis(series: dict) -> tuple[list, str]:
+    """(x positions, axis label) of the test period's chart: matplotlib's date numbers (days
+    since 1970-01-01) of the forecasts' times, or the window numbers where the array file of
+    an older rnnfleet kept no times."""
+    if "time" in series:
+        return [seconds / 86400.0 for seconds in series["time"]], "time of the forecast (UTC)"
+    return series["window"], "test window"
+
+
 def draw_test_period(test_axes, actual, forecast, metrics: dict) -> None:
     """The lower panel: forecast against actual over the test period (metrics' test_series),
     titled with the walk-forward folds' test skills where there are folds."""
     series = metrics.get("test_series") or {"window": [], "actual": [], "forecast": [], "units": ""}
-    actual.set_data(series["window"], series["actual"])
-    forecast.set_data(series["window"], series["forecast"])
+    import matplotlib.dates as mdates
+    import matplotlib.ticker as mticker
+
+    positions, label = test_period_axis(series)
+    locator = mdates.AutoDateLocator() if "time" in series else mticker.AutoLocator()
+    test_axes.xaxis.set_major_locator(locator)
+    test_axes.xaxis.set_major_formatter(
+        mdates.ConciseDateFormatter(locator) if "time" in series else mticker.ScalarFormatter()
+    )
+    test_axes.set_xlabel(label)
+    actual.set_data(positions, series["actual"])
+    forecast.set_data(positions, series["forecast"])
     test_axes.relim()
     test_axes.autoscale_view()
     title = "test period: forecast vs actual" if series["window"] else "no test period"

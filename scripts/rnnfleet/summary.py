@@ -51,6 +51,8 @@ SUMMARY_COLUMNS = (
     "best_epoch",
     "epochs_run",
     "train_seconds",
+    "cpu_seconds",  # the training's own CPU time and peak memory (not its job client's: runner.device.job_resources)
+    "peak_rss_mb",
     "device",
     "rows",
     # The data-quality measures (rnnfleet.quality.QUALITY_COLUMNS), shares of the bars.

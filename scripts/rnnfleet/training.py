@@ -334,7 +334,7 @@ def score_test_period(
         "test_windows": len(numbers),
         "test_block_bars": block,
         "test_start_row": arrays.split.test_start,
-        "test_series": test_series(numbers, outputs, actual, target, arrays),
+        "test_series": test_series(numbers, outputs, actual, target, arrays, seq_len),
     }
     if target.measures == "return":
         forecasts = target.to_units(outputs, arrays.target_mean, arrays.target_std)
@@ -355,9 +355,13 @@ def score_test_period(
 TEST_SERIES_POINTS = 400
 
 
-def test_series(numbers: np.ndarray, outputs: np.ndarray, actual: np.ndarray, target: Target, arrays) -> dict:
-    """At most TEST_SERIES_POINTS evenly spaced test windows: their numbers, the actual target
-    and the forecast, in the target's own units (classification: 0/1 and the probability of 1)."""
+def test_series(
+    numbers: np.ndarray, outputs: np.ndarray, actual: np.ndarray, target: Target, arrays, seq_len: int
+) -> dict:
+    """At most TEST_SERIES_POINTS evenly spaced test windows: their numbers, the time of the
+    bar each forecast is made at (seconds since the epoch, UTC; absent where the array file
+    keeps no times), the actual target and the forecast, in the target's own units
+    (classification: 0/1 and the probability of 1)."""
     picked = np.unique(np.linspace(0, len(numbers) - 1, min(len(numbers), TEST_SERIES_POINTS)).round().astype(int))
     forecasts = target.to_units(outputs[picked], arrays.target_mean, arrays.target_std)
     actuals = (
@@ -365,8 +369,13 @@ def test_series(numbers: np.ndarray, outputs: np.ndarray, actual: np.ndarray, ta
         if target.classification
         else target.to_units(actual[picked], arrays.target_mean, arrays.target_std)
     )
+    times = {}
+    if len(arrays.row_times):
+        end_rows = numbers[picked] + seq_len - 1  # a window's forecast is made at its last bar
+        times = {"time": (arrays.row_times[end_rows] // 10**9).tolist()}
     return {
         "window": numbers[picked].tolist(),
+        **times,
         "actual": np.asarray(actuals, dtype=np.float64).tolist(),
         "forecast": np.asarray(forecasts, dtype=np.float64).tolist(),
         "units": target.forecast_column.removeprefix("forecast_"),

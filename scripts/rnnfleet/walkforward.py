@@ -118,6 +118,7 @@ def fold_arrays(arrays: PreparedArrays, fold: Fold) -> PreparedArrays:
         val_end=fold.split.val_end,
         test_start=fold.split.test_start,
         gap_bars=gap_bars,
+        row_times=arrays.row_times[rows],
     )
 
 

@@ -80,11 +80,31 @@ def test_arrays_round_trip_without_pickle(tmp_path):
     np.testing.assert_array_equal(loaded.targets, arrays.targets)
     assert (loaded.split, loaded.horizon) == (arrays.split, 1) and arrays.split.test_start < arrays.rows
     assert loaded.rows == TINY_ROWS - 2  # first bar has no previous close, last has no target
-    # Stored once (rows x features), not as pre-cut windows.
-    assert (tmp_path / "A.npz").stat().st_size < 2 * TINY_ROWS * 6 * 4 + 4096
+    # Stored once (rows x features, plus a digest and a time per row), not as pre-cut windows.
+    assert (tmp_path / "A.npz").stat().st_size < 2 * TINY_ROWS * 6 * 4 + TINY_ROWS * 16 + 4096
 
 
 def test_array_file_with_pickled_objects_is_refused(tmp_path):
     np.savez(tmp_path / "evil.npz", features=np.array([object()], dtype=object))
     with pytest.raises(DataError, match="not a valid rnnfleet array file"):
         load_arrays(tmp_path / "evil.npz")
+
+
+def test_each_feature_row_keeps_its_bars_time_and_the_test_chart_the_forecasts_times(tmp_path):
+    import pandas as pd
+
+    from rnnfleet.targets import TARGETS
+    from rnnfleet.training import test_series
+
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS, 1)
+    bars = pd.read_csv(csv_path)
+    arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=1, val_fraction=0.2)
+    times = pd.to_datetime(bars["timestamp"], utc=True).astype("datetime64[ns, UTC]").array.asi8
+    np.testing.assert_array_equal(arrays.row_times, times[arrays.warmup : arrays.warmup + arrays.rows])
+    save_arrays(arrays, tmp_path / "A.npz")
+    np.testing.assert_array_equal(load_arrays(tmp_path / "A.npz").row_times, arrays.row_times)
+
+    numbers = np.arange(arrays.split.test_start, arrays.rows - 16)
+    outputs = np.zeros(len(numbers), np.float32)
+    series = test_series(numbers, outputs, outputs, TARGETS[arrays.target], arrays, 16)
+    assert series["time"][0] == times[arrays.warmup + numbers[0] + 15] // 10**9  # the window's last bar

@@ -127,3 +127,35 @@ def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path, mon
     )
     assert lines == [[[0, 0.1], [5, -0.2], [10, 0.3]], [[0, 0.05], [5, -0.1], [10, 0.2]]]
     assert panels["WITHOUT"] == ("no test period", [[], []])  # nothing left of the dataset drawn before
+
+
+def test_an_updates_loss_curve_starts_at_epoch_0_and_the_test_chart_is_drawn_in_time(tmp_path, monkeypatch):
+    """An update that kept the previous weights (best epoch 0) has a point there; the test
+    period's x axis is the forecasts' times, and a figure of an older metrics file without
+    times, drawn next with the same axes, counts windows again."""
+    history = [{"epoch": e, "train_loss": 0.5, "val_loss": 0.9 + e / 10, "seconds": 1} for e in (1, 2)]
+    start = 1704067200  # 2024-01-01 00:00 UTC
+    series = {"window": [0, 5], "time": [start, start + 300], "actual": [0.1, -0.2], "forecast": [0.0, 0.1]}
+    updated = {"naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 0, "history": history}
+    updated |= {"update_start_val_loss": 0.8, "test_series": {**series, "units": "log_return"}}
+    older = {**updated, "update_start_val_loss": None, "test_series": {**series, "time": None, "units": "log_return"}}
+    del older["test_series"]["time"]
+    (tmp_path / "UPDATED.json").write_text(json.dumps(updated))
+    (tmp_path / "OLDER.json").write_text(json.dumps(older))
+    drawn = {}
+    save_figure = rnnfleet.plots.save_figure
+
+    def save_and_record(figure, path, dpi):
+        upper, lower = figure.axes[:2]
+        validation = upper.lines[1].get_xydata().tolist()
+        drawn[Path(path).stem] = (validation, lower.get_xlabel(), lower.lines[0].get_xydata()[:, 0].tolist())
+        save_figure(figure, path, dpi)
+
+    monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record)
+    draw_loss_curves([str(tmp_path / "UPDATED.json"), str(tmp_path / "OLDER.json")], tmp_path / "curves")
+    validation, label, positions = drawn["UPDATED"]
+    assert validation == [[0, 0.8], [1, 1.0], [2, 1.1]]
+    assert label == "time of the forecast (UTC)"
+    assert positions == pytest.approx([start / 86400, (start + 300) / 86400])  # matplotlib's date numbers
+    validation, label, positions = drawn["OLDER"]
+    assert validation == [[1, 1.0], [2, 1.1]] and label == "test window" and positions == [0, 5]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -81,6 +82,24 @@ def test_every_rule_logs(trained):
             assert (trained / "logs" / rule / f"{dataset}.log").stat().st_size > 0
             assert (trained / "benchmarks" / rule / f"{dataset}.tsv").exists()
     assert "epoch   1" in (trained / "logs" / "train" / "EURUSD_1m.log").read_text()
+
+
+def test_metrics_hold_the_trainings_own_cpu_time_and_peak_memory_not_its_job_clients(trained):
+    """A training run in a warm worker: Snakemake's benchmark file measures the thin job
+    client; the metrics and the table measure the training itself."""
+    import json
+
+    table = {row["dataset"]: row for row in csv.DictReader(open(trained / "results" / "metrics.csv"))}
+    for dataset in DATASETS:
+        metrics = json.loads((trained / "metrics" / f"{dataset}.json").read_text())
+        assert metrics["worker"] == "warm", "not the warm path: nothing tested"
+        with open(trained / "benchmarks" / "train" / f"{dataset}.tsv") as handle:
+            client = next(csv.DictReader(handle, delimiter="\t"))
+        assert metrics["peak_rss_scope"] == ("job" if sys.platform.startswith("linux") else "process")
+        assert metrics["peak_rss_mb"] > 3 * float(client["max_rss"])  # torch and the arrays, not a thin client
+        assert metrics["cpu_seconds"] > max(float(client["cpu_time"]), 0.2 * metrics["train_seconds"])
+        assert float(table[dataset]["peak_rss_mb"]) == pytest.approx(metrics["peak_rss_mb"])
+        assert float(table[dataset]["cpu_seconds"]) == pytest.approx(metrics["cpu_seconds"])
 
 
 def test_each_training_uses_exactly_its_declared_threads(trained):

@@ -7,6 +7,7 @@ import ctypes.util
 import os
 import platform
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from rnnfleet.runner.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
@@ -80,6 +81,52 @@ def job_process() -> dict:
     server, whose pid is given) or "cold" (its own interpreter), and its pid."""
     worker, _, server_pid = os.environ.get(WORKER_VARIABLE, "cold").partition(" ")
     return {"worker": worker, "pid": os.getpid(), "warm_server_pid": int(server_pid) if server_pid else None}
+
+
+def start_job_measure() -> float:
+    """Start measuring this job's own resources: on Linux the process's peak resident set
+    is reset (a warm worker's child runs job after job); returns the CPU clock to pass to
+    job_resources."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # 5: reset the peak RSS (VmHWM) to the current RSS
+    except OSError:
+        pass  # not Linux (or /proc not writable): the peak is the process's since it started
+    return time.process_time()
+
+
+def job_resources(cpu_started: float) -> dict:
+    """The job's own CPU seconds (every thread of its process) since start_job_measure, and
+    its peak resident memory in MB with the span it covers: "job" (reset at the start,
+    Linux), else "process" (since the process started)."""
+    peak_mb, scope = linux_peak_rss_mb(), "job"
+    if peak_mb is None:
+        peak_mb, scope = process_peak_rss_mb(), "process"
+    return {"cpu_seconds": time.process_time() - cpu_started, "peak_rss_mb": peak_mb, "peak_rss_scope": scope}
+
+
+def linux_peak_rss_mb() -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return None
+
+
+def process_peak_rss_mb() -> float | None:
+    """The peak since the process started: psutil's peak working set on Windows, getrusage elsewhere."""
+    try:
+        import resource  # Unix
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, kB elsewhere
+    except ImportError:
+        import psutil  # a dependency of Snakemake
+
+        return getattr(psutil.Process().memory_info(), "peak_wset", 0) / 2**20 or None
 
 
 def placement_note() -> str:

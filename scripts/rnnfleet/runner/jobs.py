@@ -182,13 +182,16 @@ def train_one(
         claim_device,
         configure_threads,
         job_process,
+        job_resources,
         placement_note,
         release_gpu_memory,
+        start_job_measure,
     )
     from rnnfleet.training import log
 
     # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
     startup_seconds = time.time() - process_started_at if process_started_at else None
+    cpu_started = start_job_measure()  # the training's own CPU and peak memory, warm worker or not
     configure_threads(threads)
     device, gpu_slot = claim_device(settings.train.get("device", "auto"), gpu_mem_gb)
     cap_gpu_memory(device, gpu_mem_gb)
@@ -212,6 +215,7 @@ def train_one(
         save_started = time.perf_counter()
         save_checkpoint(fitted.checkpoint, model_path)
         metrics = {**fitted.metrics, "save_seconds": time.perf_counter() - save_started, "finished_at": time.time()}
+        metrics |= job_resources(cpu_started)
         write_json(metrics, metrics_path)
     finally:
         release_gpu_memory(device)
