@@ -1,6 +1,7 @@
 # Datasets: which files in data_dir make which dataset, the path of every output, and
 # the input functions of the rules.
 import json
+import os
 import sys
 
 from rnnfleet.discovery import DATASET_NAME, discover_datasets
@@ -47,6 +48,12 @@ DATASET_QUALITY = {
 }
 
 PATHS = config["paths"]
+for key, folder in PATHS.items():
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise WorkflowError(
+            f"config key 'paths.{key}' = {folder!r} is a file, not a folder; allowed: a folder "
+            "(made if missing) for that output"
+        )
 OUTPUT_FOLDERS = [
     PATHS[key] for key in ("prep", "models", "metrics", "results", "predictions")
 ]

@@ -214,10 +214,16 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise ModelFileError(f"{path}: cannot be read ({error.strerror or error})") from None
     if problem:
         raise ModelFileError(f"{path}: not a readable rnnfleet model file: {problem}; train its dataset again")
+    damaged = damaged_member(path)
+    if damaged:
+        raise ModelFileError(
+            f"{path}: damaged: its part {damaged!r} does not match the checksum written with it (the file changed "
+            "after it was written); train its dataset again"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many kinds for damaged or foreign files
-        if "Unsupported global" in str(error):
+        if REFUSED_GLOBAL.search(str(error)):
             raise ModelFileError(refused_objects_message(path, str(error))) from None
         raise ModelFileError(
             f"{path}: not a readable rnnfleet model file ({type(error).__name__}: {torch_detail(str(error))})"
@@ -266,11 +272,30 @@ def torch_detail(message: str) -> str:
     return message.splitlines()[0] if message else "no detail"
 
 
+def damaged_member(path: str | os.PathLike) -> str | None:
+    """The first part of the model file (a zip archive, as torch.save writes it) whose bytes
+    no longer match the CRC-32 written with them, or None: every byte of the weights is read
+    and checked before any is used. A file that is not a zip archive is left to torch.load's
+    own error."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError):
+        return None
+
+
+# How torch's weights-only loader words an object it will not rebuild: a global it does not
+# allow, or one whose module it blocks outright (os.system: "posix is blocked").
+REFUSED_GLOBAL = re.compile(r"Unsupported global: GLOBAL (\S+)|unsupported GLOBAL (\S+) whose module \S+ is blocked")
+
+
 def refused_objects_message(path: str | os.PathLike, torch_message: str) -> str:
     """One line for a file that names Python objects to rebuild (torch's own message suggests
     loading it unsafely, which is the one thing never to do with a file of unknown origin)."""
-    named = re.search(r"Unsupported global: GLOBAL (\S+)", torch_message)
-    what = f" (it names {named.group(1)})" if named else ""
+    named = REFUSED_GLOBAL.search(torch_message)
+    what = f" (it names {named.group(1) or named.group(2)})" if named else ""
     return (
         f"{path}: refused: it holds pickled Python objects{what}, and loading those could run code; "
         "rnnfleet reads only tensors and plain data, as in the model files it writes"

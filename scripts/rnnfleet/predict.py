@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
     args = parser.parse_args(argv)
     options = {key: getattr(args, key) for key in FORMAT_DEFAULTS if getattr(args, key) is not None}
     try:
+        check_command_paths(args.model, args.csv, args.out)
+        check_device(args.device)
         checkpoint = load_checkpoint(args.model)
         read_format, read_note = reading_settings(checkpoint, args.model, options, args.override_format)
         forecast_csv(
@@ -285,6 +287,34 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def check_command_paths(model: str, csv: str, out: str) -> None:
+    """UserError when --out would replace the command's own input or is a folder."""
+    for option, given in (("--csv", csv), ("--model", model)):
+        if os.path.exists(out) and os.path.exists(given) and os.path.samefile(out, given):
+            raise UserError(
+                f"--out {out} is the {option} file: it would be replaced by the forecasts; name another file"
+            )
+    if os.path.isdir(out):
+        raise UserError(
+            f"--out {out} is a folder; name the forecasts file to write, e.g. {os.path.join(out, 'forecasts.csv')}"
+        )
+
+
+def check_device(device: str) -> None:
+    """UserError for a --device this torch build cannot use (CUDA asked of a CPU-only build)."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:
+        raise UserError(f"--device {device!r} is not a device name; allowed: cpu, cuda, cuda:N, mps") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build of PyTorch" if torch.version.cuda is None else "PyTorch sees no CUDA GPU here"
+        raise UserError(f"--device {device}: {build}; use --device cpu (or install PyTorch's CUDA build: README, GPU)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: MPS is not available here; use --device cpu")
 
 
 def add_format_options(parser: argparse.ArgumentParser) -> None:

@@ -90,6 +90,16 @@ CASES = {
         ["--config", 'paths={"models": ""}'],
         "config key 'paths.models' = '' is not allowed; allowed: a string, not empty",
     ),
+    "models folder naming a file": (
+        {"paths": {"models": "data/A_1m.csv"}},
+        [],
+        "config key 'paths.models' = 'data/A_1m.csv' is a file, not a folder; allowed: a folder",
+    ),
+    "models folder naming a file, in a dry-run": (
+        {"paths": {"models": "data/A_1m.csv"}},
+        ["-n"],
+        "config key 'paths.models' = 'data/A_1m.csv' is a file, not a folder; allowed: a folder",
+    ),
     "missing model file": (
         {"model": {"builder": "my_model.py:build"}},
         [],
@@ -115,7 +125,7 @@ def test_bad_setting_fails_before_any_job_naming_the_key(tmp_path, case):
     write_config(tmp_path, **{"data_dir": "data", **overrides})
     result = snakemake(tmp_path, *arguments, check=False)
     assert result.returncode != 0
-    assert message in result.stderr, result.stderr
+    assert message in result.stdout + result.stderr, result.stdout + result.stderr
     assert "Building DAG" not in result.stdout + result.stderr
     assert not (tmp_path / "logs").exists() and not (tmp_path / "prep").exists()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -137,7 +138,31 @@ def damaged_model(model_path, tmp_path, damage: str):
         path.write_bytes(b"")
     elif damage == "cut short":
         path.write_bytes(whole[: len(whole) // 2])
+    elif damage == "one byte of the weights flipped":
+        path.write_bytes(flipped_weight_byte(model_path))
+    elif damage == "os.system pickled in":
+        torch.save({**checkpoint, "normalisation": RunsACommand()}, path)
     return path
+
+
+class RunsACommand:
+    def __reduce__(self):
+        return os.system, ("echo this must never run",)
+
+
+def flipped_weight_byte(model_path) -> bytes:
+    """The model file's bytes with one byte flipped inside the largest weight tensor's storage
+    (the zip's structure intact, so only the checksum tells)."""
+    import struct
+    import zipfile
+
+    whole = bytearray(model_path.read_bytes())
+    with zipfile.ZipFile(model_path) as archive:
+        info = max((item for item in archive.infolist() if "/data/" in item.filename), key=lambda item: item.file_size)
+    name_length, extra_length = struct.unpack("<HH", whole[info.header_offset + 26 : info.header_offset + 30])
+    start = info.header_offset + 30 + name_length + extra_length
+    whole[start + info.file_size // 2] ^= 0xFF
+    return bytes(whole)
 
 
 DAMAGE_LINES = {
@@ -148,6 +173,9 @@ DAMAGE_LINES = {
     "random bytes": "not a readable rnnfleet model file: it is not a file torch.save writes (not a zip archive)",
     "emptied": "not a readable rnnfleet model file: the file is empty (0 bytes)",
     "cut short": "not a readable rnnfleet model file: it is cut short or damaged (",
+    "one byte of the weights flipped": "damaged: its part '",
+    "os.system pickled in": "refused: it holds pickled Python objects (it names posix.system), and loading those "
+    "could run code",
 }
 
 
@@ -157,7 +185,9 @@ def test_a_damaged_model_file_is_one_line_naming_it(trained, tmp_path, damage):
     path = damaged_model(model_path, tmp_path, damage)
     line = predict_error(path, csv_path, tmp_path / "forecasts.csv")
     assert line.startswith(f"error: {path}: {DAMAGE_LINES[damage]}"), line
-    assert "pickled" not in line and "weights_only" not in line
+    assert "weights_only" not in line  # torch's advice to load unsafely never reaches the user
+    if damage != "os.system pickled in":
+        assert "pickled" not in line
 
 
 def test_too_many_nan_rows_name_the_option_of_the_command(trained, tmp_path):
@@ -176,3 +206,33 @@ def test_too_many_nan_rows_name_the_option_of_the_command(trained, tmp_path):
     assert "max_bad_fraction" not in line
     forecasts = forecasts_for(model_path, with_nan, tmp_path / "forecasts.csv", "--max-bad-fraction", "0.01")
     assert len(forecasts) > 0  # the option named is the one that lets the row be dropped
+
+
+def test_out_naming_an_input_a_folder_or_an_unusable_device_is_one_line_and_replaces_nothing(trained, tmp_path):
+    csv_path, model_path, _, _ = trained
+    bars, model = tmp_path / "bars.csv", tmp_path / "model.pt"
+    shutil.copy(csv_path, bars)
+    shutil.copy(model_path, model)
+    kept = {bars: bars.read_bytes(), model: model.read_bytes()}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+    cases = {
+        "--csv": (
+            str(bars),
+            f"--out {bars} is the --csv file: it would be replaced by the forecasts; name another file",
+        ),
+        "--model": (str(model), f"--out {model} is the --model file: it would be replaced by the forecasts"),
+        "folder": (str(tmp_path), f"--out {tmp_path} is a folder; name the forecasts file to write"),
+    }
+    for case, (out, expected) in cases.items():
+        command = [sys.executable, "-m", "rnnfleet.predict", "--model", str(model), "--csv", str(bars), "--out", out]
+        completed = subprocess.run(command, capture_output=True, text=True, env=env)
+        assert completed.returncode == 1 and completed.stderr.startswith(f"error: {expected}"), (case, completed.stderr)
+        assert completed.stderr.count("\n") == 1, completed.stderr
+    assert {path: path.read_bytes() for path in kept} == kept
+    if not torch.cuda.is_available():  # the CPU-only build make installs
+        command = [sys.executable, "-m", "rnnfleet.predict", "--model", str(model), "--csv", str(bars)]
+        completed = subprocess.run(
+            [*command, "--out", str(tmp_path / "f.csv"), "--device", "cuda"], capture_output=True, text=True, env=env
+        )
+        assert completed.returncode == 1 and "Traceback" not in completed.stderr, completed.stderr
+        assert completed.stderr.startswith("error: --device cuda: "), completed.stderr
