@@ -11,6 +11,7 @@ What it promises:
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import cache
 from typing import TYPE_CHECKING
@@ -31,9 +32,20 @@ def cpu_flags_from_proc(cpuinfo_text: str) -> set[str]:
     return set()
 
 
-@cache
+# Test hook: "1" makes this machine's CPU count as one without native bfloat16, so the suite
+# runs the float32 path of `train.amp: auto` here as on such a CPU (docs/development.md).
+NO_NATIVE_BF16 = "RNNFLEET_TEST_NO_NATIVE_BF16"
+
+
 def cpu_computes_bf16_natively() -> bool:
     """AVX512-BF16 or AMX-BF16: from /proc/cpuinfo on Linux, else from torch's own CPU probe."""
+    if os.environ.get(NO_NATIVE_BF16) == "1":
+        return False
+    return cpu_flags_say_bf16()
+
+
+@cache
+def cpu_flags_say_bf16() -> bool:
     if sys.platform.startswith("linux"):
         try:
             with open("/proc/cpuinfo") as cpuinfo:

@@ -42,12 +42,12 @@ def test_explicit_choices_are_kept():
 
 def test_cpu_probe_answers_without_proc(monkeypatch):
     """Where /proc/cpuinfo is missing (Windows, macOS, a sandbox) the answer still comes."""
-    precision.cpu_computes_bf16_natively.cache_clear()
+    precision.cpu_flags_say_bf16.cache_clear()
     monkeypatch.setattr(precision.sys, "platform", "win32")
     try:
-        assert isinstance(precision.cpu_computes_bf16_natively(), bool)
+        assert isinstance(precision.cpu_flags_say_bf16(), bool)
     finally:
-        precision.cpu_computes_bf16_natively.cache_clear()
+        precision.cpu_flags_say_bf16.cache_clear()
 
 
 def test_auto_trains_exactly_like_the_choice_it_names(tmp_path):
@@ -66,3 +66,11 @@ def test_auto_trains_exactly_like_the_choice_it_names(tmp_path):
     chosen = precision.resolve_amp("auto", torch.device("cpu"))
     other = "off" if chosen == "bf16" else "bf16"
     assert val_loss["auto"] == val_loss[chosen] != val_loss.get(other)
+
+
+def test_the_test_hook_makes_this_cpu_count_as_one_without_native_bf16(monkeypatch):
+    monkeypatch.setenv(precision.NO_NATIVE_BF16, "1")
+    assert precision.resolve_amp("auto", torch.device("cpu")) == "off"
+    monkeypatch.delenv(precision.NO_NATIVE_BF16)
+    expected = "bf16" if precision.cpu_flags_say_bf16() else "off"
+    assert precision.resolve_amp("auto", torch.device("cpu")) == expected

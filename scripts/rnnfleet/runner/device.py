@@ -83,6 +83,12 @@ def job_process() -> dict:
     return {"worker": worker, "pid": os.getpid(), "warm_server_pid": int(server_pid) if server_pid else None}
 
 
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def start_job_measure() -> float:
     """Start measuring this job's own resources: on Linux the process's peak resident set
     is reset (a warm worker's child runs job after job); returns the CPU clock to pass to

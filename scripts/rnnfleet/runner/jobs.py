@@ -13,9 +13,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rnnfleet.checkpoint import write_json
-from rnnfleet.data import PreparedArrays, bars_label, prepare_dataset, save_arrays
+from rnnfleet.checkpoint import save_checkpoint, write_json
+from rnnfleet.data import PreparedArrays, bars_label, load_arrays, prepare_dataset, save_arrays
 from rnnfleet.errors import (
     ATTEMPT_PREFIX,
     ERROR_PREFIX,
@@ -25,8 +26,23 @@ from rnnfleet.errors import (
     last_marked_line,
 )
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
+from rnnfleet.precision import resolve_amp
+from rnnfleet.runner.device import (
+    cap_gpu_memory,
+    claim_device,
+    configure_threads,
+    job_process,
+    job_resources,
+    placement_note,
+    release_gpu_memory,
+    start_job_measure,
+    torch_threads,
+)
 from rnnfleet.runner.orphans import run_job_guard
 from rnnfleet.updating import NO_PREVIOUS_MODEL, settings_sha256
+
+if TYPE_CHECKING:
+    from rnnfleet.fitting import Settings
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -160,37 +176,17 @@ def train_one(
     arrays_path: str,
     model_path: str,
     metrics_path: str,
-    settings,
+    settings: Settings,
     threads: int,
     gpu_mem_gb: int,
     process_started_at: float | None = None,
     previous_model: str | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
-    fitted by rnnfleet.fitting.fit_dataset on the device this job claims; previous_model: the
-    model file this job replaces (an update starts from it); settings: a
-    rnnfleet.fitting.Settings. Returns the metrics."""
-    # Here, not at the top: a preprocess job run in its own process never loads torch.
-    import torch
+    fitted by rnnfleet.fitting.fit_dataset on the device this job claims; previous_model: the model file this job replaces. Returns the metrics."""
+    from rnnfleet.fitting import fit_dataset  # torch loads with it: a preprocess job never does
 
-    from rnnfleet.checkpoint import save_checkpoint
-    from rnnfleet.data import load_arrays
-    from rnnfleet.fitting import fit_dataset
-    from rnnfleet.precision import resolve_amp
-    from rnnfleet.runner.device import (
-        cap_gpu_memory,
-        claim_device,
-        configure_threads,
-        job_process,
-        job_resources,
-        placement_note,
-        release_gpu_memory,
-        start_job_measure,
-    )
-    from rnnfleet.training import log
-
-    # Interpreter start and imports: the job's fixed cost before any work (~0 in a warm worker).
-    startup_seconds = time.time() - process_started_at if process_started_at else None
+    startup_seconds = time.time() - process_started_at if process_started_at else None  # ~0 when warm
     cpu_started = start_job_measure()  # the training's own CPU and peak memory, warm worker or not
     configure_threads(threads)
     device, gpu_slot = claim_device(settings.train.get("device", "auto"), gpu_mem_gb)
@@ -201,17 +197,11 @@ def train_one(
     )
     load_started = time.perf_counter()
     arrays = load_arrays(arrays_path)
-    job_facts = {
-        "device": str(device),
-        "amp": amp,
-        "torch_threads": torch.get_num_threads(),
-        **job_process(),  # worker (warm or cold), pid, warm_server_pid
-        "startup_seconds": startup_seconds,
-        "process_started_at": process_started_at,
-        "load_seconds": time.perf_counter() - load_started,
-    }
+    facts = {"device": str(device), "amp": amp, "torch_threads": torch_threads(), **job_process()}
+    facts |= {"startup_seconds": startup_seconds, "process_started_at": process_started_at}
+    facts["load_seconds"] = time.perf_counter() - load_started
     try:
-        fitted = fit_dataset(dataset, arrays, read_previous_model(previous_model), settings, device, job_facts)
+        fitted = fit_dataset(dataset, arrays, read_previous_model(previous_model), settings, device, facts)
         save_started = time.perf_counter()
         save_checkpoint(fitted.checkpoint, model_path)
         metrics = {**fitted.metrics, "save_seconds": time.perf_counter() - save_started, "finished_at": time.time()}
@@ -223,6 +213,10 @@ def train_one(
     for line in fitted.summary(model_path):
         log(line)
     return metrics
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
