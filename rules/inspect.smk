@@ -1,6 +1,11 @@
+from rnnfleet.joining import CHECKSUM_SUFFIX
+
+
 rule inspect:
     input:
         bars=[path for paths in DATA_FILES.values() for path in paths],
+        # A changed checksum file re-checks (a corrupted download is found without --forcerun).
+        checksums=sorted(f"{path}{CHECKSUM_SUFFIX}" for path in FOUND.checksummed),
         feature_code=FEATURE_CODE,
     output:
         table=INSPECTION,

@@ -95,6 +95,9 @@ HEADER_ALIASES = {
     # MetaTrader 5 writes TICKVOL and VOL (exchange volume, 0 for FX): tick volume first.
     "volume": ("volume", "tickvol", "tick_volume", "vol", "v"),
 }
+BASE_VOLUME = re.compile(r"volume_\((?!currency\))[^)]+\)")
+# Bars before this are refused as a misread (a forced epoch unit, a wrong layout), on every path.
+EARLIEST_BAR_TIME = "1980-01-01"
 # Epoch values from 1973 on: seconds < 1e11 <= milliseconds < 1e14 <= microseconds < 1e17 <= ns.
 EPOCH_UNITS = (("s", 1e8, 1e11, 10**9), ("ms", 1e11, 1e14, 10**6), ("us", 1e14, 1e17, 10**3), ("ns", 1e17, 1e20, 1))
 # Text time layouts tried on the first value, before pandas' ISO 8601 parser.
@@ -242,11 +245,35 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
             f"{name}: cannot be read as {describe_layout(layout)} ({type(error).__name__}: {one_line(error)}); "
             "check the file, or set `format:` in the config"
         ) from None
+    check_plausible_times(timestamps, name, time_read_as, requested)
     frame.insert(0, "timestamp", timestamps.astype("datetime64[ns, UTC]"))  # gaps count in ns
     frame = sorted_unique_by_time(frame, notes + time_notes)
     frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
     frame.attrs["timezone"] = zone
     return frame
+
+
+def check_plausible_times(timestamps, name: str, read_as: str, requested: Layout) -> None:
+    """DataError when the times read lie before EARLIEST_BAR_TIME or more than a day in the
+    future, whichever path read them (sniffed or forced by format:): a wrong unit, layout or
+    zone, not bars."""
+    import pandas as pd
+
+    if not len(timestamps):
+        return
+    first, last = timestamps.min(), timestamps.max()
+    latest = pd.Timestamp.now(tz="UTC") + pd.Timedelta(days=1)
+    if first >= pd.Timestamp(EARLIEST_BAR_TIME, tz="UTC") and last <= latest:
+        return
+    where = f"before {EARLIEST_BAR_TIME[:4]}" if first < pd.Timestamp(EARLIEST_BAR_TIME, tz="UTC") else "in the future"
+    forced = [f"format.{key} = {value!r}" for key, value in (("timestamp_unit", requested.timestamp_unit),
+              ("timestamp_format", requested.timestamp_format), ("timezone", requested.timezone))
+              if value not in ("auto", "")]  # fmt: skip
+    setting = f"check {', '.join(forced)}" if forced else "set format.timestamp_unit or format.timestamp_format"
+    raise DataError(
+        f"{name}: its times run from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC, {where} (read {read_as}): "
+        f"not plausible minute bars; {setting}"
+    )
 
 
 def requested_layout(columns: dict | None, read_format: dict | None) -> Layout:
@@ -458,6 +485,12 @@ def side_columns(key: str, price_side: str, sides: dict) -> tuple[dict, list[str
     return found, missing
 
 
+def base_volume_column(header: list[str]) -> str | None:
+    """The base asset's volume of the Kaggle Bitstamp/Coinbase minute sets' header
+    (`Volume_(BTC)`, beside `Volume_(Currency)`, the quote currency's), or None."""
+    return next((column for column in header if BASE_VOLUME.fullmatch(header_key(column))), None)
+
+
 def match_header(header: list[str], name: str, configured: dict, price_side: str = "bid") -> dict:
     """{key: column name} for the needed columns of a header: the configured names, else the
     usual spellings, else bid/ask columns (the side format.price_side names; the bid key
@@ -482,6 +515,8 @@ def match_header(header: list[str], name: str, configured: dict, price_side: str
                 found["time"] = by_key["time"]
         elif spelling is not None:
             found[key] = by_key[spelling]
+        elif key == "volume" and (base := base_volume_column(header)):
+            found[key] = base
         elif key in PRICE_KEYS and any((key, side) in sides for side in ("bid", "ask")):
             found_sides, missing_sides = side_columns(key, price_side, sides)
             found.update(found_sides)

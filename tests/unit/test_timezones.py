@@ -199,3 +199,45 @@ def test_histdata_files_stay_est(tmp_path, name, read_format):
     frame = read_bars(path, None, read_format)
     assert frame.attrs["timezone"] == "Etc/GMT+5"
     assert frame["timestamp"].iloc[0] == pd.Timestamp("2024-01-02 14:30", tz="UTC")
+
+
+KLINE_1970_AS_MS = "1325317920,4.39,4.39,4.39,4.39,0.455\n1325317980,4.39,4.40,4.39,4.40,1.5\n"
+
+
+@pytest.mark.parametrize(
+    ("read_format", "setting"),
+    [({"timestamp_unit": "ms"}, "check format.timestamp_unit = 'ms'"), ({}, None)],
+    ids=["forced unit", "sniffed"],
+)
+def test_implausible_times_are_refused_on_every_path(tmp_path, read_format, setting):
+    """Epoch seconds forced to be read as milliseconds give bars in January 1970: one line
+    naming the file and the setting (the sniffed path reads the same file right)."""
+    path = tmp_path / "klines_1m.csv"
+    path.write_text(KLINE_1970_AS_MS)
+    if setting is None:
+        assert read_bars(path)["timestamp"].iloc[0] == pd.Timestamp("2011-12-31 07:52", tz="UTC")
+        return
+    with pytest.raises(UserError) as raised:
+        read_bars(path, None, read_format)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: its times run from 1970-01-16 08:08 to 1970-01-16 08:08 UTC, before 1980")
+    assert message.endswith(setting) and "\n" not in message
+
+
+def test_bars_in_the_future_are_refused(tmp_path):
+    path = tmp_path / "future_1m.csv"
+    future = pd.Timestamp.now(tz="UTC").floor("min") + pd.Timedelta(days=30)
+    path.write_text(f"timestamp,open,high,low,close\n{future:%Y-%m-%d %H:%M:%S},1,1,1,1\n")
+    with pytest.raises(UserError, match=r"UTC, in the future \(read .*\): not plausible minute bars"):
+        read_bars(path)
+
+
+def test_the_kaggle_bitstamp_minute_set_reads_its_base_currency_volume(tmp_path):
+    path = tmp_path / "bitstampUSD_1-min_data.csv"
+    path.write_text(
+        "Timestamp,Open,High,Low,Close,Volume_(BTC),Volume_(Currency),Weighted_Price\n"
+        "1325317920,4.39,4.39,4.39,4.39,0.455,1.99745,4.39\n1325317980,4.39,4.4,4.39,4.4,1.5,6.6,4.39\n"
+    )
+    frame = read_bars(path)
+    assert frame["volume"].tolist() == [0.455, 1.5]
+    assert frame["timestamp"].iloc[0] == pd.Timestamp("2011-12-31 07:52", tz="UTC")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import os
@@ -243,3 +244,18 @@ def test_a_replacement_with_an_older_time_is_noticed(binance_run, tmp_path):
     dry_run = snakemake(workdir, "-n").stdout
     assert set(pending_jobs(dry_run, "preprocess")) == {"BTCUSDT", "BADUSDT"}
     assert pending_jobs(dry_run, "preprocess")["BTCUSDT"].startswith("Params have changed since last execution")
+
+
+def test_inspect_checks_again_when_a_checksum_file_changes(binance_run, tmp_path):
+    """A .CHECKSUM is an input of inspect: the corrupted download it now describes is found
+    without --forcerun."""
+    workdir = copy_of_run(binance_run[0], tmp_path)
+    snakemake(workdir, "inspect")
+    rows = {row["dataset"]: row for row in csv.DictReader(open(workdir / "results" / "inspect.csv"))}
+    assert rows["BTCUSDT"]["status"] == "ok"
+    checksum = Path(f"{daily_path(workdir / 'data', 'BTCUSDT', 1)}.CHECKSUM")
+    checksum.write_text(f"{'0' * 64}  {checksum.name.removesuffix('.CHECKSUM')}\n")
+    assert "rule inspect" in snakemake(workdir, "inspect", "-n").stdout
+    snakemake(workdir, "inspect")
+    rows = {row["dataset"]: row for row in csv.DictReader(open(workdir / "results" / "inspect.csv"))}
+    assert rows["BTCUSDT"]["status"] != "ok" and "SHA-256" in rows["BTCUSDT"]["problem"]
