@@ -105,6 +105,7 @@ TEXT_TIME_FORMATS = (
     "%Y%m%d %H%M%S",  # histdata.com
     "%Y.%m.%d %H:%M:%S",  # MetaTrader
     "%Y.%m.%d %H:%M",
+    "%d.%m.%Y %H:%M:%S.%f GMT%z",  # Dukascopy's "Local time" export: its offset, changing at DST
     "%d.%m.%Y %H:%M:%S.%f",  # Dukascopy (day first)
     "%d.%m.%Y %H:%M:%S",
     "%Y/%m/%d %H:%M:%S",

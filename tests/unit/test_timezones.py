@@ -241,3 +241,19 @@ def test_the_kaggle_bitstamp_minute_set_reads_its_base_currency_volume(tmp_path)
     frame = read_bars(path)
     assert frame["volume"].tolist() == [0.455, 1.5]
     assert frame["timestamp"].iloc[0] == pd.Timestamp("2011-12-31 07:52", tz="UTC")
+
+
+def test_dukascopy_local_time_exports_carry_their_offsets_across_dst(tmp_path):
+    """Dukascopy's "Local time" export writes each bar's offset (GMT-0700, then GMT-0800 after
+    the US fall-back): every bar lands at its own UTC instant, in order."""
+    path = tmp_path / "EURUSD_Candlestick_1_M_BID_01.11.2010-30.11.2010.csv"
+    path.write_text(
+        "Local time,Open,High,Low,Close,Volume\n"
+        "07.11.2010 01:58:00.000 GMT-0700,1.39,1.40,1.38,1.39,10\n"
+        "07.11.2010 01:59:00.000 GMT-0700,1.39,1.40,1.38,1.39,10\n"
+        "07.11.2010 01:00:00.000 GMT-0800,1.39,1.40,1.38,1.39,10\n"
+    )
+    frame = read_bars(path)
+    expected = pd.date_range("2010-11-07 08:58", periods=3, freq="min", tz="UTC")
+    assert (frame["timestamp"].to_numpy() == expected.to_numpy()).all()
+    assert frame.attrs["timezone"] == "in the file" and NAIVE_AS_UTC not in frame.attrs["read_as"]
