@@ -1,13 +1,26 @@
 import os
+import sys
+from pathlib import Path
 
 from snakemake.utils import min_version
 
 min_version("9.0")
 
+# rnnfleet's Python package (scripts/rnnfleet), for this file and rules/: beside this
+# Snakefile, not workflow.basedir (a project folder's own Snakefile includes this one).
+RNNFLEET_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False))
+sys.path.insert(0, str(RNNFLEET_DIR / "scripts"))
+
+from rnnfleet.hooks.config_check import checked_config_file
 
 # The settings: a project folder's config/config.yaml (rnnfleet init, docs/project-folder.md),
 # else config.yaml in the folder snakemake runs in (this clone's is the demo's).
-configfile: "config/config.yaml" if os.path.exists("config/config.yaml") else "config.yaml"
+CONFIG_FILE = (
+    "config/config.yaml" if os.path.exists("config/config.yaml") else "config.yaml"
+)
+
+
+configfile: checked_config_file(CONFIG_FILE)
 
 
 report: "report/workflow.rst"

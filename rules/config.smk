@@ -7,12 +7,6 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-# rnnfleet's own folder (this file's parent's): not workflow.basedir, which is the folder
-# of the main Snakefile, a project folder's own (docs/project-folder.md).
-RNNFLEET_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False)).parent
-# rnnfleet's Python package, for this file and the others in rules/.
-sys.path.insert(0, str(RNNFLEET_DIR / "scripts"))
-
 from rnnfleet.hooks.config_check import (
     config_problems,
     model_section,

@@ -100,6 +100,11 @@ CASES = {
         ["-n"],
         "config key 'paths.models' = 'data/A_1m.csv' is a file, not a folder; allowed: a folder",
     ),
+    "features as one string": (
+        {"features": "ohlc_returns"},
+        [],
+        "config key 'features' = 'ohlc_returns' is not allowed; allowed: a list of a built-in feature (ohlc_returns",
+    ),
     "missing model file": (
         {"model": {"builder": "my_model.py:build"}},
         [],
@@ -190,3 +195,12 @@ def test_a_forecast_of_an_unknown_dataset_is_one_line_before_any_job(tmp_path):
         ) in output, output
         assert "KeyError" not in output and "InputFunctionException" not in output
         assert not (tmp_path / "logs").exists() and not (tmp_path / "prep").exists()
+
+
+def test_a_yaml_error_names_the_file_line_and_column(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    (tmp_path / "config.yaml").write_text("data_dir: data\ntrain: {epochs: 2\nmodel:\n  cell: lstm\n")
+    result = snakemake(tmp_path, "-n", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "config.yaml: not valid YAML at line 3, column 6: expected ',' or '}', but got ':'" in output, output

@@ -17,6 +17,7 @@ TYPE_NAMES = {
     "string": "a string",
     "boolean": "true or false",
     "object": "a mapping",
+    "array": "a list",
 }
 BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
 
@@ -110,6 +111,11 @@ def allowed_values(schema: dict) -> str:
         words = "a mapping with the keys " + ", ".join(schema.get("properties", {}))
     else:
         words = TYPE_NAMES.get(schema.get("type"), "a value")
+        if schema.get("type") == "array" and "items" in schema:
+            items = schema["items"]
+            words += " of " + (items.get("description") or TYPE_NAMES.get(items.get("type"), "values"))
+            if schema.get("minItems"):
+                words += f", at least {schema['minItems']}"
         bounds = [f"{sign} {schema[bound]}" for bound, sign in BOUNDS.items() if bound in schema]
         words += " " + " and ".join(bounds) if bounds else ""
         if "pattern" in schema:
@@ -184,3 +190,25 @@ def model_section(layers: list, schema: dict):
 def to_plain_dict(mapping) -> dict:
     """A nested mapping (Snakemake keeps --config values in an immutable map) as plain dicts."""
     return {key: to_plain_dict(value) if hasattr(value, "items") else value for key, value in mapping.items()}
+
+
+def checked_config_file(path: str) -> str:
+    """`path`, after checking that it is valid YAML: a UserError naming the file, line and
+    column of the first problem otherwise (Snakemake's own message names neither). A
+    missing file is left to Snakemake."""
+    import yaml
+
+    from rnnfleet.errors import UserError
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            yaml.safe_load(handle)
+    except FileNotFoundError:
+        return path
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{path}: not valid YAML{where}: {error.problem or error.context}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise UserError(f"{path}: not valid YAML: {error}") from None
+    return path
