@@ -335,11 +335,23 @@ def text_encoding(head: bytes, name: str) -> str:
         if head.startswith(mark):
             return codec
     if b"\x00" in head:
-        raise DataError(
-            f"{name}: holds zero bytes and no byte-order mark: not a text file, or UTF-16 saved without a "
-            "byte-order mark; save it as UTF-8 (or UTF-16 with a byte-order mark)"
-        )
+        if looks_like_utf16(head):
+            raise DataError(
+                f"{name}: UTF-16 text saved without a byte-order mark (every other byte is zero); "
+                "save it as UTF-8 (or UTF-16 with a byte-order mark)"
+            )
+        raise DataError(f"{name}: not a text file (binary data, no lines of bars): not a bar file rnnfleet reads")
     return "utf-8"
+
+
+def looks_like_utf16(head: bytes) -> bool:
+    """Mostly ASCII text in UTF-16 without a mark: nearly all of the bytes at even (big
+    endian) or odd (little endian) positions are zero."""
+    sample = head[: len(head) // 2 * 2]
+    if len(sample) < 8:
+        return False
+    halves = sample[0::2], sample[1::2]
+    return any(half.count(0) >= 0.9 * len(half) for half in halves)
 
 
 def encoding_label(codec: str) -> str:

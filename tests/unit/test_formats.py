@@ -228,14 +228,19 @@ def test_the_byte_order_mark_tells_the_encoding_and_zero_bytes_without_one_are_r
     assert text_encoding(b"\xfe\xff\x00<", "f") == "utf-16"
     assert text_encoding(b"\xef\xbb\xbftimestamp", "f") == "utf-8-sig"
     assert text_encoding(b"timestamp,open", "f") == "utf-8"
-    with pytest.raises(DataError, match="f: holds zero bytes and no byte-order mark"):
+    with pytest.raises(DataError, match="f: UTF-16 text saved without a byte-order mark"):
         text_encoding("timestamp".encode("utf-16-le"), "f")
+    with pytest.raises(DataError, match="f: UTF-16 text saved without a byte-order mark"):
+        text_encoding("timestamp".encode("utf-16-be"), "f")
+    random_bytes = bytes(range(256)) * 4  # zero bytes here and there: binary, not UTF-16
+    with pytest.raises(DataError, match=r"^f: not a text file \(binary data, no lines of bars\)"):
+        text_encoding(random_bytes, "f")
 
 
 def test_utf16_without_a_mark_and_broken_utf16_say_exactly_why(tmp_path):
     text = headered(reference_bars(20)).to_csv(index=False)
     (tmp_path / "nobom.csv").write_bytes(text.encode("utf-16-le"))
-    with pytest.raises(DataError, match="nobom.csv: holds zero bytes and no byte-order mark.*save it as UTF-8"):
+    with pytest.raises(DataError, match="nobom.csv: UTF-16 text saved without a byte-order mark.*save it as UTF-8"):
         read_bars(tmp_path / "nobom.csv")
     (tmp_path / "broken.csv").write_bytes(b"\xff\xfe" + text.encode("utf-16-le") + b"\x00\xd8")
     with pytest.raises(DataError, match="broken.csv: its byte-order mark says UTF-16, but it is not valid UTF-16 text"):
