@@ -46,6 +46,7 @@ PROFILES = ("--profile", str(REPO / "profiles" / "slurm"), "--profile", str(REPO
 WITH_PREDICTIONS = ("--config", 'predict={"datasets": "all"}')
 # `make test` installs the SLURM executor here, apart from the venv (requirements-slurm.txt).
 SLURM_PLUGIN_FOLDER = Path(sys.prefix) / "slurm-plugin"
+FAST_STATUS_CHECKS = REPO / "tests" / "slurm" / "fast_status"
 CANNOT_INSTALL, FOREIGN_CONFIG = 3, 4
 DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
 
@@ -63,15 +64,17 @@ def slurm_cluster() -> None:
 
 @pytest.fixture(scope="session")
 def slurm_executor_env() -> dict[str, str]:
-    """Environment for snakemake commands that need the SLURM executor plugin."""
-    if importlib.util.find_spec("snakemake_executor_plugin_slurm"):
-        return {}  # installed in the venv (`make slurm`)
-    if not (SLURM_PLUGIN_FOLDER / "snakemake_executor_plugin_slurm").is_dir():
-        reason = f"the SLURM executor plugin is not installed (make test puts it in {SLURM_PLUGIN_FOLDER})"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(SLURM_PLUGIN_FOLDER), os.environ.get("PYTHONPATH")]))}
+    """Environment for snakemake commands that need the SLURM executor plugin, which checks
+    the test cluster's short jobs every few seconds (tests/slurm/fast_status)."""
+    folders = [str(FAST_STATUS_CHECKS)]
+    if not importlib.util.find_spec("snakemake_executor_plugin_slurm"):  # else in the venv (`make slurm`)
+        if not (SLURM_PLUGIN_FOLDER / "snakemake_executor_plugin_slurm").is_dir():
+            reason = f"the SLURM executor plugin is not installed (make test puts it in {SLURM_PLUGIN_FOLDER})"
+            if os.environ.get("CI"):
+                pytest.fail(reason)
+            pytest.skip(reason)
+        folders.append(str(SLURM_PLUGIN_FOLDER))
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [*folders, os.environ.get("PYTHONPATH")]))}
 
 
 def submitted_jobs(snakemake_output: str) -> dict[str, str]:
