@@ -42,7 +42,7 @@ run: venv demo_data
 
 # Both tiers: tests/unit/ and tests/workflow/ (real snakemake runs and other processes).
 test: venv $(SLURM_TEST_PLUGIN)/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q --durations=10 $(PYTEST_ARGS)
 
 # The fast loop while editing: tests/unit/ less the tests marked slow (no snakemake run).
 test-fast: venv

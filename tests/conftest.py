@@ -71,6 +71,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.workflow)
 
 
+# Each test file's time (setup, call and teardown of its tests): the suite's time watched
+# like a benchmark (docs/development.md, the budget of `make test`).
+FILE_SECONDS: Counter = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    FILE_SECONDS[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    if not FILE_SECONDS:
+        return
+    terminalreporter.section("seconds per test file, slowest first")
+    for path, seconds in FILE_SECONDS.most_common():
+        terminalreporter.write_line(f"{seconds:8.1f}  {path}")
+    terminalreporter.write_line(f"{sum(FILE_SECONDS.values()):8.1f}  in all")
+
+
 # Small enough that a training job takes about a second on one CPU thread.
 TINY_CONFIG = {
     "model": {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0},
