@@ -67,6 +67,16 @@ def is_bar_file_name(file_name: str) -> bool:
     return not file_name.startswith(".") and file_name.lower().endswith(READABLE_SUFFIXES)
 
 
+def hidden_dataset_file(file_name: str, relative: str, pattern: str, regex: re.Pattern | None) -> bool:
+    """A hidden file that would be a dataset's file without its leading dot (a copy an editor
+    or a sync tool left, or one hidden on purpose): skipped, but said."""
+    if not file_name.startswith(".") or not is_bar_file_name(file_name.lstrip(".")):
+        return False
+    if regex is None:
+        return fnmatch(file_name.lstrip("."), pattern)
+    return regex.fullmatch(relative[: len(relative) - len(file_name)] + file_name.lstrip(".")) is not None
+
+
 def path_regex(files_pattern: str) -> re.Pattern:
     """The regex of a `datasets.files` pattern on '/'-separated paths relative to data_dir:
     `**/` any folders (none too), `*` and `?` within one name, `[...]` as in a glob,
@@ -207,6 +217,9 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
     for relative, entry in walk(data_dir, "", max_depth):
         if entry.name.endswith(CHECKSUM_SUFFIX):
             checksum_entries[entry.path.removesuffix(CHECKSUM_SUFFIX)] = entry
+            continue
+        if hidden_dataset_file(entry.name, relative, pattern, regex):
+            found_problems[entry.path] = "is hidden (its name starts with a dot); rename it to train it"
             continue
         if not is_bar_file_name(entry.name):
             other_names.append(relative)

@@ -59,19 +59,22 @@ def test_a_tree_of_period_files_is_walked_once_opening_none(tmp_path):
 
 
 def test_symbolic_link_loops_and_links_to_a_parent_leave_the_run_planned(tmp_path):
-    """A link to a parent folder under `**/` and a link to itself named like a dataset: the dry
-    run plans the real datasets, the looping link is skipped with its reason, no traceback."""
+    """A link to a parent folder under `**/`, a link to itself named like a dataset and a
+    hidden file that would be one: the dry run plans the real datasets, the looping link and
+    the hidden file are skipped with their reasons, no traceback."""
     data_dir = tmp_path / "data"
     (data_dir / "spot").mkdir(parents=True)
     add_datasets(tmp_path, ["AAA-1m-2024-01"])
     (data_dir / "AAA-1m-2024-01.csv").rename(data_dir / "spot" / "AAA-1m-2024-01.csv")
     (data_dir / "spot" / "up").symlink_to("..")  # walked once, not again through the link
     (data_dir / "LOOP-1m-2024-01.csv").symlink_to("LOOP-1m-2024-01.csv")
+    (data_dir / ".HIDE-1m-2024-01.csv").write_text("left by a sync tool\n")
     write_config(tmp_path, data_dir="data", datasets={"files": "**/{dataset}-1m-*"})
     dry_run = snakemake(tmp_path, "-n")
     output = dry_run.stdout + dry_run.stderr
     assert set(pending_jobs(output, "train")) == {"AAA"}
     assert "LOOP-1m-2024-01.csv" in output and "cannot be followed" in output
+    assert "data/.HIDE-1m-2024-01.csv: is hidden (its name starts with a dot); rename it to train it" in output
     assert "Traceback" not in output
 
 
