@@ -33,6 +33,8 @@ try:
 except UserError as error:
     raise WorkflowError(str(error)) from None
 if workflow.is_main_process:
+    if FOUND.note:
+        print(f"rnnfleet: {FOUND.note}", file=sys.stderr)
     for path, problem in FOUND.skipped.items():
         print(
             f"rnnfleet: WARNING: {path}: {problem}; skipped, not a dataset of this run",

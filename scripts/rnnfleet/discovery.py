@@ -49,6 +49,14 @@ class Datasets:
     checksummed: set[str] = field(default_factory=set)
     # {path: why}: entries named like a bar file that are not one (a folder, a dangling link).
     skipped: dict[str, str] = field(default_factory=dict)
+    # How the datasets were found where no setting chose it (a QuantConnect Lean tree), or "".
+    note: str = ""
+
+
+# QuantConnect Lean's minute trade files (rnnfleet.formats.LEAN_PATH): one dataset per ticker
+# where data_dir is a Lean data folder and neither `pattern` nor `datasets.files` finds files.
+LEAN_FILES = "*/*/minute/{dataset}/*_trade.zip"
+LEAN_ASSET_FOLDERS = ("equity", "crypto")
 
 
 def dataset_name(file_name: str) -> str:
@@ -245,7 +253,18 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
             continue
         members.setdefault(name, []).append(entry)
     if not members:
-        raise UserError(no_match_message(data_dir, pattern, files_pattern, other_names, folder_names))
+        message = no_match_message(data_dir, pattern, files_pattern, other_names, folder_names)
+        if files_pattern or not set(folder_names) & set(LEAN_ASSET_FOLDERS):
+            raise UserError(message)
+        try:
+            lean = discover_datasets(data_dir, pattern, LEAN_FILES)
+        except UserError:
+            raise UserError(message) from None
+        lean.note = (
+            f"data_dir {data_dir!r} is a QuantConnect Lean data folder: one dataset per ticker of its minute "
+            f"trade files (as datasets.files {LEAN_FILES!r})"
+        )
+        return lean
     if same_name:
         raise UserError(
             f"data_dir {data_dir!r}: two files give the same dataset name; keep one of: {'; '.join(same_name)}"

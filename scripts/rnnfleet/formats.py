@@ -151,6 +151,8 @@ class Layout:
     positions: dict = field(default_factory=dict)  # header files: {key: 0-based position} of `columns`
     price_side: str = "bid"  # bid | ask | mid: which prices of a file with bid and ask columns
     bid_ask: bool = False  # the prices came from bid/ask columns
+    day: str = ""  # QuantConnect Lean: the file's day (YYYYMMDD), its times milliseconds since that midnight
+    price_scale: float = 1.0  # QuantConnect Lean's US equity prices are in ten-thousandths
 
 
 POSITIONS = {key: index for index, key in enumerate(("timestamp", *BAR_KEYS))}
@@ -205,7 +207,7 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     import pandas as pd
 
     name = str(path)
-    requested = requested_layout(columns, read_format)
+    requested = lean_layout(name, requested_layout(columns, read_format))
     layout = requested
     try:
         if os.path.getsize(path) == 0:
@@ -229,6 +231,8 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
         notes = check_numeric(frame, name, layout)
         timestamps, time_read_as, time_notes, zone = parse_times(frame, name, layout)
         frame = take_price_side(frame, layout)[[key for key in BAR_KEYS if key in frame]].astype(np.float64)
+        if layout.price_scale != 1.0:
+            frame[list(PRICE_KEYS)] *= layout.price_scale
     except DataError:
         raise
     except OSError as error:
@@ -252,6 +256,41 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
     frame.attrs["timezone"] = zone
     return frame
+
+
+# QuantConnect Lean's minute trade files: <asset>/<market>/minute/<ticker>/<YYYYMMDD>_trade.zip,
+# one headerless CSV inside (milliseconds since the day's midnight, open, high, low, close,
+# volume). US equity: times in New York, prices in ten-thousandths of a dollar; crypto: UTC,
+# prices as they are (Lean's data format docs).
+LEAN_PATH = re.compile(r"(?:^|/)(?P<asset>equity|crypto)/(?P<market>[^/]+)/minute/[^/]+/(?P<day>\d{8})_trade\.zip$")
+LEAN_ASSETS = {("equity", "usa"): ("America/New_York", 1e-4), "crypto": ("UTC", 1.0)}
+
+
+def lean_layout(name: str, requested: Layout) -> Layout:
+    """requested, or Lean's layout for a file named as Lean names its minute trade files
+    (where format.preset is auto)."""
+    match = LEAN_PATH.search(Path(name).as_posix())
+    if match is None or requested.source != "auto":
+        return requested
+    asset = LEAN_ASSETS.get((match["asset"], match["market"])) or LEAN_ASSETS.get(match["asset"])
+    if asset is None:
+        return requested  # another market's equities: their zone is not known here
+    zone, scale = asset
+    timezone = zone if requested.timezone == "auto" else requested.timezone
+    return replace(
+        requested, source="lean", header=False, delimiter=",", columns=dict(POSITIONS), day=match["day"],
+        timestamp_unit="ms", timezone=timezone, price_scale=scale,
+    )  # fmt: skip
+
+
+def lean_times(values, name: str, label: str, layout: Layout):
+    """Lean's milliseconds since the day's midnight, in the exchange's zone -> UTC."""
+    import pandas as pd
+
+    midnight = pd.Timestamp(layout.day)
+    naive = pd.Series(midnight + pd.to_timedelta(values.to_numpy(np.int64), unit="ms"), copy=False)
+    said = f"milliseconds since {midnight:%Y-%m-%d} (the file's day) in {layout.timezone}"
+    return localize(naive, layout.timezone, name, label), f"{label} as {said}", [], layout.timezone
 
 
 def check_plausible_times(timestamps, name: str, read_as: str, requested: Layout) -> None:
@@ -742,6 +781,8 @@ def parse_times(frame, name: str, layout: Layout):
             values, label = frame["date"], f"column {column_label(layout, 'date')}"
     else:
         values, label = frame["timestamp"], f"column {column_label(layout, 'timestamp')}"
+    if layout.day:
+        return lean_times(values, name, label, layout)
     if isinstance(values.dtype, pd.DatetimeTZDtype):
         utc = values.dt.tz_convert("UTC").astype("datetime64[ns, UTC]")
         return utc, f"{label} as zoned times, UTC", [], TIMEZONE_IN_FILE
