@@ -35,6 +35,8 @@ except UserError as error:
 if workflow.is_main_process:
     if FOUND.note:
         print(f"rnnfleet: {FOUND.note}", file=sys.stderr)
+    for path, how in FOUND.renamed.items():
+        print(f"rnnfleet: {path}: {how}", file=sys.stderr)
     for path, problem in FOUND.skipped.items():
         print(
             f"rnnfleet: WARNING: {path}: {problem}; skipped, not a dataset of this run",

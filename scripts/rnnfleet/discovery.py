@@ -51,6 +51,23 @@ class Datasets:
     skipped: dict[str, str] = field(default_factory=dict)
     # How the datasets were found where no setting chose it (a QuantConnect Lean tree), or "".
     note: str = ""
+    # {path: how its name became a dataset name}: exporters' names that are no dataset name as
+    # they stand (EXPORTER_NAMES).
+    renamed: dict[str, str] = field(default_factory=dict)
+
+
+# File names of exporters that hold no valid dataset name, or no `1m` (so no match for the
+# default pattern), and the dataset name each gives: TradingView's chart export
+# ("BINANCE_BTCUSDT, 1.csv": exchange, symbol, interval in minutes) and Dukascopy's
+# ("EURUSD_Candlestick_1_M_BID_01.01.2024-31.01.2024.csv").
+EXPORTER_NAMES = (
+    ("TradingView export", re.compile(r"(?P<symbol>[^,/]+), 1(?: \((?P<copy>\d+)\))?\.csv"), "{symbol}_1m{copy}"),
+    (
+        "Dukascopy export",
+        re.compile(r"(?P<symbol>[A-Za-z0-9.]+)_Candlestick_1_M_(?P<side>BID|ASK)_(?P<period>[0-9.]+-[0-9.]+)\.csv"),
+        "{symbol}_{side}_1m_{period}",
+    ),
+)
 
 
 # QuantConnect Lean's minute trade files (rnnfleet.formats.LEAN_PATH): one dataset per ticker
@@ -68,6 +85,17 @@ def dataset_name(file_name: str) -> str:
         if inner.lower() in TEXT_SUFFIXES:
             stem = inner_stem
     return stem
+
+
+def exporters_dataset_name(file_name: str) -> tuple[str, str]:
+    """(the dataset name of an exporter's file name, which exporter's) for EXPORTER_NAMES,
+    else (the file's own dataset_name, "")."""
+    for source, shape, name in EXPORTER_NAMES:
+        if match := shape.fullmatch(file_name):
+            parts = {key: value or "" for key, value in match.groupdict().items()}
+            parts["copy"] = f"_{parts['copy']}" if parts.get("copy") else ""
+            return name.format(**parts).replace(" ", "_"), source
+    return dataset_name(file_name), ""
 
 
 def is_bar_file_name(file_name: str) -> bool:
@@ -220,6 +248,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
         regex, max_depth = None, 0
     members: dict[str, list[os.DirEntry]] = {}
     other_names, same_name, folder_names = [], [], []
+    found_names: dict[str, str] = {}  # path -> how an exporter's file name became a dataset name
     checksum_entries: dict[str, os.DirEntry] = {}  # data file path -> its .CHECKSUM
     found_problems: dict[str, str] = {}
     for relative, entry in walk(data_dir, "", max_depth):
@@ -235,10 +264,13 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
                 folder_names.append(relative)
             continue
         if regex is None:
-            if not fnmatch(entry.name, pattern) or not names_one_minute(entry.name, pattern):
+            name, source = exporters_dataset_name(entry.name)
+            shown_name = f"{name}.csv" if source else entry.name
+            if not fnmatch(shown_name, pattern) or not names_one_minute(shown_name, pattern):
                 other_names.append(relative)
                 continue
-            name = dataset_name(entry.name)
+            if source:
+                found_names[entry.path] = f"{source}: dataset {name}"
             if name in members:
                 same_name.append(f"{members[name][0].path!r} and {entry.path!r}")
                 continue
@@ -283,7 +315,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
             f"(the hidden temporary files beside the outputs add {255 - MAX_DATASET_NAME_BYTES} "
             f"to a file-name limit of 255); shorten: {', '.join(repr(members[n][0].path) for n in long_names)}"
         )
-    found = Datasets(skipped=found_problems)
+    found = Datasets(skipped=found_problems, renamed=found_names)
     for name in sorted(members):
         entries = sorted(members[name], key=lambda entry: entry.path)
         found.files[name] = [entry.path for entry in entries]

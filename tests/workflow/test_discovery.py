@@ -87,3 +87,25 @@ def test_a_tree_under_the_default_pattern_points_to_datasets_files(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "data_dir holds folders (spot)" in output and '`datasets: {files: "**/{dataset}-1m-*"}`' in output
+
+
+def test_tradingview_and_dukascopy_export_names_become_dataset_names_said_in_the_log(tmp_path):
+    """TradingView's "EXCHANGE_SYMBOL, 1.csv" (a comma and a space, no `1m`) and Dukascopy's
+    "..._Candlestick_1_M_BID_..." train under the default pattern, each under a dataset name the
+    run states; a 5-minute TradingView export is no dataset."""
+    add_datasets(tmp_path, ["A_1m"])
+    data = tmp_path / "data"
+    (data / "A_1m.csv").rename(data / "BINANCE_BTCUSDT, 1.csv")
+    add_datasets(tmp_path, ["B_1m"])
+    (data / "B_1m.csv").rename(data / "EURUSD_Candlestick_1_M_BID_01.01.2024-31.01.2024.csv")
+    (data / "BINANCE_ETHUSDT, 5.csv").write_text((data / "BINANCE_BTCUSDT, 1.csv").read_text())
+    write_config(tmp_path, data_dir="data")
+    result = snakemake(tmp_path, "models/BINANCE_BTCUSDT_1m.pt", "models/EURUSD_BID_1m_01.01.2024-31.01.2024.pt")
+    output = result.stdout + result.stderr
+    assert "data/BINANCE_BTCUSDT, 1.csv: TradingView export: dataset BINANCE_BTCUSDT_1m" in output
+    assert "Dukascopy export: dataset EURUSD_BID_1m_01.01.2024-31.01.2024" in output
+    assert sorted(path.stem for path in (tmp_path / "models").glob("*.pt")) == [
+        "BINANCE_BTCUSDT_1m",
+        "EURUSD_BID_1m_01.01.2024-31.01.2024",
+    ]
+    assert "ETHUSDT" not in " ".join(pending_jobs(snakemake(tmp_path, "-n").stdout, "train"))
