@@ -183,3 +183,8 @@ def last_marked_line(log_path: str | Path) -> str | None:
         if line.startswith((ERROR_PREFIX, STOPPED_PREFIX)):
             return line
     return None
+
+
+def log(message: str) -> None:
+    """One line of a job's log (its stderr), written at once."""
+    print(message, file=sys.stderr, flush=True)

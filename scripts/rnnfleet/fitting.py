@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rnnfleet.data import PreparedArrays
+from rnnfleet.errors import log
 from rnnfleet.training import (
     StartState,
     all_rows_train,
     build_checkpoint,
     describe_training,
-    log,
     plugin_hashes,
     refit_on_all_rows,
     score_test_period,

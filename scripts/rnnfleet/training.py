@@ -6,7 +6,6 @@ import contextlib
 import copy
 import math
 import platform
-import sys
 import time
 from dataclasses import dataclass, field, replace
 
@@ -17,7 +16,7 @@ from torch import nn
 from rnnfleet import evaluation
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
-from rnnfleet.errors import UserError, one_line
+from rnnfleet.errors import UserError, log, one_line
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import WindowNumbers, window_numbers
 from rnnfleet.model import DEFAULT_BUILDER, build_model
@@ -28,10 +27,6 @@ from rnnfleet.targets import TARGETS, Target
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROGRESS_EVERY_SECONDS = 30.0
 EVAL_BATCH = 2048
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass

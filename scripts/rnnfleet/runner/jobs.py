@@ -24,6 +24,7 @@ from rnnfleet.errors import (
     OUT_OF_MEMORY,
     UserError,
     last_marked_line,
+    log,
 )
 from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
 from rnnfleet.precision import resolve_amp
@@ -213,10 +214,6 @@ def train_one(
     for line in fitted.summary(model_path):
         log(line)
     return metrics
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
