@@ -41,8 +41,12 @@ run: venv demo_data
 	$(BIN)/snakemake --cores $(CORES) --config data_dir=demo_data
 
 # Both tiers: tests/unit/ and tests/workflow/ (real snakemake runs and other processes).
+# Test files run side by side, a file's tests in one worker (they share its fixtures): a
+# workflow test waits on processes most of its time, so two workers keep two cores busy.
+TEST_WORKERS ?= 2
 test: venv $(SLURM_TEST_PLUGIN)/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q --durations=10 $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q --durations=10 \
+		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The fast loop while editing: tests/unit/ less the tests marked slow (no snakemake run).
 test-fast: venv

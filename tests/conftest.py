@@ -296,6 +296,7 @@ def workdir(tmp_path: Path) -> Path:
 # A second local account, for what only shows when the files' owner is not the one who runs
 # (root ignores file modes): tests/workflow/test_security.py, tests/workflow/test_bad_entries.py.
 INTRUDER = "rnnfleet-intruder"
+USERADD_EXISTS = 9  # useradd(8): the account already exists
 
 
 @pytest.fixture(scope="module")
@@ -320,9 +321,10 @@ def intruder() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(INTRUDER)
     except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=True
-        )
+        # Test files run side by side (make test's workers): another may create it meanwhile.
+        created = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER])
+        if created.returncode not in (0, USERADD_EXISTS):
+            pytest.fail(f"useradd {INTRUDER} failed with exit status {created.returncode}")
         return pwd.getpwnam(INTRUDER)
 
 
