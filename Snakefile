@@ -23,9 +23,6 @@ CONFIG_FILE = (
 configfile: checked_config_file(CONFIG_FILE)
 
 
-report: "report/workflow.rst"
-
-
 include: "rules/config.smk"
 include: "rules/datasets.smk"
 include: "rules/jobs.smk"
@@ -38,6 +35,10 @@ include: "rules/inspect.smk"
 include: "rules/mps.smk"
 include: "rules/checks.smk"
 include: "rules/handlers.smk"
+
+
+# The start page with the fleet's verdicts once a run has made it (START_PAGE).
+report: os.path.abspath(START_PAGE) if os.path.exists(START_PAGE) else START_TEMPLATE
 
 
 rule all:

@@ -69,6 +69,10 @@ SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.hooks.after_failures
+# The report's start page: the template, and the page made from it with the fleet's
+# verdicts (rnnfleet.plots.write_start_page), which the report shows once it is there.
+START_TEMPLATE = str(RNNFLEET_DIR / "report" / "workflow.rst")
+START_PAGE = f"{PATHS['results']}/report_start.rst"
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
 INSPECTION = f"{PATHS['results']}/inspect.csv"
 

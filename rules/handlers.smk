@@ -121,7 +121,10 @@ onerror:
             skill_plot=SKILL_PLOT,
             loss_curves=LOSS_CURVES,
             not_done=NOT_DONE,
+            start_template=START_TEMPLATE,
+            start_page=START_PAGE,
         ),
+        fleet=config["fleet"],
         quality_thresholds=config["quality"],
         dataset_quality=DATASET_QUALITY,
     )

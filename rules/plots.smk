@@ -11,7 +11,9 @@ rule plots:
     input:
         table=SUMMARY,
         metrics=rules.summarize.input.metrics,
+        start_template=START_TEMPLATE,
     output:
+        start_page=START_PAGE,
         table_html=report(
             SUMMARY_HTML,
             caption="../report/summary_table.rst",

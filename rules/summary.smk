@@ -16,5 +16,7 @@ rule summarize:
         # the warn thresholds too: a changed one re-writes the table, re-trains nothing
         quality=config["quality"],
         dataset_quality=DATASET_QUALITY,
+        # the fleet's correction too: it is over the table's datasets, re-trains nothing
+        fleet=config["fleet"],
     script:
         "../scripts/summarize.py"

@@ -12,6 +12,8 @@ with run_job_guard("report figures"):
         loss_curves_folder=snakemake.output.loss_curves,
         skill_plot_path=snakemake.output.skill_plot,
         table_html_path=snakemake.output.table_html,
+        start_template_path=snakemake.input.start_template,
+        start_page_path=snakemake.output.start_page,
         processes=snakemake.threads,
     )
     print(f"loss curves drawn: {len(drawn)} (new or re-trained datasets; the others are kept)", file=sys.stderr)

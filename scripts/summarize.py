@@ -9,6 +9,7 @@ with run_job_guard("summary"):
     write_summary(
         metrics_paths=snakemake.input.metrics,
         table_path=snakemake.output.table,
+        fleet=dict(snakemake.params.fleet),
         quality_thresholds=dict(snakemake.params.quality),
         dataset_quality=dict(snakemake.params.dataset_quality),
     )

@@ -69,6 +69,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.is_relative_to(WORKFLOW_TIER):
             item.add_marker(pytest.mark.workflow)
+    # The files marked long first: make test's workers take a file at a time in this order,
+    # and a long file started last would leave the other worker idle at the end.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 # Each test file's time (setup, call and teardown of its tests): the suite's time watched

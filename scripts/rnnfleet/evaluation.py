@@ -112,16 +112,19 @@ def hit_rate(forecasts: np.ndarray, actual: np.ndarray) -> float:
     return float(np.mean(np.sign(forecasts[moved]) == np.sign(actual[moved])))
 
 
-def sign_trading_bps(forecasts: np.ndarray, actual_returns: np.ndarray, cost_bps: float) -> float:
-    """Mean net return per trade, in basis points, of trading each forecast's sign: one
+def sign_trade_returns(forecasts: np.ndarray, actual_returns: np.ndarray, cost_bps: float) -> np.ndarray:
+    """Net return of each trade, in basis points, of trading each forecast's sign: one
     trade per window with a non-zero forecast, long or short one unit over the target's
-    horizon, earning sign * the actual log return less cost_bps. NaN when nothing trades."""
+    horizon, earning sign * the actual log return less cost_bps."""
     positions = np.sign(forecasts)
     traded = positions != 0
-    if not traded.any():
-        return math.nan
-    net = positions[traded] * np.asarray(actual_returns, np.float64)[traded] * 1e4 - cost_bps
-    return float(np.mean(net))
+    return positions[traded] * np.asarray(actual_returns, np.float64)[traded] * 1e4 - cost_bps
+
+
+def sign_trading_bps(forecasts: np.ndarray, actual_returns: np.ndarray, cost_bps: float) -> float:
+    """Mean of sign_trade_returns; NaN when nothing trades."""
+    net = sign_trade_returns(forecasts, actual_returns, cost_bps)
+    return float(np.mean(net)) if len(net) else math.nan
 
 
 def verdict(low: float, high: float) -> str:

@@ -10,11 +10,13 @@ import math
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.evaluation import BEATS, NOT_DISTINGUISHABLE, WORSE
+from rnnfleet.evaluation import BEATS, CONFIDENCE, NOT_DISTINGUISHABLE, WORSE
+from rnnfleet.fleet import BEATS_AFTER
 
 LOSS_CURVE_DPI = 100
 # Above this many datasets the overview drops the names (they are in the summary table).
@@ -45,16 +47,103 @@ def as_number(text: str | None) -> float:
 
 
 def best_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """Rows by test skill, highest first; then rows with only a validation skill (no test
-    period), by that; rows without either last."""
+    """Rows by test skill, highest first, those that beat the baseline after the fleet
+    correction (rnnfleet.fleet) ahead of all others; then rows with only a validation skill
+    (no test period), by that; rows without either last."""
 
     def order(row: dict[str, str]) -> tuple[int, float]:
         test_skill, skill = as_number(row.get("test_skill")), as_number(row.get("skill"))
         if not math.isnan(test_skill):
-            return 0, -test_skill
-        return (1, -skill) if not math.isnan(skill) else (2, 0.0)
+            return (0 if row.get("fleet_verdict") == BEATS_AFTER else 1), -test_skill
+        return (2, -skill) if not math.isnan(skill) else (3, 0.0)
 
     return sorted(rows, key=order)
+
+
+def fleet_winners(ranked: list[dict[str, str]]) -> int:
+    """How many rows beat the baseline after the fleet correction (best_first puts them first)."""
+    return sum(row.get("fleet_verdict") == BEATS_AFTER for row in ranked)
+
+
+METHOD_NAMES = {"bh": "Benjamini-Hochberg", "by": "Benjamini-Yekutieli"}
+# The chance that a model without skill has its 95% interval wholly above 0.
+LUCKY_SHARE = (1 - CONFIDENCE) / 2
+
+
+@dataclass(frozen=True)
+class FleetCounts:
+    """What the fleet's verdicts say, from the table's rows (rnnfleet.fleet.fleet_columns)."""
+
+    tested: int  # datasets with a test score: the correction was over them
+    alone: int  # beat the baseline alone: the 95% interval of the test skill above 0
+    after: int  # beat it after the fleet correction
+    method: str  # e.g. Benjamini-Hochberg
+    rate: float  # the false discovery rate
+    best_sharpe: tuple[str, float, float, float] | None  # dataset, Sharpe ratio, by luck, deflated
+
+    @property
+    def alone_by_luck(self) -> float:
+        """How many would beat the baseline alone with no skill anywhere."""
+        return self.tested * LUCKY_SHARE
+
+
+def fleet_counts(rows: list[dict[str, str]]) -> FleetCounts | None:
+    """None when the table has no fleet verdicts (no test period, or an older table)."""
+    tested = [row for row in rows if row.get("fleet_verdict")]
+    if not tested:
+        return None
+    method, _, rate = (tested[0].get("fleet_correction") or "").partition(" fdr=")
+    with_sharpe = [row for row in tested if not math.isnan(as_number(row.get("test_sharpe")))]
+    best = max(with_sharpe, key=lambda row: as_number(row["test_sharpe"]), default=None)
+    return FleetCounts(
+        tested=len(tested),
+        alone=sum(row.get("test_verdict") == BEATS for row in tested),
+        after=sum(row["fleet_verdict"] == BEATS_AFTER for row in tested),
+        method=METHOD_NAMES.get(method, method),
+        rate=as_number(rate),
+        best_sharpe=best
+        and (
+            best["dataset"],
+            as_number(best["test_sharpe"]),
+            as_number(best.get("fleet_sharpe_by_luck")),
+            as_number(best.get("test_sharpe_deflated")),
+        ),
+    )
+
+
+def fleet_headline(counts: FleetCounts) -> str:
+    """The fleet's verdicts in a few sentences (the report's start page, the table's page)."""
+    text = (
+        f"Of {counts.tested} dataset(s) with a test score, {counts.alone} beat their baseline alone "
+        f"(the 95% interval of the test skill above 0); with no skill anywhere, about "
+        f"{counts.alone_by_luck:.1f} would, by luck. After the fleet correction ({counts.method} at a false "
+        f"discovery rate of {counts.rate:g}, over those {counts.tested}), {counts.after} beat it: on average at most "
+        f"{counts.rate:.0%} of such calls are wrong, and with no skill anywhere the chance of even one is at most "
+        f"{counts.rate:.0%}."
+    )
+    if counts.best_sharpe:
+        dataset, sharpe, by_luck, deflated = counts.best_sharpe
+        text += (
+            f" The best Sharpe ratio of trading the forecast's sign, {sharpe:.3g} per trade ({dataset}), against "
+            f"{by_luck:.3g} expected of the best of {counts.tested} datasets with no skill: the chance that its true "
+            f"Sharpe ratio is above that (deflated Sharpe ratio) is {deflated:.2f}."
+        )
+    return text
+
+
+# The start page of the report: the template's marker line becomes the fleet's headline.
+HEADLINE_MARKER = ".. fleet headline"
+
+
+def write_start_page(template_path: str | os.PathLike, rows: list[dict[str, str]], path: str | os.PathLike) -> None:
+    """The report's start page: the template (report/workflow.rst) with the fleet's headline
+    in place of its HEADLINE_MARKER line (the marker stays, an rst comment, without verdicts)."""
+    template = Path(template_path).read_text(encoding="utf-8")
+    counts = fleet_counts(rows)
+    if counts:
+        template = template.replace(HEADLINE_MARKER, f"**The fleet.** {fleet_headline(counts)}", 1)
+    with atomic_write(path) as handle:
+        handle.write(template.encode())
 
 
 def quality_mark(row: dict[str, str]) -> str:
@@ -71,8 +160,25 @@ def flagged_count_text(rows: list[dict[str, str]]) -> str:
     )
 
 
-VERDICT_COLOURS = {BEATS: "tab:green", NOT_DISTINGUISHABLE: "0.55", WORSE: "tab:red"}
 VERDICT_CLASSES = {BEATS: "good", NOT_DISTINGUISHABLE: "unclear", WORSE: "bad"}
+# A row's class: its test verdict's, "winner" when it beats the baseline after the fleet
+# correction too, "lucky" when it beats it alone only; colour and legend in the chart.
+CLASS_STYLES = {
+    "winner": ("tab:green", "o", "beats the baseline after the fleet correction"),
+    "good": ("tab:green", "o", BEATS),
+    "lucky": ("#7fc97f", "D", "beats it alone, not after the fleet correction"),
+    "unclear": ("0.55", "o", NOT_DISTINGUISHABLE),
+    "bad": ("tab:red", "o", WORSE),
+}
+
+
+def verdict_class(row: dict[str, str]) -> str | None:
+    """The class of a row with a test verdict (see CLASS_STYLES); None without one."""
+    if row.get("fleet_verdict") == BEATS_AFTER:
+        return "winner"
+    if row.get("test_verdict") == BEATS and row.get("fleet_verdict"):
+        return "lucky"
+    return VERDICT_CLASSES.get(row.get("test_verdict"))
 
 
 def pyplot():
@@ -274,8 +380,8 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
     figure, axes = plt.subplots(figsize=(7.0, height), layout="constrained")
     axes.axvline(0, color="black", linewidth=0.8)  # the baseline's skill
     if on_test:
-        for verdict, colour in VERDICT_COLOURS.items():
-            places = [place for place, row in enumerate(scored) if row.get("test_verdict") == verdict]
+        for css_class, (colour, marker, label) in CLASS_STYLES.items():
+            places = [place for place, row in enumerate(scored) if verdict_class(row) == css_class]
             if not places:
                 continue
             skill, low, high = (
@@ -287,13 +393,22 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
                 [max(s - lo, 0.0) for s, lo in zip(skill, low, strict=True)],
                 [max(h - s, 0.0) for s, h in zip(skill, high, strict=True)],
             ]
-            axes.errorbar(skill, places, xerr=spread, fmt="o", color=colour, label=verdict, capsize=2)
-        counts = {verdict: sum(row.get("test_verdict") == verdict for row in scored) for verdict in VERDICT_COLOURS}
+            axes.errorbar(skill, places, xerr=spread, fmt=marker, color=colour, label=label, capsize=2)
+        counts = {verdict: sum(row.get("test_verdict") == verdict for row in scored) for verdict in VERDICT_CLASSES}
         title = (
-            f"Test skill with 95% interval, {len(scored)} dataset(s): {counts[BEATS]} beat the baseline, "
+            f"Test skill with 95% interval, {len(scored)} dataset(s): {counts[BEATS]} beat the baseline alone, "
             f"{counts[NOT_DISTINGUISHABLE]} not distinguishable from it, {counts[WORSE]} worse"
         )
-        figure.legend(loc="outside lower center", ncols=len(VERDICT_COLOURS), fontsize="small")
+        fleet = fleet_counts(scored)
+        if fleet:
+            title += (
+                f"\nwith no skill anywhere about {fleet.alone_by_luck:.1f} would beat it alone; "
+                f"{fleet.after} beat it after the fleet correction ({fleet.method}, FDR {fleet.rate:g})"
+            )
+            winners = fleet_winners(scored)
+            if 0 < winners < len(scored):  # the winners that survive the correction, apart
+                axes.axhline(winners - 0.5, color="tab:green", linestyle="--", linewidth=0.8)
+        figure.legend(loc="outside lower center", ncols=3, fontsize="small")
         axes.set_xlabel("test skill = 1 - test_loss / naive_test_loss (> 0: better than the naive baseline)")
     else:
         skills = [as_number(row["skill"]) for row in scored]
@@ -320,9 +435,10 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
 
 
 def row_class(row: dict[str, str]) -> str:
-    """The table row's colour: by the test verdict; without one, by the validation skill."""
-    if row.get("test_verdict") in VERDICT_CLASSES:
-        return VERDICT_CLASSES[row["test_verdict"]]
+    """The table row's colour: by the test verdict (verdict_class); without one, by the
+    validation skill."""
+    if verdict_class(row):
+        return verdict_class(row)
     skill = as_number(row.get("skill"))
     return "good" if skill > 0 else "bad" if skill <= 0 else "none"
 
@@ -370,13 +486,22 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
     shows it in a frame; a CSV there would only offer a download)."""
     header = "".join(f"<th>{html.escape(column)}</th>" for column in columns)
     body = []
-    for row in best_first(rows):
-        css_class = row_class(row)
+    ranked = best_first(rows)
+    winners = fleet_winners(ranked)
+    for place, row in enumerate(ranked):
+        if place == winners and 0 < winners < len(ranked):
+            body.append(
+                f'<tr class="divider"><td colspan="{len(columns)}">Above: the {winners} that beat the baseline '
+                "after the fleet correction. Below: all others, best test skill first (light green: beats it alone, "
+                "not after the correction: possibly luck).</td></tr>"
+            )
         cells = "".join(
             f"<td>{format_cell(row.get(column) or '')}{quality_html(row) if number == 0 else ''}</td>"
             for number, column in enumerate(columns)
         )
-        body.append(f'<tr class="{css_class}">{cells}</tr>')
+        body.append(f'<tr class="{row_class(row)}">{cells}</tr>')
+    fleet = fleet_counts(rows)
+    headline = f'<p class="headline">{html.escape(fleet_headline(fleet))}</p>' if fleet else ""
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>rnnfleet: all datasets</title>
 <style>
@@ -385,20 +510,28 @@ table {{ border-collapse: collapse; }}
 th, td {{ padding: 0.25em 0.7em; border-bottom: 1px solid #ddd; text-align: right; }}
 th:first-child, td:first-child {{ text-align: left; }}
 th {{ background: #f0f0f0; position: sticky; top: 0; }}
-tr.good td:first-child {{ border-left: 4px solid #2ca02c; }}
+tr.good td:first-child, tr.winner td:first-child {{ border-left: 4px solid #2ca02c; }}
+tr.winner td:first-child {{ font-weight: bold; }}
+tr.lucky td:first-child {{ border-left: 4px dashed #7fc97f; }}
+tr.divider td {{ text-align: left; font-style: italic; border-bottom: 2px solid #2ca02c; }}
+.headline {{ font-size: 15px; max-width: 60em; }}
 tr.bad td:first-child {{ border-left: 4px solid #d62728; }}
 tr.unclear td:first-child {{ border-left: 4px solid #bbbbbb; }}
 tr.none td:first-child {{ border-left: 4px solid #999; }}
 .quality {{ color: #b35900; font-weight: bold; }}
 </style></head><body>
+{headline}
 {not_done_html(rows)}
 {f'<p class="quality">{html.escape(flagged_count_text(rows))} (marked in the first column; column <i>quality_flags</i>, docs/data.md).</p>' if flagged_count_text(rows) else ""}
-<p>{len(rows)} dataset(s), best test skill first ({verdict_counts_text(rows)}). <i>test_skill</i> is measured on
+<p>{len(rows)} dataset(s), best test skill first{", those that beat the baseline after the fleet correction ahead" if winners else ""} ({verdict_counts_text(rows)}, each alone). <i>test_skill</i> is measured on
 the test period, which neither training nor the choice of epoch saw; <i>skill</i> is the validation
 skill (the part that chose the epoch). Green: the 95% interval of the test skill
 (<i>test_skill_low</i> .. <i>test_skill_high</i>) lies above 0, the model beats its naive baseline
 (column <i>baseline</i>: zero return, training mean or training share of up moves, per target);
 grey: the interval includes 0, <b>{NOT_DISTINGUISHABLE}</b>; red: worse than it.
+<i>fleet_verdict</i> and <i>fleet_qvalue</i>: the same question asked of the whole fleet, the
+Diebold-Mariano p-values adjusted for the number of datasets (column <i>fleet_correction</i>;
+bold green: beats the baseline after it; dashed light green: beats it alone only).
 Columns <i>model</i>, <i>features</i> and <i>target</i> say what each dataset trained with.</p>
 <table><thead><tr>{header}</tr></thead>
 <tbody>
@@ -415,6 +548,8 @@ def draw_report_figures(
     loss_curves_folder: str | os.PathLike,
     skill_plot_path: str | os.PathLike,
     table_html_path: str | os.PathLike,
+    start_template_path: str | os.PathLike,
+    start_page_path: str | os.PathLike,
     processes: int = 1,
 ) -> list[Path]:
     """The plots job: everything the report shows besides what Snakemake adds itself. The
@@ -423,4 +558,5 @@ def draw_report_figures(
     columns, rows = read_table(table_path)
     write_table_html(rows, columns, table_html_path)
     draw_skill_overview(rows, skill_plot_path)
+    write_start_page(start_template_path, rows, start_page_path)
     return refresh_loss_curves(metrics_paths, loss_curves_folder, processes)

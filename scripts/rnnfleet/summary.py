@@ -11,6 +11,7 @@ import sys
 
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, last_marked_line
+from rnnfleet.fleet import fleet_columns
 from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
 SUMMARY_COLUMNS = (
@@ -23,6 +24,12 @@ SUMMARY_COLUMNS = (
     "test_skill_low",  # its 95% block-bootstrap interval
     "test_skill_high",
     "test_verdict",  # beats / not distinguishable from / worse than the baseline (rnnfleet.evaluation)
+    # Over the datasets of the table (rnnfleet.fleet, the `fleet:` settings): test_dm_pvalue
+    # adjusted for their number, the verdict that holds for the fleet, how many were tested
+    "fleet_verdict",
+    "fleet_qvalue",
+    "fleet_tests",
+    "fleet_correction",
     "quality_flags",  # the data-quality flags warned of (rnnfleet.quality): a score of degenerate data is suspect
     "test_loss",
     "naive_test_loss",
@@ -30,6 +37,12 @@ SUMMARY_COLUMNS = (
     "test_dm_pvalue",
     "test_hit_rate",  # return targets: sign hit rate, mean net return per trade of trading the sign
     "test_trade_bps",
+    "test_sharpe",  # per trade, of non-overlapping trades; deflated for the fleet's size (rnnfleet.fleet)
+    "test_sharpe_deflated",
+    "fleet_sharpe_by_luck",  # the best Sharpe ratio that many datasets with no skill would show
+    "test_sharpe_trades",
+    "test_trade_skew",
+    "test_trade_kurtosis",
     "test_persistence_skill",  # |return| and volatility targets: skill against the last value
     "test_accuracy",  # direction target
     "test_windows",
@@ -88,6 +101,11 @@ def summary_rows(
     return sorted(rows, key=lambda row: row["dataset"])
 
 
+def with_fleet_columns(rows: list[dict], fleet: dict) -> list[dict]:
+    """The rows with the fleet's verdicts over them (`fleet`: the `fleet:` settings)."""
+    return fleet_columns(rows, fleet["method"], fleet["fdr"])
+
+
 def table_text(rows: list[dict]) -> str:
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
@@ -111,11 +129,12 @@ def print_quality_warnings(rows: list[dict]) -> None:
 def write_summary(
     metrics_paths: list[str],
     table_path: str | os.PathLike,
+    fleet: dict,
     quality_thresholds: dict | None = None,
     dataset_quality: dict | None = None,
 ) -> list[dict]:
     """The summarize job: every dataset trained."""
-    rows = summary_rows(metrics_paths, quality_thresholds, dataset_quality)
+    rows = with_fleet_columns(summary_rows(metrics_paths, quality_thresholds, dataset_quality), fleet)
     print_quality_warnings(rows)
     write_table(rows, table_path)
     return rows

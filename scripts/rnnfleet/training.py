@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rnnfleet import evaluation
+from rnnfleet import evaluation, fleet
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import UserError, log, one_line
@@ -336,6 +336,16 @@ def score_test_period(
         returns = target.to_units(actual, arrays.target_mean, arrays.target_std)
         scores["test_hit_rate"] = evaluation.hit_rate(forecasts, returns)
         scores["test_trade_bps"] = evaluation.sign_trading_bps(forecasts, returns, cost_bps)
+        # Sharpe ratio of trades that do not overlap (one every `horizon` windows): the
+        # fleet's deflated Sharpe ratio needs independent returns (rnnfleet.fleet).
+        spaced = slice(None, None, arrays.horizon)
+        moments = fleet.sharpe_moments(evaluation.sign_trade_returns(forecasts[spaced], returns[spaced], cost_bps))
+        scores.update(
+            test_sharpe=moments["sharpe"],
+            test_sharpe_trades=moments["trades"],
+            test_trade_skew=moments["skew"],
+            test_trade_kurtosis=moments["kurtosis"],
+        )
     elif target.measures == "size":
         persistence = arrays.targets[ends - arrays.horizon].astype(np.float64)  # known at the window's end
         persistence_losses = evaluation.window_losses(persistence, actual, classification=False)

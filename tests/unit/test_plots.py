@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PNG_SIGNATURE
+from conftest import PNG_SIGNATURE, REPO
 
 import rnnfleet.plots
 from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures
@@ -90,11 +90,15 @@ def test_figures_tolerate_datasets_without_a_model(tmp_path):
         tmp_path / "curves",
         tmp_path / "skill.png",
         tmp_path / "table.html",
+        REPO / "report" / "workflow.rst",
+        tmp_path / "start.rst",
     )
     assert [path.name for path in (tmp_path / "curves").iterdir()] == ["GOOD_1m.png"]
     assert (tmp_path / "skill.png").read_bytes().startswith(PNG_SIGNATURE)
     table_html = (tmp_path / "table.html").read_text()
     assert table_html.index("GOOD_1m") < table_html.index("BAD_1m") and "<td>diverged</td>" in table_html
+    # no test scores, no fleet verdicts: the start page is the template
+    assert (tmp_path / "start.rst").read_text() == (REPO / "report" / "workflow.rst").read_text()
 
 
 def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path, monkeypatch):

@@ -7,7 +7,10 @@ import re
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
 
 def test_speed_bench_runs_both_workloads_and_reports_ratios(tmp_path):

@@ -37,6 +37,8 @@ from rnnfleet.hooks.recovery import RUN_VARIABLE, RUNS_DIR
 from rnnfleet.model import load_model
 from rnnfleet.runner.orphans import RunGone, run_job_guard
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 OUTPUT_FOLDERS = ("prep", "models", "metrics", "results", "predictions")
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import PROGRAMS
@@ -31,11 +34,17 @@ def test_a_job_reaches_a_running_warm_server_without_heavy_imports(tmp_path, mon
     settings = job_client.write_settings({"preprocess": {"warm_workers": True}})
     probe = PROGRAMS / "job_client_probe.py"
     command = [sys.executable, str(probe), "preprocess", "--log", "job.log", "--settings", str(settings)]
-    snakemake_job_env = {**os.environ, "TMPDIR": str(tmp_path)}  # Snakemake sets $TMPDIR for its jobs
-    for _ in range(2):
-        subprocess.run(
-            [*command, "--text", "dataset", "none_1m"], cwd=tmp_path, env=snakemake_job_env, capture_output=True
-        )
+    # Snakemake sets $TMPDIR for its jobs, to a short folder of its own: the server's socket
+    # path must fit AF_UNIX's ~100 bytes, which pytest's tmp_path under a worker may not.
+    job_tmp = Path(tempfile.mkdtemp(prefix="rnnfleet-test-"))
+    snakemake_job_env = {**os.environ, "TMPDIR": str(job_tmp)}
+    try:
+        for _ in range(2):
+            subprocess.run(
+                [*command, "--text", "dataset", "none_1m"], cwd=tmp_path, env=snakemake_job_env, capture_output=True
+            )
+    finally:
+        shutil.rmtree(job_tmp, ignore_errors=True)
     log = (tmp_path / "job.log").read_text()
     assert "warm worker unavailable" not in log and "internal error TypeError" in log
     modules = set(json.loads((tmp_path / "modules.json").read_text()))

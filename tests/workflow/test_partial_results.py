@@ -29,6 +29,8 @@ from rnnfleet.errors import WRITE_CAUSES, WriteError, job_guard
 from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
 from rnnfleet.model import load_model
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 GOOD = ["A_1m", "B_1m", "C_1m", "D_1m"]
 BROKEN = "BROKEN_1m"  # a data error: zero prices
 CRASHING = "CRASH_1m"  # its training crashes (a test fault), a failure that may pass
@@ -84,6 +86,12 @@ def test_the_table_tells_a_data_error_from_a_failure_that_may_pass(failed_run):
     assert rows[BROKEN]["error"].startswith(f"preprocess: data/{BROKEN}.csv: zero or negative price")
     assert rows[CRASHING]["error"].startswith(f"train: {CRASHING}: internal error RuntimeError: test fault")
     assert "1 of them are data errors" in result.stderr
+    # The fleet's correction is over the datasets that were scored, and says so.
+    assert {row["fleet_tests"] for row in rows.values()} == {str(len(GOOD))}
+    assert all(rows[name]["fleet_verdict"] for name in GOOD)
+    assert rows[BROKEN]["fleet_verdict"] == rows[CRASHING]["fleet_verdict"] == ""
+    start_page = (workdir / "results" / "report_start.rst").read_text()
+    assert f"Of {len(GOOD)} dataset(s) with a test score" in start_page
 
 
 def test_the_report_holds_every_good_loss_curve_and_lists_the_failures(failed_run):

@@ -28,6 +28,8 @@ from rnnfleet.hooks.previous_models import BACKUP_DIR
 from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_csv
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 RETRAIN = {"train": {"epochs": 3}}  # a hyper-parameter change: every model is trained again
 
 

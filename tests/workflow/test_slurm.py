@@ -39,6 +39,8 @@ from conftest import (
 
 from rnnfleet.faults import PACKED_JOB_EXIT
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 START_CLUSTER = REPO / "tests" / "slurm" / "start_cluster.sh"
 # The real profile, then the test cluster's own settings (status via squeue, fast polling).
 PROFILES = ("--profile", str(REPO / "profiles" / "slurm"), "--profile", str(REPO / "tests" / "slurm" / "profile"))

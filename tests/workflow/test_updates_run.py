@@ -31,6 +31,8 @@ from rnnfleet.targets import TARGETS
 from rnnfleet.training import AMP_DTYPES, evaluate, usable_windows, window_view
 from rnnfleet.updating import with_normalisation
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 DAY = 400  # bars of one "day" file
 DAYS = 3
 GROWING_ROWS = 800  # the single-file dataset's bars before it grows by DAY

@@ -22,6 +22,8 @@ from rnnfleet.errors import last_marked_line
 from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_columns
 
+pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
+
 DATASETS = ["EURUSD_1m", "SPY_1m"]
 FORECAST_BARS = 5
 # What a run needs besides an example's own config (as --config, after it).

@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.hooks.previous_models import KEPT_STATUS
-from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_table_html
+from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_start_page, write_table_html
 from rnnfleet.summary import (
     SUMMARY_COLUMNS,
     failure_report,
     outcome_row,
     print_quality_warnings,
     table_text,
+    with_fleet_columns,
     write_table,
 )
 
@@ -55,6 +56,8 @@ class ResultPaths:
     skill_plot: str
     loss_curves: str
     not_done: str  # the datasets not done, one a line, written with the table
+    start_template: str  # the report's start page: its template, and the page with the verdicts
+    start_page: str
 
 
 def read_text_or_none(path: str) -> str | None:
@@ -71,6 +74,7 @@ def write_results_after_failures(
     metrics_pattern: str,
     model_pattern: str,
     paths: ResultPaths,
+    fleet: dict,
     quality_thresholds: dict | None = None,
     dataset_quality: dict | None = None,
 ) -> list[dict]:
@@ -91,6 +95,7 @@ def write_results_after_failures(
         if row["status"] not in ("ok", "not run") and os.path.exists(model_pattern.format(dataset=dataset)):
             row = {**row, "status": KEPT_STATUS, "error": f"{row['status']}: {row['error']}"}
         rows.append(row)
+    rows = with_fleet_columns(rows, fleet)
     not_ok = [row for row in rows if row["status"] != "ok"]
     text = table_text(rows)
     try:
@@ -103,6 +108,7 @@ def write_results_after_failures(
             as_read_back = list(csv.DictReader(io.StringIO(text)))  # what the plots job sees
             write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
             draw_skill_overview(as_read_back, paths.skill_plot)
+            write_start_page(paths.start_template, as_read_back, paths.start_page)
             refresh_loss_curves(ok_metrics, paths.loss_curves)
             with atomic_write(paths.not_done) as handle:  # written after the table: newer than it
                 handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
