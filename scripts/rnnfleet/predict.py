@@ -23,6 +23,7 @@ folder with the content it was trained with (rnnfleet.plugins.model_file_sources
 from __future__ import annotations
 
 import argparse
+import glob
 import io
 import os
 import sys
@@ -90,7 +91,8 @@ def forecast_frame(
     if len(bars) < needed_rows:
         raise DataError(
             f"{name}: {len(bars)} bars, a forecast needs at least {needed_rows} "
-            f"(seq_len {seq_len} + {warmup} bar(s) of feature warm-up)"
+            f"(seq_len {seq_len} + {warmup} bar(s) of feature warm-up): give earlier bars too "
+            "(several files are joined in time order, e.g. --csv yesterday.csv today.csv)"
         )
     if last is not None:
         bars = bars.iloc[-(last + needed_rows - 1) :]
@@ -247,7 +249,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
         "at each bar of a CSV with a model file written by rnnfleet.",
     )
     parser.add_argument("--model", required=True, help="model file, e.g. models/EURUSD_1m.pt")
-    parser.add_argument("--csv", required=True, help="recent bars (any layout rnnfleet reads), oldest first")
+    parser.add_argument(
+        "--csv",
+        required=True,
+        nargs="+",
+        metavar="FILE",
+        help="recent bars (any layout rnnfleet reads); several files or a quoted glob (e.g. 'data/BTCUSDT/*.zip') "
+        "are joined in time order, as training joins a dataset's period files",
+    )
     add_format_options(parser)
     parser.add_argument("--out", required=True, help="forecasts CSV to write")
     parser.add_argument("--last", type=positive_int, help="forecast only at the last N bars (default: every bar)")
@@ -266,13 +275,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
     args = parser.parse_args(argv)
     options = {key: getattr(args, key) for key in FORMAT_DEFAULTS if getattr(args, key) is not None}
     try:
-        check_command_paths(args.model, args.csv, args.out)
+        bars_files = expanded_paths(args.csv)
+        check_command_paths(args.model, bars_files, args.out)
         check_device(args.device)
         checkpoint = load_checkpoint(args.model)
         read_format, read_note = reading_settings(checkpoint, args.model, options, args.override_format)
         forecast_csv(
             args.model,
-            args.csv,
+            bars_files,
             args.out,
             args.last,
             args.max_bad_fraction,
@@ -289,9 +299,24 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
     return 0
 
 
-def check_command_paths(model: str, csv: str, out: str) -> None:
+def expanded_paths(given: list[str]) -> list[str]:
+    """The --csv files: each name as given, a glob pattern (one no file is named after) as
+    the files it matches, in name order. UserError for a pattern that matches nothing."""
+    paths = []
+    for name in given:
+        if os.path.exists(name) or not glob.has_magic(name):
+            paths.append(name)
+            continue
+        matched = sorted(path for path in glob.glob(name, recursive=True) if os.path.isfile(path))
+        if not matched:
+            raise UserError(f"--csv {name}: no file matches that pattern")
+        paths += matched
+    return list(dict.fromkeys(paths))
+
+
+def check_command_paths(model: str, csv: list[str], out: str) -> None:
     """UserError when --out would replace the command's own input or is a folder."""
-    for option, given in (("--csv", csv), ("--model", model)):
+    for option, given in (*(("--csv", path) for path in csv), ("--model", model)):
         if os.path.exists(out) and os.path.exists(given) and os.path.samefile(out, given):
             raise UserError(
                 f"--out {out} is the {option} file: it would be replaced by the forecasts; name another file"

@@ -96,6 +96,33 @@ def test_command_line_entry_point_runs_as_a_module(trained, tmp_path):
     assert len(pd.read_csv(out)) == 1 and "1 forecast(s)" in completed.stderr
 
 
+def test_several_files_or_a_glob_are_joined_like_one_file(trained, tmp_path, capsys):
+    """Two day files (the second too short for a window alone) give the forecasts of the
+    one file they were cut from; a quoted glob the same; a pattern matching nothing one line."""
+    csv_path, model_path, _, _ = trained
+    whole = forecasts_for(model_path, csv_path, tmp_path / "whole.csv", "--last", "3")
+    bars = pd.read_csv(csv_path)
+    days = tmp_path / "days"
+    days.mkdir()
+    cut = len(bars) - 5  # the "today" file: 5 bars, fewer than a window
+    bars.iloc[:cut].to_csv(days / "A_1m-2024-01-01.csv", index=False, float_format="%.6f")
+    bars.iloc[cut:].to_csv(days / "A_1m-2024-01-02.csv", index=False, float_format="%.6f")
+    assert (
+        main(["--model", str(model_path), "--csv", str(days / "A_1m-2024-01-02.csv"), "--out", str(tmp_path / "x.csv")])
+        == 1
+    )
+    assert "give earlier bars too (several files are joined in time order" in capsys.readouterr().err
+    files = [str(days / "A_1m-2024-01-01.csv"), str(days / "A_1m-2024-01-02.csv")]
+    out = tmp_path / "joined.csv"
+    assert main(["--model", str(model_path), "--csv", *files, "--out", str(out), "--last", "3"]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out), whole)
+    assert "2 files under" in capsys.readouterr().err
+    globbed = forecasts_for(model_path, days / "A_1m-*.csv", tmp_path / "globbed.csv", "--last", "3")
+    pd.testing.assert_frame_equal(globbed, whole)
+    assert main(["--model", str(model_path), "--csv", str(days / "B_*.csv"), "--out", str(out)]) == 1
+    assert capsys.readouterr().err.strip().endswith("B_*.csv: no file matches that pattern")
+
+
 def test_too_short_or_malformed_csv_is_one_clear_error(trained, tmp_path, capsys):
     csv_path, model_path, _, _ = trained
     short = tmp_path / "short.csv"
