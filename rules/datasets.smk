@@ -69,6 +69,9 @@ SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.hooks.after_failures
+FORECASTS = (
+    f"{PATHS['results']}/forecasts.csv"  # every dataset's forecast at its last bar
+)
 # The report's start page: the template, and the page made from it with the fleet's
 # verdicts (rnnfleet.plots.write_start_page), which the report shows once it is there.
 START_TEMPLATE = str(RNNFLEET_DIR / "report" / "workflow.rst")

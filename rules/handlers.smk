@@ -2,6 +2,8 @@
 # (speed-ups, guards for unusable dataset files, the retry policy), the clean-up after a
 # killed run (at parse time, before Snakemake checks its lock), and the onstart / onsuccess /
 # onerror handlers (Snakemake keeps one handler of each kind).
+import time
+
 from snakemake.logging import logger
 
 from rnnfleet.hooks.after_failures import (
@@ -31,7 +33,11 @@ from rnnfleet.hooks.packed_jobs import (
     in_slurm_job,
 )
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
+from rnnfleet.summary import print_run_summary
 from rnnfleet.plots import drop_stale_snakemake_backup
+
+# The run's start, for its last line: which datasets this run trained (print_run_summary).
+RUN_STARTED = time.time()
 
 # Per-job costs inside Snakemake that grow with the number of datasets (see the module).
 SNAKEMAKE_SPEEDUPS = apply_snakemake_speedups(warn=workflow.is_main_process)
@@ -103,6 +109,7 @@ onstart:
 onsuccess:
     stop_mps_if_on()
     drop_not_done_list_if_replaced(NOT_DONE, SUMMARY)
+    print_run_summary(SUMMARY, FORECASTS, METRICS, RUN_STARTED)
 
 
 # With failed or stopped jobs Snakemake skips the summarize and plots jobs (their inputs
@@ -123,6 +130,7 @@ onerror:
             not_done=NOT_DONE,
             start_template=START_TEMPLATE,
             start_page=START_PAGE,
+            forecasts=FORECASTS,
         ),
         fleet=config["fleet"],
         quality_thresholds=config["quality"],

@@ -8,6 +8,7 @@ rule summarize:
         not_done=stale_not_done_list,
     output:
         table=SUMMARY,
+        forecasts=FORECASTS,
     log:
         f"{PATHS['logs']}/summarize.log",
     conda:
@@ -18,5 +19,7 @@ rule summarize:
         dataset_quality=DATASET_QUALITY,
         # the fleet's correction too: it is over the table's datasets, re-trains nothing
         fleet=config["fleet"],
+        # the forecasts table names each model file (MODEL)
+        models_folder=PATHS["models"],
     script:
         "../scripts/summarize.py"

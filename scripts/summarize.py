@@ -9,6 +9,8 @@ with run_job_guard("summary"):
     write_summary(
         metrics_paths=snakemake.input.metrics,
         table_path=snakemake.output.table,
+        forecasts_path=snakemake.output.forecasts,
+        model_pattern=snakemake.params.models_folder + "/{dataset}.pt",
         fleet=dict(snakemake.params.fleet),
         quality_thresholds=dict(snakemake.params.quality),
         dataset_quality=dict(snakemake.params.dataset_quality),

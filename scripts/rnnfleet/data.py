@@ -78,6 +78,12 @@ class PreparedArrays:
     # The time of each feature row's bar, int64 nanoseconds since the epoch, UTC (for the test
     # period's chart). Empty in array files written before they were kept.
     row_times: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # The features (before normalisation, float64) of the last seq_len bars, up to the file's
+    # last bar (which has no target yet), and that bar's time: the window the fleet's
+    # forecast is made from (rnnfleet.predict.forecast_at_last_bar). Empty / -1 in array
+    # files written before they were kept.
+    latest_features: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    latest_time: int = -1
 
     @property
     def rows(self) -> int:
@@ -432,6 +438,7 @@ def prepare_dataset(
         )
     feature_matrix, targets, matrix, last_close = compute_features(frame, horizon, features, target, name)
     names, warmup = matrix.names, matrix.warmup
+    latest_features = np.array(matrix.values[warmup:][-seq_len:], dtype=np.float64)
     del frame, matrix  # from here on only the numbers are held (a large file is in memory once)
     arrays = split_and_normalise(
         feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target, test_fraction, warmup
@@ -446,6 +453,8 @@ def prepare_dataset(
         features_left_out=left_out,
         row_digests=row_digests(feature_matrix, targets),
         row_times=np.ascontiguousarray(timestamps_ns[warmup : warmup + len(targets)], dtype=np.int64),
+        latest_features=latest_features,
+        latest_time=int(timestamps_ns[-1]),
     )
     if len(gap_bars):
         notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
@@ -492,6 +501,8 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             row_digests=arrays.row_digests,
             settings_sha256=np.str_(arrays.settings_sha256),
             row_times=arrays.row_times,
+            latest_features=arrays.latest_features,
+            latest_time=np.int64(arrays.latest_time),
         )
 
 
@@ -537,6 +548,9 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 row_digests=stored["row_digests"] if "row_digests" in stored.files else np.zeros(0, np.uint64),
                 settings_sha256=str(stored["settings_sha256"]) if "settings_sha256" in stored.files else "",
                 row_times=stored["row_times"] if "row_times" in stored.files else np.zeros(0, np.int64),
+                **{"latest_features": stored["latest_features"], "latest_time": int(stored["latest_time"])}
+                if "latest_features" in stored.files
+                else {},
             )
     except DataError:
         raise

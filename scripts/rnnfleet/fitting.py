@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import log
+from rnnfleet.predict import forecast_at_last_bar
 from rnnfleet.training import (
     StartState,
     all_rows_train,
@@ -155,6 +156,7 @@ def fit_dataset(
         product=evaluate["production"],
         lineage=lineage,
     )
+    metrics |= forecast_at_last_bar(product.model, checkpoint, arrays)  # the fleet's forecasts table
     return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
 
 

@@ -33,7 +33,15 @@ import numpy as np
 import torch
 
 from rnnfleet.checkpoint import atomic_write, load_checkpoint
-from rnnfleet.data import MAX_BAD_FRACTION_KEY, DataError, bar_features, bars_label, normalise, read_clean_bars
+from rnnfleet.data import (
+    MAX_BAD_FRACTION_KEY,
+    DataError,
+    PreparedArrays,
+    bar_features,
+    bars_label,
+    normalise,
+    read_clean_bars,
+)
 from rnnfleet.errors import UserError
 from rnnfleet.formats import (
     DELIMITERS,
@@ -68,6 +76,39 @@ def predict_scaled(model: torch.nn.Module, features: np.ndarray, seq_len: int) -
     windows = window_view(torch.from_numpy(features).to(device), seq_len)
     outputs = [outputs_of(model, windows[start : start + EVAL_BATCH]) for start in range(0, len(windows), EVAL_BATCH)]
     return torch.cat(outputs).cpu().numpy()
+
+
+def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: PreparedArrays) -> dict:
+    """The forecast made at the last bar of the arrays' file(s), as `rnnfleet predict --last 1`
+    on those files makes it, as metrics entries: forecast_time (the bar's time, UTC),
+    forecast_bar_close, forecast_horizon (bars), forecast (in the target's units) and, for log_return,
+    forecast_close. {} where the arrays keep no full window up to that bar (an array file
+    of an older rnnfleet)."""
+    import pandas as pd
+
+    recorded, normalisation = checkpoint["features"], checkpoint["normalisation"]
+    seq_len, target = int(recorded["seq_len"]), TARGETS[recorded["target"]]
+    if arrays.latest_time < 0 or len(arrays.latest_features) < seq_len:
+        return {}
+    features = normalise(
+        arrays.latest_features[-seq_len:],
+        np.asarray(normalisation["feature_mean"], dtype=np.float32),
+        np.asarray(normalisation["feature_std"], dtype=np.float32),
+    )
+    model.eval()
+    scaled = predict_scaled(model, features, seq_len).astype(np.float64)
+    forecast = float(
+        target.to_units(scaled, float(normalisation["target_mean"]), float(normalisation["target_std"]))[-1]
+    )
+    entries = {
+        "forecast_time": str(pd.Timestamp(arrays.latest_time, tz="UTC")),
+        "forecast_bar_close": arrays.last_close,
+        "forecast_horizon": arrays.horizon,
+        "forecast": forecast,
+    }
+    if target.name == "log_return":
+        entries["forecast_close"] = arrays.last_close * float(np.exp(forecast))
+    return entries
 
 
 def forecast_frame(

@@ -73,6 +73,32 @@ SUMMARY_COLUMNS = (
     "status",  # one of STATUSES
     "error",  # for a dataset that is not ok: the step, and the one line its log ends with
 )
+# The fleet's forecasts (results/forecasts.csv): one row per dataset, the forecast its model
+# made at the last bar of its files (rnnfleet.predict.forecast_at_last_bar), or why there is none.
+FORECAST_COLUMNS = (
+    "dataset",
+    "status",
+    "time",  # of the bar the forecast is made at, UTC
+    "close",  # that bar's close
+    "horizon",  # bars ahead
+    "forecast",  # in the target's units
+    "forecast_close",  # log_return: the close it implies
+    "target",
+    "made",
+    "test_skill",
+    "test_verdict",
+    "fleet_verdict",
+    "model",  # the model file it came from
+    "error",
+)
+# Where each forecast column comes from in a dataset's metrics.
+FORECAST_METRICS = {
+    "time": "forecast_time",
+    "close": "forecast_bar_close",
+    "horizon": "forecast_horizon",
+    "forecast": "forecast",
+    "forecast_close": "forecast_close",
+}
 # ok; "data error": the input file needs fixing (it fails the same way until it is);
 # "failed": a crash or out of memory, which may pass; "stopped": by a signal;
 # "previous model kept": a re-train failed (the error starts with which of the above),
@@ -89,7 +115,7 @@ def metrics_row(
     `quality_thresholds` (the run's `quality:` config; None: the defaults)."""
     with open(metrics_path) as handle:
         metrics = json.load(handle)
-    row = {column: metrics.get(column, "") for column in SUMMARY_COLUMNS}
+    row = {column: metrics.get(column, "") for column in (*SUMMARY_COLUMNS, *FORECAST_METRICS.values())}
     thresholds = (dataset_quality or {}).get(metrics.get("dataset"), quality_thresholds)
     return {**row, "quality_flags": quality_flags(metrics, thresholds), "status": "ok", "error": ""}
 
@@ -108,7 +134,7 @@ def with_fleet_columns(rows: list[dict], fleet: dict) -> list[dict]:
 
 def table_text(rows: list[dict]) -> str:
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=SUMMARY_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(text, fieldnames=SUMMARY_COLUMNS, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return text.getvalue()
@@ -117,6 +143,34 @@ def table_text(rows: list[dict]) -> str:
 def write_table(rows: list[dict], table_path: str | os.PathLike) -> None:
     with atomic_write(table_path) as handle:
         handle.write(table_text(rows).encode())
+
+
+def forecast_row(row: dict, model_pattern: str) -> dict:
+    """A dataset's row of the forecasts table, from its row of the summary table (with the
+    forecast entries of its metrics); the error says why a dataset has no forecast."""
+    forecast = {column: row.get(key, "") for column, key in FORECAST_METRICS.items()}
+    error = row.get("error", "")
+    if row.get("status", "ok") == "ok" and forecast["forecast"] == "":
+        error = "no forecast: the array file predates the forecasts table (delete it to preprocess again)"
+    elif row.get("status", "ok") != "ok":
+        error = f"no forecast this run: {error}"
+    return {
+        **{column: row.get(column, "") for column in FORECAST_COLUMNS},
+        **forecast,
+        "status": row.get("status", "ok"),
+        "model": model_pattern.format(dataset=row["dataset"]),
+        "error": error,
+    }
+
+
+def write_forecasts(rows: list[dict], model_pattern: str, forecasts_path: str | os.PathLike) -> None:
+    """results/forecasts.csv: every dataset of the table, its forecast or why it has none."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=FORECAST_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(forecast_row(row, model_pattern) for row in rows)
+    with atomic_write(forecasts_path) as handle:
+        handle.write(text.getvalue().encode())
 
 
 def print_quality_warnings(rows: list[dict]) -> None:
@@ -129,14 +183,17 @@ def print_quality_warnings(rows: list[dict]) -> None:
 def write_summary(
     metrics_paths: list[str],
     table_path: str | os.PathLike,
+    forecasts_path: str | os.PathLike,
+    model_pattern: str,
     fleet: dict,
     quality_thresholds: dict | None = None,
     dataset_quality: dict | None = None,
 ) -> list[dict]:
-    """The summarize job: every dataset trained."""
+    """The summarize job: every dataset trained. model_pattern: the model files' path, with {dataset}."""
     rows = with_fleet_columns(summary_rows(metrics_paths, quality_thresholds, dataset_quality), fleet)
     print_quality_warnings(rows)
     write_table(rows, table_path)
+    write_forecasts(rows, model_pattern, forecasts_path)
     return rows
 
 
@@ -177,3 +234,38 @@ def failure_report(not_ok: list[dict], total: int, table_path: str) -> str:
         lines.append(f"{data_errors} of them are data errors: those files need fixing (or removing) before they train.")
     lines.append("Run the same command again to retry what is not done: finished models are kept.")
     return "\n".join(lines)
+
+
+def run_summary(rows: list[dict], trained_now: set[str], table_path: str, forecasts_path: str) -> str:
+    """The line that ends a run that re-wrote the table: how many of its datasets were trained
+    from scratch or updated in this run, how many were left as they were, and where the table
+    and the forecasts are (trained_now: the datasets whose metrics this run wrote)."""
+    made = [str(row.get("made", "")) for row in rows if row["dataset"] in trained_now]
+    full = sum(label == "full" for label in made)
+    forecasts = sum(row.get("forecast", "") != "" for row in rows)
+    return (
+        f"rnnfleet: {len(rows)} dataset(s): {full} trained from scratch, {len(made) - full} updated, "
+        f"{len(rows) - len(made)} unchanged; table {table_path}; {forecasts} forecast(s) in {forecasts_path}"
+    )
+
+
+def print_run_summary(table_path: str, forecasts_path: str, metrics_pattern: str, started: float) -> None:
+    """run_summary on stderr when this run (started at `started`, time.time()) wrote the table."""
+    try:
+        if os.stat(table_path).st_mtime < started:
+            return
+        with open(table_path, encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        with open(forecasts_path, encoding="utf-8") as handle:
+            forecasts = {row["dataset"]: row["forecast"] for row in csv.DictReader(handle)}
+    except (OSError, KeyError, csv.Error):
+        return  # a summary line never fails a run that succeeded
+    trained_now = set()
+    for row in rows:
+        try:
+            if os.stat(metrics_pattern.format(dataset=row["dataset"])).st_mtime >= started:
+                trained_now.add(row["dataset"])
+        except OSError:
+            pass
+        row["forecast"] = forecasts.get(row["dataset"], "")
+    print(run_summary(rows, trained_now, table_path, forecasts_path), file=sys.stderr)

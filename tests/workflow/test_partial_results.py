@@ -92,6 +92,15 @@ def test_the_table_tells_a_data_error_from_a_failure_that_may_pass(failed_run):
     assert rows[BROKEN]["fleet_verdict"] == rows[CRASHING]["fleet_verdict"] == ""
     start_page = (workdir / "results" / "report_start.rst").read_text()
     assert f"Of {len(GOOD)} dataset(s) with a test score" in start_page
+    # The fleet's forecasts: every dataset has a row, the failed ones say why they have none.
+    with open(workdir / "results" / "forecasts.csv", encoding="utf-8") as handle:
+        forecasts = {row["dataset"]: row for row in csv.DictReader(handle)}
+    assert set(forecasts) == set(rows)
+    assert all(forecasts[name]["forecast"] and forecasts[name]["status"] == "ok" for name in GOOD)
+    assert forecasts[BROKEN]["forecast"] == forecasts[CRASHING]["forecast"] == ""
+    assert forecasts[BROKEN]["status"] == "data error"
+    assert forecasts[BROKEN]["error"].startswith("no forecast this run: preprocess: ")
+    assert forecasts[CRASHING]["error"].startswith(f"no forecast this run: train: {CRASHING}: internal error")
 
 
 def test_the_report_holds_every_good_loss_curve_and_lists_the_failures(failed_run):

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ from conftest import REPO, TINY_ROWS
 
 from rnnfleet.checkpoint import save_checkpoint
 from rnnfleet.data import prepare_dataset
-from rnnfleet.predict import FORECAST_COLUMNS, main
+from rnnfleet.predict import FORECAST_COLUMNS, forecast_at_last_bar, main
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.training import build_checkpoint, train_model, window_view
 
@@ -94,6 +95,18 @@ def test_command_line_entry_point_runs_as_a_module(trained, tmp_path):
     completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert len(pd.read_csv(out)) == 1 and "1 forecast(s)" in completed.stderr
+
+
+def test_the_forecast_at_the_last_bar_is_the_commands_last_forecast(trained, tmp_path):
+    """What the train job puts in the fleet's forecasts table, from the array file alone."""
+    csv_path, model_path, arrays, result = trained
+    checkpoint = torch.load(model_path, weights_only=True)
+    entries = forecast_at_last_bar(result.model, checkpoint, arrays)
+    (last,) = forecasts_for(model_path, csv_path, tmp_path / "last.csv", "--last", "1").to_dict("records")
+    assert entries["forecast_time"] == last["timestamp"] and entries["forecast_horizon"] == HORIZON
+    assert entries["forecast"] == pytest.approx(last["forecast_log_return"], rel=1e-6, abs=1e-12)
+    assert entries["forecast_close"] == pytest.approx(last["forecast_close"], rel=1e-9)
+    assert forecast_at_last_bar(result.model, checkpoint, replace(arrays, latest_time=-1)) == {}
 
 
 def test_several_files_or_a_glob_are_joined_like_one_file(trained, tmp_path, capsys):

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from conftest import (
@@ -23,6 +24,7 @@ from conftest import (
 
 from rnnfleet.data import load_arrays
 from rnnfleet.model import load_model
+from rnnfleet.predict import main as predict_main
 from rnnfleet.training import window_view
 
 DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
@@ -76,6 +78,26 @@ def test_summary_has_one_row_per_dataset(trained):
         )
 
 
+def test_the_fleets_forecasts_are_those_of_each_model_at_its_last_bar(trained, tmp_path):
+    """results/forecasts.csv: a row per dataset, made at the last bar of its file, equal to
+    `rnnfleet predict --last 1` on that file with that model."""
+    with open(trained / "results" / "forecasts.csv") as handle:
+        forecasts = {row["dataset"]: row for row in csv.DictReader(handle)}
+    assert set(forecasts) == DATASETS
+    for dataset, row in forecasts.items():
+        bars = pd.read_csv(trained / "data" / f"{dataset}.csv")
+        assert pd.Timestamp(row["time"]) == pd.Timestamp(bars["timestamp"].iloc[-1], tz="UTC")
+        assert float(row["close"]) == pytest.approx(bars["close"].iloc[-1])
+        assert (row["status"], row["error"], row["model"]) == ("ok", "", f"models/{dataset}.pt")
+        out = tmp_path / f"{dataset}.csv"
+        command = ["--model", str(trained / row["model"]), "--csv", str(trained / "data" / f"{dataset}.csv")]
+        assert predict_main([*command, "--out", str(out), "--last", "1"]) == 0
+        (predicted,) = pd.read_csv(out).to_dict("records")
+        assert float(row["forecast"]) == pytest.approx(predicted["forecast_log_return"], rel=1e-6, abs=1e-12)
+        assert float(row["forecast_close"]) == pytest.approx(predicted["forecast_close"], rel=1e-9)
+        assert int(row["horizon"]) == predicted["horizon"]
+
+
 def test_every_rule_logs(trained):
     for rule in ("preprocess", "train"):
         for dataset in DATASETS:
@@ -112,6 +134,7 @@ def test_each_training_uses_exactly_its_declared_threads(trained):
 def test_rerun_with_nothing_changed_does_nothing(trained_copy):
     result = snakemake(trained_copy)
     assert "Nothing to be done" in result.stdout + result.stderr
+    assert "rnnfleet: " not in result.stderr  # no run summary: the table was not re-written
 
 
 def test_added_datasets_train_alone(trained_copy):
@@ -120,10 +143,16 @@ def test_added_datasets_train_alone(trained_copy):
     assert set(pending_jobs(dry, "preprocess")) == {"GOLD_1m", "ETHUSDT_1m"}
     assert set(pending_jobs(dry, "train")) == {"GOLD_1m", "ETHUSDT_1m"}
     before = {d: (trained_copy / "models" / f"{d}.pt").stat().st_mtime_ns for d in DATASETS}
-    snakemake(trained_copy)
+    result = snakemake(trained_copy)
     after = {d: (trained_copy / "models" / f"{d}.pt").stat().st_mtime_ns for d in DATASETS}
     assert before == after
     assert (trained_copy / "models" / "GOLD_1m.pt").exists()
+    total = len(DATASETS) + 2
+    summary = (  # the run's last line of its own (Snakemake's elapsed time follows)
+        f"rnnfleet: {total} dataset(s): 2 trained from scratch, 0 updated, {len(DATASETS)} unchanged; "
+        f"table results/metrics.csv; {total} forecast(s) in results/forecasts.csv"
+    )
+    assert summary in result.stderr.splitlines()
 
 
 def test_replaced_csv_retrains_only_that_dataset(trained_copy):

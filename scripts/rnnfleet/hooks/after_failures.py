@@ -43,6 +43,7 @@ from rnnfleet.summary import (
     print_quality_warnings,
     table_text,
     with_fleet_columns,
+    write_forecasts,
     write_table,
 )
 
@@ -58,6 +59,7 @@ class ResultPaths:
     not_done: str  # the datasets not done, one a line, written with the table
     start_template: str  # the report's start page: its template, and the page with the verdicts
     start_page: str
+    forecasts: str  # the fleet's forecasts, one row per dataset
 
 
 def read_text_or_none(path: str) -> str | None:
@@ -100,10 +102,11 @@ def write_results_after_failures(
     text = table_text(rows)
     try:
         unchanged = read_text_or_none(paths.table) == text and all(
-            os.path.exists(path) for path in (paths.table_html, paths.skill_plot, paths.loss_curves)
+            os.path.exists(path) for path in (paths.table_html, paths.skill_plot, paths.loss_curves, paths.forecasts)
         )
         if not unchanged:
             write_table(rows, paths.table)
+            write_forecasts(rows, model_pattern, paths.forecasts)
             ok_metrics = [metrics_paths[row["dataset"]] for row in rows if row["status"] == "ok"]
             as_read_back = list(csv.DictReader(io.StringIO(text)))  # what the plots job sees
             write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
