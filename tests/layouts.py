@@ -286,6 +286,26 @@ def write_parquet_text_close(bars: pd.DataFrame, path: Path) -> None:
 
 
 # {dataset: (builder, file suffix, what its read line must say, whether it has volume)}
+def write_dukascopy_local(bars: pd.DataFrame, path: Path, zone: str = "America/New_York") -> None:
+    """Dukascopy's "Local time" export: each bar's local time with its own offset (GMT-0500)."""
+    local = bars["timestamp"].dt.tz_convert(zone)
+    times = local.dt.strftime("%d.%m.%Y %H:%M:%S.000 GMT%z")
+    pd.DataFrame({"Local time": times, **{key.capitalize(): bars[key] for key in BAR_KEYS}}).to_csv(path, index=False)
+
+
+def write_kaggle_bitstamp(bars: pd.DataFrame, path: Path) -> None:
+    """The Kaggle Bitstamp minute set: epoch seconds, volume in the base and quote currency."""
+    pd.DataFrame(
+        {
+            "Timestamp": epoch(bars, "s"),
+            **{key.capitalize(): bars[key] for key in ("open", "high", "low", "close")},
+            "Volume_(BTC)": bars["volume"],
+            "Volume_(Currency)": bars["volume"] * bars["close"],
+            "Weighted_Price": bars["close"],
+        }
+    ).to_csv(path, index=False)
+
+
 REAL_LAYOUTS = {
     "NSE_1m": (
         write_nse,
@@ -316,6 +336,18 @@ REAL_LAYOUTS = {
         write_mt5_utf16,
         ".csv",
         "auto: header, '\\t'-delimited, 9 columns, UTF-16 text, time from columns '<DATE>' + '<TIME>'",
+        True,
+    ),
+    "DUKASLOCAL_1m": (
+        write_dukascopy_local,
+        ".csv",
+        "auto: header, ','-delimited, 6 columns, time from column 'Local time' as %d.%m.%Y %H:%M:%S.%f GMT%z text, UTC",
+        True,
+    ),
+    "BITSTAMP_1m": (
+        write_kaggle_bitstamp,
+        ".csv",
+        "auto: header, ','-delimited, 8 columns, time from column 'Timestamp' in epoch s (told by the values), UTC",
         True,
     ),
     "PARQUETTEXT_1m": (

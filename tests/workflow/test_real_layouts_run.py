@@ -1,6 +1,7 @@
 """Layouts of real files that were refused before (issue 24: no volume, FXCM's bid/ask
 columns, yfinance's three header lines, every line quoted, UTF-16, numbers as text in
-Parquet) train through the real snakemake with the default config; a feature the config
+Parquet; Dukascopy's "Local time" export with its offsets, the Kaggle Bitstamp set) train
+through the real snakemake with the default config, zoned files at their UTC instants; a feature the config
 names that needs volume fails alone; `snakemake inspect` tables every file beside an
 unreadable one.
 """
@@ -20,6 +21,9 @@ from rnnfleet.data import load_arrays
 from rnnfleet.errors import DATA_ERROR_NOTE
 
 WITHOUT_VOLUME = [dataset for dataset, (*_, has_volume) in REAL_LAYOUTS.items() if not has_volume]
+# Files that say their times' zone (an offset per bar, epoch seconds, zoned times): every bar
+# at the plain CSV's UTC instant, first to last.
+ZONED = ["YFINANCE_1m", "PARQUETTEXT_1m", "DUKASLOCAL_1m", "BITSTAMP_1m"]
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +50,9 @@ def test_each_real_layout_trains_through_snakemake_on_the_arrays_of_the_plain_cs
         assert len(read_lines) == 1 and read_as in read_lines[0], (dataset, read_lines)
         assert summary[dataset]["status"] == "ok", (dataset, summary[dataset])
         assert load_checkpoint(workdir / "models" / f"{dataset}.pt")["dataset"] == dataset
+        if dataset in ZONED:
+            np.testing.assert_array_equal(arrays.row_times, plain.row_times, err_msg=dataset)
+            assert arrays.latest_time == plain.latest_time, dataset
 
 
 def test_without_volume_the_log_summary_and_model_file_say_log_volume_was_left_out_and_forecasts_run(real_run):
