@@ -5,8 +5,9 @@ names the file and the problem, in the job's log and in Snakemake's own error ou
 bug keeps its traceback in the log and gets the same one-line summary; SIGTERM or SIGINT
 stop the job through the normal exception path, so half-written files are removed.
 The last marked line of a log is the job's outcome: the run summary reads it back. A
-problem in the input data ends with DATA_ERROR_NOTE, so that the summary can tell a file to
-fix from a failure that may pass (a crash, a kill, too little memory). A file that cannot be
+problem in the input data ends with DATA_ERROR_NOTE and settings a dataset cannot train with
+with SETTINGS_ERROR_NOTE, so that the summary can tell a file or a setting to fix from a
+failure that may pass (a crash, a kill, too little memory). A file that cannot be
 written (disk full, quota, read-only folder, permission) is a WriteError naming the path and
 the cause in plain words.
 """
@@ -28,6 +29,7 @@ STOPPED_PREFIX = "STOPPED: "
 ATTEMPT_PREFIX = "ATTEMPT "  # starts a retry's part of the log
 OUT_OF_MEMORY = "ran out of GPU memory"
 DATA_ERROR_NOTE = " [data error: fix or remove the file; the next run tries it again]"
+SETTINGS_ERROR_NOTE = " [settings error: change the setting named; until then it fails the same way]"
 # Ends the problem of a job Snakemake retries (a training) when a retry would fail the same
 # way; rnnfleet.hooks.retry_policy then has Snakemake not launch it again.
 NOT_RETRIED = " (not retried: more memory would not help)"
@@ -40,6 +42,11 @@ class UserError(ValueError):
 
 class DataError(UserError):
     """A problem with a user's dataset; the message names the file and the problem."""
+
+
+class SettingsError(UserError):
+    """Settings a dataset cannot train with (more walk-forward folds than its rows hold); the
+    message names the dataset and the settings to change."""
 
 
 class WriteError(UserError):
@@ -115,6 +122,9 @@ def job_guard(
         yield
     except DataError as error:
         report(ERROR_PREFIX + one_line(error) + not_retried + DATA_ERROR_NOTE)
+        raise SystemExit(1) from None
+    except SettingsError as error:
+        report(ERROR_PREFIX + one_line(error) + not_retried + SETTINGS_ERROR_NOTE)
         raise SystemExit(1) from None
     except UserError as error:
         report(ERROR_PREFIX + with_suffix(one_line(error), not_retried))

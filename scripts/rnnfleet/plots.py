@@ -469,8 +469,9 @@ def not_done_html(rows: list[dict[str, str]]) -> str:
     if len(not_ok) > MAX_LISTED_FAILURES:
         items.append(f"<li>... and {len(not_ok) - MAX_LISTED_FAILURES} more (status column below)</li>")
     return (
-        f'<p>{len(not_ok)} dataset(s) not done ("data error": fix or remove the file; any other status '
-        f"may pass when the same command runs again):</p>\n<ul>{''.join(items)}</ul>"
+        f'<p>{len(not_ok)} dataset(s) not done ("data error": fix or remove the file; "settings error": change '
+        "the settings named; any other status may pass when the same command runs again):</p>\n"
+        f"<ul>{''.join(items)}</ul>"
     )
 
 

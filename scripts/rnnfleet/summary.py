@@ -10,7 +10,7 @@ import os
 import sys
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, last_marked_line
+from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, SETTINGS_ERROR_NOTE, last_marked_line
 from rnnfleet.fleet import fleet_columns
 from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
@@ -100,10 +100,11 @@ FORECAST_METRICS = {
     "forecast_close": "forecast_close",
 }
 # ok; "data error": the input file needs fixing (it fails the same way until it is);
+# "settings error": a setting the dataset cannot train with (the same, until it changes);
 # "failed": a crash or out of memory, which may pass; "stopped": by a signal;
 # "previous model kept": a re-train failed (the error starts with which of the above),
 # the model from before is still in place (rnnfleet.hooks.previous_models); "not run": no job of it ran to an end (killed, or left out).
-STATUSES = ("ok", "data error", "failed", "stopped", "previous model kept", "not run")
+STATUSES = ("ok", "data error", "settings error", "failed", "stopped", "previous model kept", "not run")
 SHOWN_FAILURES = 20
 
 
@@ -213,6 +214,8 @@ def outcome_row(
                 status = "stopped"
             elif DATA_ERROR_NOTE in line:
                 status, line = "data error", line.replace(DATA_ERROR_NOTE, "")
+            elif SETTINGS_ERROR_NOTE in line:
+                status, line = "settings error", line.replace(SETTINGS_ERROR_NOTE, "")
             else:
                 status = "failed"
             return {"dataset": dataset, "status": status, "error": f"{step}: {line.split(': ', 1)[1]}"}
@@ -229,9 +232,18 @@ def failure_report(not_ok: list[dict], total: int, table_path: str) -> str:
     lines += [f"  {row['dataset']}: {row['status']}: {row['error']}" for row in not_ok[:SHOWN_FAILURES]]
     if len(not_ok) > SHOWN_FAILURES:
         lines.append(f"  ... and {len(not_ok) - SHOWN_FAILURES} more (see {table_path})")
-    data_errors = sum("data error" in (row["status"], row["error"].split(": ", 1)[0]) for row in not_ok)
-    if data_errors:
-        lines.append(f"{data_errors} of them are data errors: those files need fixing (or removing) before they train.")
+
+    def count(status: str) -> int:  # "previous model kept" rows start their error with what happened
+        return sum(status in (row["status"], row["error"].split(": ", 1)[0]) for row in not_ok)
+
+    if count("data error"):
+        lines.append(
+            f"{count('data error')} of them are data errors: those files need fixing (or removing) before they train."
+        )
+    if count("settings error"):
+        lines.append(
+            f"{count('settings error')} of them are settings errors: the settings each names need changing before it trains."
+        )
     lines.append("Run the same command again to retry what is not done: finished models are kept.")
     return "\n".join(lines)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from rnnfleet.checkpoint import write_json
 from rnnfleet.data import PreparedArrays, denormalised, embargo_rows, fit_normalisation, normalised_with
-from rnnfleet.errors import DataError, UserError
+from rnnfleet.errors import SettingsError, UserError
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import SplitPoints, window_numbers
 
@@ -84,7 +84,7 @@ def fold_plan(
         )
     oldest = plan[0]
     if oldest.split.train_end - (seq_len - 1) < 1:
-        raise DataError(
+        raise SettingsError(
             f"{name}: evaluate.folds={folds} with a step of {step} rows: the oldest fold's test period would start at "
             f"feature row {oldest.first_row + oldest.split.test_start} and leave no training window; lower "
             "evaluate.folds or evaluate.step, or give this dataset more rows"
@@ -191,7 +191,7 @@ def check_fold_windows(arrays: PreparedArrays, fold: Fold, seq_len: int, name: s
     windows = window_numbers(arrays.rows, arrays.split, arrays.gap_bars, seq_len, arrays.horizon, arrays.warmup)
     for part, numbers in zip(("training", "validation", "test"), windows, strict=True):
         if not len(numbers):
-            raise DataError(
+            raise SettingsError(
                 f"{name}: fold {fold.number} of evaluate.folds has no {part} window between the gaps "
                 "(preprocess.max_gap); lower evaluate.folds or evaluate.step"
             )

@@ -15,7 +15,7 @@ import yaml
 from conftest import REPO
 
 from rnnfleet.data import embargo_rows, prepare_dataset
-from rnnfleet.errors import DataError
+from rnnfleet.errors import SettingsError
 from rnnfleet.gaps import window_numbers
 from rnnfleet.hooks.config_check import config_problems
 from rnnfleet.synthetic import write_synthetic_csv
@@ -75,7 +75,7 @@ def test_a_step_moves_the_origins_that_many_rows(arrays):
 
 
 def test_too_many_folds_for_the_rows_is_one_line_naming_the_dataset_and_the_settings(arrays):
-    with pytest.raises(DataError) as raised:
+    with pytest.raises(SettingsError) as raised:  # not a data error: the file needs no fixing
         plan_of(arrays, 50)
     message = str(raised.value)
     assert message.startswith("A_1m: evaluate.folds=50") and "lower evaluate.folds or evaluate.step" in message

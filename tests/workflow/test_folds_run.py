@@ -152,3 +152,17 @@ def test_other_fold_settings_train_the_folds_again(killed_between_folds, tmp_pat
     assert "read back" not in log and all(f"fold {number}: training" in log for number in (1, 2, 3))
     assert len(list((workdir / FOLDS_DIR / "A_1m").iterdir())) == 1  # the old settings' folds removed
     assert metrics_of(workdir)["folds"][0]["train_start_row"] == 0 < metrics_of(workdir)["folds"][1]["train_start_row"]
+
+
+def test_more_folds_than_the_rows_hold_is_a_settings_error_not_a_data_error(tmp_path):
+    """Every dataset fails alone with the line naming the settings, counted as a settings
+    error in the table and the run's last lines, never as a file to fix."""
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data", evaluate={"folds": 1000})
+    result = snakemake(tmp_path, check=False)
+    assert result.returncode != 0
+    rows = summary_by_dataset(tmp_path)
+    assert {row["status"] for row in rows.values()} == {"settings error"}
+    assert rows["A_1m"]["error"].startswith("train: A_1m: evaluate.folds=1000 with a step of")
+    assert "data error" not in result.stderr and "fix or remove the file" not in result.stderr
+    assert "2 of them are settings errors: the settings each names need changing" in result.stderr
