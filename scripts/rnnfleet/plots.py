@@ -9,6 +9,7 @@ import json
 import math
 import os
 import shutil
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import repeat
@@ -111,7 +112,46 @@ def fleet_counts(rows: list[dict[str, str]]) -> FleetCounts | None:
     )
 
 
-def fleet_headline(counts: FleetCounts) -> str:
+def plain_name(name: str) -> str:
+    return name
+
+
+def rst_literal(name: str) -> str:
+    return f"``{name}``"
+
+
+def fleet_numbers(rows: list[dict[str, str]], name_markup=plain_name, shown: int = 3) -> str:
+    """What the table says of the fleet in two sentences: datasets trained from scratch and
+    updated, not done, flagged; the best and worst test skills (the validation skill where
+    there is no test period). name_markup: how a dataset's name is written (rst_literal)."""
+    made = [str(row.get("made") or "") for row in rows if row.get("status", "ok") == "ok"]
+    not_done = Counter(row["status"] for row in rows if row.get("status", "ok") != "ok")
+    parts = [f"{sum(label == 'full' for label in made)} trained from scratch"]
+    parts.append(f"{sum(label.startswith('update') for label in made)} updated (column *made*)")
+    if not_done:
+        kinds = ", ".join(f"{count} {status}" for status, count in not_done.most_common())
+        parts.append(f"{sum(not_done.values())} not done ({kinds})")
+    flagged = sum(bool(quality_mark(row)) for row in rows)
+    if flagged:
+        parts.append(f"{flagged} flagged for data quality")
+    text = f"{len(rows)} dataset(s): {', '.join(parts)}."
+    column = "test_skill" if any(not math.isnan(as_number(row.get("test_skill"))) for row in rows) else "skill"
+    scored = sorted(
+        (row for row in rows if not math.isnan(as_number(row.get(column)))), key=lambda row: -as_number(row[column])
+    )
+    if scored:
+
+        def listed(part):
+            return ", ".join(f"{name_markup(row['dataset'])} {as_number(row[column]):+.4f}" for row in part)
+
+        text += f" Best {column.replace('_', ' ')}: {listed(scored[:shown])}"
+        if len(scored) > 2 * shown:
+            text += f"; worst: {listed(scored[-shown:])}"
+        text += "."
+    return text
+
+
+def fleet_headline(counts: FleetCounts, name_markup=plain_name) -> str:
     """The fleet's verdicts in a few sentences (the report's start page, the table's page)."""
     text = (
         f"Of {counts.tested} dataset(s) with a test score, {counts.alone} beat their baseline alone "
@@ -124,7 +164,7 @@ def fleet_headline(counts: FleetCounts) -> str:
     if counts.best_sharpe:
         dataset, sharpe, by_luck, deflated = counts.best_sharpe
         text += (
-            f" The best Sharpe ratio of trading the forecast's sign, {sharpe:.3g} per trade ({dataset}), against "
+            f" The best Sharpe ratio of trading the forecast's sign, {sharpe:.3g} per trade ({name_markup(dataset)}), against "
             f"{by_luck:.3g} expected of the best of {counts.tested} datasets with no skill: the chance that its true "
             f"Sharpe ratio is above that (deflated Sharpe ratio) is {deflated:.2f}."
         )
@@ -136,12 +176,14 @@ HEADLINE_MARKER = ".. fleet headline"
 
 
 def write_start_page(template_path: str | os.PathLike, rows: list[dict[str, str]], path: str | os.PathLike) -> None:
-    """The report's start page: the template (report/workflow.rst) with the fleet's headline
-    in place of its HEADLINE_MARKER line (the marker stays, an rst comment, without verdicts)."""
+    """The report's start page: the template (report/workflow.rst) with the fleet's numbers
+    and verdicts in place of its HEADLINE_MARKER line."""
     template = Path(template_path).read_text(encoding="utf-8")
     counts = fleet_counts(rows)
+    headline = f"**The fleet.** {fleet_numbers(rows, rst_literal)}"
     if counts:
-        template = template.replace(HEADLINE_MARKER, f"**The fleet.** {fleet_headline(counts)}", 1)
+        headline += f" {fleet_headline(counts, rst_literal)}"
+    template = template.replace(HEADLINE_MARKER, headline, 1)
     with atomic_write(path) as handle:
         handle.write(template.encode())
 
@@ -364,14 +406,82 @@ def drop_stale_snakemake_backup(output_path: str | os.PathLike) -> bool:
     return True
 
 
+def test_skill_title(scored: list[dict[str, str]], what: str) -> str:
+    """The skill chart's title: the verdicts' counts alone and after the fleet correction."""
+    counts = {verdict: sum(row.get("test_verdict") == verdict for row in scored) for verdict in VERDICT_CLASSES}
+    title = (
+        f"{what}, {len(scored)} dataset(s): {counts[BEATS]} beat the baseline alone, "
+        f"{counts[NOT_DISTINGUISHABLE]} not distinguishable from it, {counts[WORSE]} worse"
+    )
+    fleet = fleet_counts(scored)
+    if fleet:
+        title += (
+            f"\nwith no skill anywhere about {fleet.alone_by_luck:.1f} would beat it alone; "
+            f"{fleet.after} beat it after the fleet correction ({fleet.method}, FDR {fleet.rate:g})"
+        )
+    return title
+
+
+# Above this many datasets with a test score the overview is their distribution, with the
+# winners after the fleet correction named: a bar each would no longer be readable.
+MAX_FOREST_ROWS = 300
+MAX_NAMED_WINNERS = 15
+
+
+def draw_skill_distribution(scored: list[dict[str, str]], without: int, path: str | os.PathLike) -> None:
+    """The test skills of a large fleet as a histogram stacked by verdict class, the best
+    MAX_NAMED_WINNERS winners after the fleet correction listed beside it. scored: best first."""
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(8.0, 5.0), layout="constrained")
+    classes = [css_class for css_class in CLASS_STYLES if any(verdict_class(row) == css_class for row in scored)]
+    skills = [
+        [as_number(row["test_skill"]) for row in scored if verdict_class(row) == css_class] for css_class in classes
+    ]
+    axes.hist(
+        skills,
+        bins=60,
+        stacked=True,
+        color=[CLASS_STYLES[css_class][0] for css_class in classes],
+        label=[CLASS_STYLES[css_class][2] for css_class in classes],
+    )
+    axes.axvline(0, color="black", linewidth=0.8)
+    winners = [row for row in scored if verdict_class(row) == "winner"]
+    if winners:
+        listed = [f"{row['dataset']}  {as_number(row['test_skill']):+.4f}" for row in winners[:MAX_NAMED_WINNERS]]
+        if len(winners) > MAX_NAMED_WINNERS:
+            listed.append(f"... and {len(winners) - MAX_NAMED_WINNERS} more (summary table)")
+        axes.text(
+            0.99, 0.98, "Winners after the fleet correction:\n" + "\n".join(listed), transform=axes.transAxes,
+            ha="right", va="top", multialignment="left", fontsize="x-small", family="monospace",
+            bbox={"facecolor": "white", "edgecolor": "tab:green", "alpha": 0.9},
+        )  # fmt: skip
+    axes.set_xlabel("test skill = 1 - test_loss / naive_test_loss (> 0: better than the naive baseline)")
+    axes.set_ylabel("datasets")
+    axes.set_yscale("log")  # the few winners stay visible beside thousands of noise models
+    figure.legend(loc="outside lower center", ncols=3, fontsize="small")
+    title = test_skill_title(scored, "Test skill")
+    if without:
+        title += f"\n{without} dataset(s) without a test score"
+    if flagged_count_text(scored):
+        title += f"\n{flagged_count_text(scored)}"
+    axes.set_title(title, fontsize="medium", wrap=True)
+    save_figure(figure, path, dpi=100)
+    plt.close(figure)
+
+
 def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
     """Forest chart: every dataset's test skill with its 95% interval, best first, the zero
     line marked, coloured by verdict (beats, not distinguishable from, worse than the
-    baseline). Without any test scores (preprocess.test_fraction 0): the validation skill,
-    without intervals. Datasets without a score are counted in the title."""
+    baseline), those that beat it after the fleet correction first; above MAX_FOREST_ROWS
+    datasets with a test score, their distribution instead (draw_skill_distribution).
+    Without any test scores (preprocess.test_fraction 0): the validation skill, without
+    intervals. Datasets without a score are counted in the title."""
     plt = pyplot()
     ranked = best_first(rows)
     scored = [row for row in ranked if not math.isnan(as_number(row.get("test_skill")))]
+    if len(scored) > MAX_FOREST_ROWS:
+        draw_skill_distribution(scored, len(rows) - len(scored), path)
+        return
     on_test = bool(scored)
     if not on_test:
         scored = [row for row in ranked if not math.isnan(as_number(row.get("skill")))]
@@ -394,20 +504,10 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
                 [max(h - s, 0.0) for s, h in zip(skill, high, strict=True)],
             ]
             axes.errorbar(skill, places, xerr=spread, fmt=marker, color=colour, label=label, capsize=2)
-        counts = {verdict: sum(row.get("test_verdict") == verdict for row in scored) for verdict in VERDICT_CLASSES}
-        title = (
-            f"Test skill with 95% interval, {len(scored)} dataset(s): {counts[BEATS]} beat the baseline alone, "
-            f"{counts[NOT_DISTINGUISHABLE]} not distinguishable from it, {counts[WORSE]} worse"
-        )
-        fleet = fleet_counts(scored)
-        if fleet:
-            title += (
-                f"\nwith no skill anywhere about {fleet.alone_by_luck:.1f} would beat it alone; "
-                f"{fleet.after} beat it after the fleet correction ({fleet.method}, FDR {fleet.rate:g})"
-            )
-            winners = fleet_winners(scored)
-            if 0 < winners < len(scored):  # the winners that survive the correction, apart
-                axes.axhline(winners - 0.5, color="tab:green", linestyle="--", linewidth=0.8)
+        title = test_skill_title(scored, "Test skill with 95% interval")
+        winners = fleet_winners(scored)
+        if 0 < winners < len(scored):  # the winners that survive the correction, apart
+            axes.axhline(winners - 0.5, color="tab:green", linestyle="--", linewidth=0.8)
         figure.legend(loc="outside lower center", ncols=3, fontsize="small")
         axes.set_xlabel("test skill = 1 - test_loss / naive_test_loss (> 0: better than the naive baseline)")
     else:
@@ -502,7 +602,8 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
         )
         body.append(f'<tr class="{row_class(row)}">{cells}</tr>')
     fleet = fleet_counts(rows)
-    headline = f'<p class="headline">{html.escape(fleet_headline(fleet))}</p>' if fleet else ""
+    headline = fleet_numbers(rows) + (f" {fleet_headline(fleet)}" if fleet else "")
+    headline = f'<p class="headline">{html.escape(headline)}</p>'
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>rnnfleet: all datasets</title>
 <style>

@@ -174,5 +174,60 @@ def test_the_headline_counts_the_winners_before_and_after_and_those_luck_gives(t
     template = tmp_path / "workflow.rst"
     template.write_text(f"Title\n=====\n\nIntro.\n\n{plots.HEADLINE_MARKER}\n\nMore.\n")
     plots.write_start_page(template, rows, tmp_path / "start.rst")
-    assert f"**The fleet.** {text}" in (tmp_path / "start.rst").read_text()
+    start = (tmp_path / "start.rst").read_text()
+    assert (
+        f"**The fleet.** {plots.fleet_numbers(rows, plots.rst_literal)} {plots.fleet_headline(counts, plots.rst_literal)}"
+        in start
+    )
+    assert start.index("**The fleet.**") < start.index("More.")
     assert plots.fleet_counts([{"dataset": "A", "skill": "0.1"}]) is None
+
+
+def test_a_large_fleets_skill_chart_is_a_distribution_with_the_winners_named(tmp_path, monkeypatch):
+    """Past MAX_FOREST_ROWS datasets the chart is a histogram, not one bar per dataset; the
+    winners after the correction are listed on it."""
+    rng = np.random.default_rng(3)
+    rows = [
+        {"dataset": f"N{number:04d}_1m", "test_dm_pvalue": float(p), "test_dm_stat": -1.0, "status": "ok"}
+        for number, p in enumerate(rng.uniform(size=1000))
+    ]
+    rows += [
+        {"dataset": f"REAL{number}_1m", "test_dm_pvalue": 1e-9, "test_dm_stat": -6.0, "status": "ok"}
+        for number in range(20)
+    ]
+    for row in rows:
+        skill = 0.1 if row["dataset"].startswith("REAL") else rng.normal(0, 0.01)
+        row.update(test_skill=skill, test_skill_low=skill - 0.02, test_skill_high=skill + 0.02)
+        row["test_verdict"] = evaluation.verdict(row["test_skill_low"], row["test_skill_high"])
+    table = [{key: str(value) for key, value in row.items()} for row in fleet.fleet_columns(rows, "bh", 0.1)]
+    texts = []
+    monkeypatch.setattr("matplotlib.axes.Axes.text", lambda axes, *args, **kwargs: texts.append(args[2]))
+    forest = []
+    monkeypatch.setattr("matplotlib.axes.Axes.errorbar", lambda axes, *args, **kwargs: forest.append(args))
+    plots.draw_skill_overview(table, tmp_path / "skill.png")
+    assert (tmp_path / "skill.png").stat().st_size > 1000 and forest == []  # a histogram: no bars
+    (listed,) = texts
+    winners = sum(row["fleet_verdict"] == fleet.BEATS_AFTER for row in table)
+    assert winners >= 20 and listed.startswith("Winners after the fleet correction:\nREAL")
+    assert listed.count("\n") == plots.MAX_NAMED_WINNERS + 1 and f"... and {winners - 15} more" in listed
+
+
+def test_the_fleets_numbers_count_what_the_table_says():
+    rows = [
+        {"dataset": f"D{number}", "status": "ok", "made": "full", "test_skill": str(skill)}
+        for number, skill in enumerate([0.3, 0.2, 0.1, 0.0, -0.1, -0.2, -0.3])
+    ]
+    rows[1]["made"] = "update 2"
+    rows[2]["quality_flags"] = "flat_bars 40.0%"
+    rows += [
+        {"dataset": "BAD", "status": "data error", "test_skill": ""},
+        {"dataset": "CRASH", "status": "failed", "test_skill": ""},
+    ]
+    assert plots.fleet_numbers(rows, plots.rst_literal) == (
+        "9 dataset(s): 6 trained from scratch, 1 updated (column *made*), 2 not done (1 data error, 1 failed), "
+        "1 flagged for data quality. Best test skill: ``D0`` +0.3000, ``D1`` +0.2000, ``D2`` +0.1000; "
+        "worst: ``D4`` -0.1000, ``D5`` -0.2000, ``D6`` -0.3000."
+    )
+    assert plots.fleet_numbers([{"dataset": "A", "skill": "0.1", "made": "full"}]) == (
+        "1 dataset(s): 1 trained from scratch, 0 updated (column *made*). Best skill: A +0.1000."
+    )
