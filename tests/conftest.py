@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pytest
 import yaml
 
@@ -118,6 +119,27 @@ def write_config(workdir: Path, **overrides) -> Path:
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def write_bars_of_returns(path: Path, returns: np.ndarray, rng: np.random.Generator) -> None:
+    """A CSV of 1-minute bars whose closes follow these log returns, from 100; high and low a
+    random spread around open and close, volume independent of the prices (both from rng)."""
+    import pandas as pd
+
+    close = 100 * np.exp(np.cumsum(returns))
+    open_ = np.concatenate([[100.0], close[:-1]])
+    spread = np.abs(rng.normal(0, 3e-4, len(returns)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(
+        {
+            "timestamp": pd.date_range("2024-01-01", periods=len(returns), freq="min").strftime("%Y-%m-%d %H:%M:%S"),
+            "open": open_,
+            "high": np.maximum(open_, close) * np.exp(spread),
+            "low": np.minimum(open_, close) * np.exp(-spread),
+            "close": close,
+            "volume": np.round(rng.lognormal(7, 0.3, len(returns)), 2),
+        }
+    ).to_csv(path, index=False, float_format="%.6f")
 
 
 def add_datasets(workdir: Path, names: list[str], rows: int = TINY_ROWS, seed: int = 0) -> None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
-from conftest import copy_of_run, planned_rules, snakemake, summary_by_dataset, write_config
+from conftest import copy_of_run, planned_rules, snakemake, summary_by_dataset, write_bars_of_returns, write_config
 
 from rnnfleet.synthetic import write_synthetic_csv
 
@@ -31,20 +30,7 @@ def write_noise_csv(path, rows: int, seed: int) -> None:
     for t in range(rows):
         returns[t] = np.sqrt(variance) * shocks[t]
         variance = 5e-8 + 0.1 * returns[t] ** 2 + 0.85 * variance
-    close = 100 * np.exp(np.cumsum(returns))
-    open_ = np.concatenate([[100.0], close[:-1]])
-    spread = np.abs(rng.normal(0, 3e-4, rows))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(
-        {
-            "timestamp": pd.date_range("2024-01-01", periods=rows, freq="min").strftime("%Y-%m-%d %H:%M:%S"),
-            "open": open_,
-            "high": np.maximum(open_, close) * np.exp(spread),
-            "low": np.minimum(open_, close) * np.exp(-spread),
-            "close": close,
-            "volume": np.round(rng.lognormal(7, 0.3, rows), 2),
-        }
-    ).to_csv(path, index=False, float_format="%.6f")
+    write_bars_of_returns(path, returns, rng)
 
 
 def benjamini_hochberg(p_values: list[float]) -> list[float]:

@@ -7,10 +7,9 @@ import csv
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
-from conftest import PNG_SIGNATURE, decoded, report_results, snakemake, write_config
+from conftest import PNG_SIGNATURE, decoded, report_results, snakemake, write_bars_of_returns, write_config
 
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.training import TEST_SERIES_POINTS
@@ -24,19 +23,7 @@ WORKFLOW_ROWS = 4000
 def write_random_walk_csv(path, rows: int, seed: int) -> None:
     """Bars of a pure random walk: iid log returns, iid volume: nothing to predict."""
     rng = np.random.default_rng(seed)
-    close = 100 * np.exp(np.cumsum(rng.normal(0, 1e-3, rows)))
-    open_ = np.concatenate([[100.0], close[:-1]])
-    spread = np.abs(rng.normal(0, 3e-4, rows))
-    pd.DataFrame(
-        {
-            "timestamp": pd.date_range("2024-01-01", periods=rows, freq="min").strftime("%Y-%m-%d %H:%M:%S"),
-            "open": open_,
-            "high": np.maximum(open_, close) * np.exp(spread),
-            "low": np.minimum(open_, close) * np.exp(-spread),
-            "close": close,
-            "volume": np.round(rng.lognormal(7, 0.3, rows), 2),
-        }
-    ).to_csv(path, index=False, float_format="%.6f")
+    write_bars_of_returns(path, rng.normal(0, 1e-3, rows), rng)
 
 
 @pytest.fixture(scope="module")
