@@ -20,6 +20,7 @@ from rnnfleet.training import (
     StartState,
     all_rows_train,
     build_checkpoint,
+    calibration_record,
     describe_training,
     plugin_hashes,
     refit_on_all_rows,
@@ -156,6 +157,7 @@ def fit_dataset(
         product=evaluate["production"],
         lineage=lineage,
     )
+    checkpoint["calibration"] = calibration_record(result)  # the forecasts' intervals
     metrics |= forecast_at_last_bar(product.model, checkpoint, arrays)  # the fleet's forecasts table
     return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
 

@@ -328,6 +328,14 @@ def draw_test_period(test_axes, actual, forecast, metrics: dict) -> None:
     test_axes.set_xlabel(label)
     actual.set_data(positions, series["actual"])
     forecast.set_data(positions, series["forecast"])
+    for band in [artist for artist in test_axes.collections if artist.get_gid() == "interval"]:
+        band.remove()  # the previous dataset's (one figure draws every curve)
+    if "low" in series:
+        band = test_axes.fill_between(
+            positions, series["low"], series["high"], color="tab:red", alpha=0.15, linewidth=0,
+            label=f"{series['coverage']:.0%} interval",
+        )  # fmt: skip
+        band.set_gid("interval")
     test_axes.relim()
     test_axes.autoscale_view()
     title = "test period: forecast vs actual" if series["window"] else "no test period"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import glob
 import io
+import math
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -51,6 +52,7 @@ from rnnfleet.formats import (
     TIMEZONE_IN_FILE,
     is_time_zone,
 )
+from rnnfleet.intervals import COVERAGE, half_width
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
@@ -76,6 +78,37 @@ def predict_scaled(model: torch.nn.Module, features: np.ndarray, seq_len: int) -
     windows = window_view(torch.from_numpy(features).to(device), seq_len)
     outputs = [outputs_of(model, windows[start : start + EVAL_BATCH]) for start in range(0, len(windows), EVAL_BATCH)]
     return torch.cat(outputs).cpu().numpy()
+
+
+def interval_bounds(checkpoint: dict, scaled: np.ndarray, coverage: float = COVERAGE) -> dict[str, np.ndarray]:
+    """The forecasts' interval at `coverage` from the model file's calibration scores
+    (rnnfleet.intervals), in the target's units: {"low": ..., "high": ...}; {} for a
+    classification target, a model file without calibration, or too few scores for it."""
+    target = TARGETS[checkpoint["features"]["target"]]
+    scores = checkpoint.get("calibration", {}).get("scores")
+    if target.classification or scores is None:
+        return {}
+    width = half_width(np.asarray(scores, dtype=np.float32), coverage)
+    if not math.isfinite(width):
+        return {}
+    normalisation = checkpoint["normalisation"]
+    offset, scale = float(normalisation["target_mean"]), float(normalisation["target_std"])
+    return {
+        "low": target.to_units(scaled - width, offset, scale),
+        "high": target.to_units(scaled + width, offset, scale),
+    }
+
+
+def interval_columns(target_name: str, coverage: float, bounds: dict, close: np.ndarray) -> dict[str, np.ndarray]:
+    """The forecasts' interval columns, named by the target and the coverage
+    (forecast_log_return_low_90, ...; for log_return also the closes they imply)."""
+    if not bounds:
+        return {}
+    column, percent = TARGETS[target_name].forecast_column, f"{coverage * 100:g}"
+    columns = {f"{column}_{side}_{percent}": bounds[side] for side in ("low", "high")}
+    if target_name == "log_return":
+        columns |= {f"forecast_close_{side}_{percent}": close * np.exp(bounds[side]) for side in ("low", "high")}
+    return columns
 
 
 def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: PreparedArrays) -> dict:
@@ -108,6 +141,9 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
     }
     if target.name == "log_return":
         entries["forecast_close"] = arrays.last_close * float(np.exp(forecast))
+    bounds = interval_bounds(checkpoint, scaled[-1:])
+    if bounds:
+        entries |= {"forecast_low": float(bounds["low"][0]), "forecast_high": float(bounds["high"][0])}
     return entries
 
 
@@ -118,9 +154,11 @@ def forecast_frame(
     last: int | None = None,
     name: str = "bars",
     plugin_sources: Mapping[str, bytes] = NO_SOURCES,
+    coverage: float = COVERAGE,
 ):
     """A DataFrame of forecast_columns(target), one row per bar that ends a full window
-    (only the last `last` of them when given), from bars as read_clean_bars returns them.
+    (only the last `last` of them when given), from bars as read_clean_bars returns them,
+    and the interval at `coverage` where the model file is calibrated (interval_columns).
     A user's feature file runs only from plugin_sources (rnnfleet.model.vetted_plugins)."""
     import pandas as pd
 
@@ -143,11 +181,8 @@ def forecast_frame(
         np.asarray(normalisation["feature_mean"], dtype=np.float32),
         np.asarray(normalisation["feature_std"], dtype=np.float32),
     )
-    forecasts = target.to_units(
-        predict_scaled(model, features, seq_len).astype(np.float64),
-        float(normalisation["target_mean"]),
-        float(normalisation["target_std"]),
-    )
+    scaled = predict_scaled(model, features, seq_len).astype(np.float64)
+    forecasts = target.to_units(scaled, float(normalisation["target_mean"]), float(normalisation["target_std"]))
     # Window w ends at feature row w + seq_len - 1, which describes bar warmup + w + seq_len - 1.
     window_end_bars = bars.iloc[matrix.warmup + seq_len - 1 :]
     close = window_end_bars["close"].to_numpy(dtype=np.float64)
@@ -159,7 +194,9 @@ def forecast_frame(
     }
     if target.name == "log_return":
         columns["forecast_close"] = close * np.exp(forecasts)
-    return pd.DataFrame(columns, columns=list(forecast_columns(target.name)))
+    columns = {name: columns[name] for name in forecast_columns(target.name)}
+    columns |= interval_columns(target.name, coverage, interval_bounds(checkpoint, scaled, coverage), close)
+    return pd.DataFrame(columns)
 
 
 def forecast_csv(
@@ -174,8 +211,10 @@ def forecast_csv(
     max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
     read_note: str = "",
     checkpoint: dict | None = None,
+    coverage: float = COVERAGE,
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
+    coverage: of the forecasts' interval (rnnfleet.intervals), where the model file has one.
     read_note: a line saying how the bars are read, printed once they are; checkpoint: the
     model file's contents where the caller has loaded it already.
 
@@ -201,7 +240,7 @@ def forecast_csv(
     zone_warning = other_zone_warning(checkpoint, bars.attrs.get("timezone", ""), str(csv_path))
     if zone_warning:
         print(zone_warning, file=sys.stderr)
-    forecasts = forecast_frame(model, checkpoint, bars, last, str(csv_path), plugin_sources)
+    forecasts = forecast_frame(model, checkpoint, bars, last, str(csv_path), plugin_sources, coverage)
     text = io.StringIO()
     forecasts.to_csv(text, index=False)  # floats written with repr: they read back exactly
     with atomic_write(forecasts_path) as handle:
@@ -276,6 +315,16 @@ def other_zone_warning(checkpoint: dict, bars_zone: str, bars_name: str) -> str:
     )
 
 
+def coverage_setting(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a coverage between 0 and 1 (e.g. 0.9)")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -306,6 +355,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
     )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     parser.add_argument(
+        "--coverage",
+        type=coverage_setting,
+        default=COVERAGE,
+        help=f"coverage of the forecast interval, calibrated on the model's validation errors (default {COVERAGE})",
+    )
+    parser.add_argument(
         "--trust",
         action="append",
         default=[],
@@ -333,6 +388,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
             max_bad_fraction_setting="option --max-bad-fraction",
             read_note=read_note,
             checkpoint=checkpoint,
+            coverage=args.coverage,
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)

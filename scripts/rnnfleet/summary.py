@@ -43,6 +43,10 @@ SUMMARY_COLUMNS = (
     "test_sharpe_trades",
     "test_trade_skew",
     "test_trade_kurtosis",
+    "test_coverage",  # how often the 90% forecast interval held on the test period (rnnfleet.intervals),
+    "test_coverage_low",  # its 95% block-bootstrap interval, and the interval's mean width
+    "test_coverage_high",
+    "test_interval_width",
     "test_persistence_skill",  # |return| and volatility targets: skill against the last value
     "test_accuracy",  # direction target
     "test_windows",
@@ -83,6 +87,8 @@ FORECAST_COLUMNS = (
     "horizon",  # bars ahead
     "forecast",  # in the target's units
     "forecast_close",  # log_return: the close it implies
+    "forecast_low",  # its 90% interval, in the target's units (rnnfleet.intervals)
+    "forecast_high",
     "target",
     "made",
     "test_skill",
@@ -98,6 +104,8 @@ FORECAST_METRICS = {
     "horizon": "forecast_horizon",
     "forecast": "forecast",
     "forecast_close": "forecast_close",
+    "forecast_low": "forecast_low",
+    "forecast_high": "forecast_high",
 }
 # ok; "data error": the input file needs fixing (it fails the same way until it is);
 # "settings error": a setting the dataset cannot train with (the same, until it changes);

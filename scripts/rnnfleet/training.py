@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rnnfleet import evaluation, fleet
+from rnnfleet import evaluation, fleet, intervals
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import UserError, log, one_line
@@ -49,6 +49,10 @@ class TrainingResult:
     # The optimizer's state at the best epoch (an update starts from it), on the CPU.
     optimizer_state: dict | None = None
     start_val_loss: float | None = None  # an update: the validation loss of the weights it started from
+    # The best model's sorted absolute errors on the validation windows, in the scaled
+    # target's units: its forecast intervals' calibration (rnnfleet.intervals). Empty for
+    # classification targets and fits without a validation part.
+    calibration: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
 
     @property
     def skill(self) -> float:
@@ -257,6 +261,10 @@ def train_model(
         naive_hits = (naive_output > 0) == (val_targets > 0.5)
         accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
     test_outputs = window_outputs(model, windows, amp_dtype, torch.from_numpy(numbers.test).to(device))
+    calibration = np.zeros(0, dtype=np.float32)
+    if validating and not target.classification:
+        val_outputs = window_outputs(model, windows, amp_dtype, val_numbers)
+        calibration = intervals.calibration_scores(val_outputs, val_targets.cpu().numpy())
     return TrainingResult(
         model=model,
         val_loss=best_val_loss,
@@ -272,6 +280,7 @@ def train_model(
         test_outputs=test_outputs,
         optimizer_state=best_optimizer,
         start_val_loss=start_val_loss,
+        calibration=calibration,
     )
 
 
@@ -317,6 +326,8 @@ def score_test_period(
     block = evaluation.bootstrap_block(block_bars, len(numbers))
     low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
     statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
+    interval = interval_scores(result.calibration, outputs, actual, target, arrays, block, bootstrap, seed)
+    width = intervals.half_width(result.calibration, intervals.COVERAGE) if "interval_coverage" in interval else None
     scores = {
         "test_loss": float(losses.mean()),
         "naive_test_loss": float(naive_losses.mean()),
@@ -329,7 +340,8 @@ def score_test_period(
         "test_windows": len(numbers),
         "test_block_bars": block,
         "test_start_row": arrays.split.test_start,
-        "test_series": test_series(numbers, outputs, actual, target, arrays, seq_len),
+        "test_series": test_series(numbers, outputs, actual, target, arrays, seq_len, width),
+        **interval,
     }
     if target.measures == "return":
         forecasts = target.to_units(outputs, arrays.target_mean, arrays.target_std)
@@ -355,18 +367,56 @@ def score_test_period(
     return scores
 
 
+def calibration_record(result: TrainingResult) -> dict:
+    """The model file's `calibration` entry: the scored model's calibration scores (a refit
+    has no held-out windows of its own and keeps those of the model that was scored)."""
+    return {"scores": torch.from_numpy(np.ascontiguousarray(result.calibration, dtype=np.float32))}
+
+
+def interval_scores(calibration, outputs, actual, target: Target, arrays, block: int, bootstrap: int, seed: int):
+    """The test period's intervals at intervals.COVERAGE (rnnfleet.intervals): how often they
+    held, with a block-bootstrap interval, and their mean width in the target's units; or,
+    without enough validation windows to calibrate them, a note saying how many it takes.
+    {} for classification targets."""
+    if target.classification:
+        return {}
+    coverage, windows = intervals.COVERAGE, len(calibration)
+    needed = intervals.fewest_scores(coverage)
+    if windows < needed:
+        return {
+            "interval_note": f"{windows} validation window(s): an interval at {coverage:.0%} needs at least {needed}"
+        }
+    width = intervals.half_width(calibration, coverage)
+    lower, upper, held = (
+        target.to_units(values, arrays.target_mean, arrays.target_std)
+        for values in (outputs - width, outputs + width, actual)
+    )
+    return {
+        "interval_coverage": coverage,
+        "calibration_windows": windows,
+        **intervals.coverage_scores(lower, upper, held, block, bootstrap, seed),
+    }
+
+
 # The report's forecast-vs-actual panel: enough points to see the fit, few enough to keep
 # the metrics file and the model file small.
 TEST_SERIES_POINTS = 400
 
 
 def test_series(
-    numbers: np.ndarray, outputs: np.ndarray, actual: np.ndarray, target: Target, arrays, seq_len: int
+    numbers: np.ndarray,
+    outputs: np.ndarray,
+    actual: np.ndarray,
+    target: Target,
+    arrays,
+    seq_len: int,
+    interval_width: float | None = None,
 ) -> dict:
     """At most TEST_SERIES_POINTS evenly spaced test windows: their numbers, the time of the
     bar each forecast is made at (seconds since the epoch, UTC; absent where the array file
     keeps no times), the actual target and the forecast, in the target's own units
-    (classification: 0/1 and the probability of 1)."""
+    (classification: 0/1 and the probability of 1), and the forecasts' interval where the
+    model is calibrated (interval_band)."""
     picked = np.unique(np.linspace(0, len(numbers) - 1, min(len(numbers), TEST_SERIES_POINTS)).round().astype(int))
     forecasts = target.to_units(outputs[picked], arrays.target_mean, arrays.target_std)
     actuals = (
@@ -384,7 +434,17 @@ def test_series(
         "actual": np.asarray(actuals, dtype=np.float64).tolist(),
         "forecast": np.asarray(forecasts, dtype=np.float64).tolist(),
         "units": target.forecast_column.removeprefix("forecast_"),
+        **interval_band(outputs[picked], interval_width, target, arrays),
     }
+
+
+def interval_band(outputs: np.ndarray, width: float | None, target: Target, arrays) -> dict:
+    """The forecasts' interval at these windows in the target's units ({"low", "high",
+    "coverage"}), for the report's fan chart; {} without one."""
+    if width is None:
+        return {}
+    low, high = (target.to_units(outputs + sign * width, arrays.target_mean, arrays.target_std) for sign in (-1, 1))
+    return {"low": low.tolist(), "high": high.tolist(), "coverage": intervals.COVERAGE}
 
 
 def library_versions() -> dict:

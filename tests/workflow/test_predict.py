@@ -14,11 +14,12 @@ import pytest
 import torch
 from conftest import REPO, TINY_ROWS
 
+from rnnfleet import intervals
 from rnnfleet.checkpoint import save_checkpoint
 from rnnfleet.data import prepare_dataset
 from rnnfleet.predict import FORECAST_COLUMNS, forecast_at_last_bar, main
 from rnnfleet.synthetic import synthetic_bars
-from rnnfleet.training import build_checkpoint, train_model, window_view
+from rnnfleet.training import build_checkpoint, calibration_record, train_model, window_view
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}
@@ -38,6 +39,7 @@ def trained(tmp_path_factory):
     torch.set_num_threads(1)
     result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))
     checkpoint = build_checkpoint("A_1m", result, arrays, MODEL, TRAIN, {"val_loss": result.val_loss}, COLUMNS)
+    checkpoint["calibration"] = calibration_record(result)  # as the train job adds it
     model_path = folder / "A_1m.pt"
     save_checkpoint(checkpoint, model_path)
     return csv_path, model_path, arrays, result
@@ -60,8 +62,35 @@ def test_forecasts_from_the_model_file_equal_the_trained_model_bit_for_bit(train
     bars = pd.read_csv(csv_path)
     bars.iloc[:-HORIZON].to_csv(tmp_path / "known.csv", index=False, float_format="%.6f")
     forecasts = forecasts_for(model_path, tmp_path / "known.csv", tmp_path / "known_forecasts.csv")
-    assert tuple(forecasts.columns) == FORECAST_COLUMNS
+    assert tuple(forecasts.columns) == (*FORECAST_COLUMNS, *INTERVAL_COLUMNS)
     np.testing.assert_array_equal(forecasts["forecast_log_return"].to_numpy(), expected_log_return)
+
+
+INTERVAL_COLUMNS = (
+    "forecast_log_return_low_90",
+    "forecast_log_return_high_90",
+    "forecast_close_low_90",
+    "forecast_close_high_90",
+)
+
+
+def test_each_forecast_has_its_interval_calibrated_on_the_validation_errors(trained, tmp_path, capsys):
+    """The model's forecast +- the ceil((n + 1) c)-th smallest absolute validation error (in
+    the target's units); --coverage picks another coverage of the same scores."""
+    csv_path, model_path, arrays, result = trained
+    forecasts = forecasts_for(model_path, csv_path, tmp_path / "f.csv", "--last", "50")
+    scores = np.sort(result.calibration.astype(np.float64))
+    assert len(scores) >= intervals.fewest_scores(0.9)
+    expected = scores[int(np.ceil((len(scores) + 1) * 0.9)) - 1] * arrays.target_std
+    low, high = forecasts["forecast_log_return_low_90"], forecasts["forecast_log_return_high_90"]
+    np.testing.assert_allclose(high - forecasts["forecast_log_return"], expected, rtol=1e-5)
+    np.testing.assert_allclose(forecasts["forecast_log_return"] - low, expected, rtol=1e-5)
+    np.testing.assert_allclose(forecasts["forecast_close_low_90"], forecasts["close"] * np.exp(low), rtol=1e-12)
+    half = forecasts_for(model_path, csv_path, tmp_path / "h.csv", "--last", "50", "--coverage", "0.5")
+    assert (half["forecast_log_return_high_50"] < high).all() and "forecast_log_return_high_90" not in half
+    with pytest.raises(SystemExit):
+        main(["--model", str(model_path), "--csv", str(csv_path), "--out", str(tmp_path / "x.csv"), "--coverage", "1"])
+    assert "not a coverage between 0 and 1" in capsys.readouterr().err
 
 
 def test_forecasts_line_up_with_the_bars_they_are_made_at(trained, tmp_path):
@@ -106,6 +135,8 @@ def test_the_forecast_at_the_last_bar_is_the_commands_last_forecast(trained, tmp
     assert entries["forecast_time"] == last["timestamp"] and entries["forecast_horizon"] == HORIZON
     assert entries["forecast"] == pytest.approx(last["forecast_log_return"], rel=1e-6, abs=1e-12)
     assert entries["forecast_close"] == pytest.approx(last["forecast_close"], rel=1e-9)
+    assert entries["forecast_low"] == pytest.approx(last["forecast_log_return_low_90"], rel=1e-6, abs=1e-12)
+    assert entries["forecast_high"] == pytest.approx(last["forecast_log_return_high_90"], rel=1e-6, abs=1e-12)
     assert forecast_at_last_bar(result.model, checkpoint, replace(arrays, latest_time=-1)) == {}
 
 
