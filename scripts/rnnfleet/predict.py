@@ -93,10 +93,8 @@ def interval_bounds(checkpoint: dict, scaled: np.ndarray, coverage: float = COVE
         return {}
     normalisation = checkpoint["normalisation"]
     offset, scale = float(normalisation["target_mean"]), float(normalisation["target_std"])
-    return {
-        "low": target.to_units(scaled - width, offset, scale),
-        "high": target.to_units(scaled + width, offset, scale),
-    }
+    low = target.within_range(target.to_units(scaled - width, offset, scale))
+    return {"low": low, "high": target.to_units(scaled + width, offset, scale)}
 
 
 def interval_columns(target_name: str, coverage: float, bounds: dict, close: np.ndarray) -> dict[str, np.ndarray]:

@@ -78,6 +78,11 @@ class Target:
         share = min(max(float(train_targets.mean()), 1e-6), 1 - 1e-6)
         return math.log(share / (1 - share))
 
+    def within_range(self, values: np.ndarray) -> np.ndarray:
+        """Values in the target's units, raised to the least it can take (an absolute return
+        or a volatility is never below 0): an interval's lower bound."""
+        return np.maximum(values, 0.0) if self.measures == "size" else values
+
     def to_units(self, outputs: np.ndarray, offset: float, scale: float) -> np.ndarray:
         """Model outputs -> the target's own units (classification: probability of a 1)."""
         if self.classification:

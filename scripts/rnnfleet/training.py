@@ -391,6 +391,7 @@ def interval_scores(calibration, outputs, actual, target: Target, arrays, block:
         target.to_units(values, arrays.target_mean, arrays.target_std)
         for values in (outputs - width, outputs + width, actual)
     )
+    lower = target.within_range(lower)
     return {
         "interval_coverage": coverage,
         "calibration_windows": windows,
@@ -444,7 +445,7 @@ def interval_band(outputs: np.ndarray, width: float | None, target: Target, arra
     if width is None:
         return {}
     low, high = (target.to_units(outputs + sign * width, arrays.target_mean, arrays.target_std) for sign in (-1, 1))
-    return {"low": low.tolist(), "high": high.tolist(), "coverage": intervals.COVERAGE}
+    return {"low": target.within_range(low).tolist(), "high": high.tolist(), "coverage": intervals.COVERAGE}
 
 
 def library_versions() -> dict:

@@ -141,6 +141,9 @@ def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
         _, new = load_model(previous[dataset])
         assert new["normalisation"] == old["normalisation"]
         assert new["lineage"]["updates"] == 1 and "optimizer_state" in new
+        # Its forecast intervals are calibrated anew, on the updated model's validation errors.
+        assert len(new["calibration"]["scores"]) == after["calibration_windows"] == after["val_windows"]
+        assert not np.array_equal(new["calibration"]["scores"].numpy(), old["calibration"]["scores"].numpy())
     assert {row["made"] for row in summary_by_dataset(run).values()} == {"update 1"}
 
     # The updated model forecasts.

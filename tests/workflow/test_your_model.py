@@ -108,7 +108,10 @@ def test_your_model_trains_saves_and_reloads_with_weights_only(model_run, monkey
 def test_your_model_forecasts(model_run):
     for dataset in DATASETS:
         forecasts = pd.read_csv(model_run / "predictions" / f"{dataset}.csv")
-        assert tuple(forecasts.columns) == forecast_columns("log_return") and len(forecasts) == FORECAST_BARS
+        intervals = ("forecast_log_return_low_90", "forecast_log_return_high_90")
+        intervals += ("forecast_close_low_90", "forecast_close_high_90")
+        assert tuple(forecasts.columns) == (*forecast_columns("log_return"), *intervals)
+        assert len(forecasts) == FORECAST_BARS
         assert np.isfinite(forecasts["forecast_log_return"]).all()
 
 
@@ -316,7 +319,10 @@ def test_each_target_trains_reports_its_baseline_and_forecasts_in_its_units(tmp_
     assert float(row["naive_val_loss"]) > 0 and np.isfinite(float(row["skill"]))
     assert (row["val_accuracy"] != "") == (target == "direction")
     forecasts = pd.read_csv(tmp_path / "predictions" / f"{DATASETS[0]}.csv")
-    assert tuple(forecasts.columns) == ("timestamp", "close", "horizon", forecast_column)
+    intervals = () if target == "direction" else (f"{forecast_column}_low_90", f"{forecast_column}_high_90")
+    assert tuple(forecasts.columns) == ("timestamp", "close", "horizon", forecast_column, *intervals)
+    if intervals:  # an |return| or a volatility: the interval never reaches below 0
+        assert (forecasts[intervals[0]] >= 0).all() and (forecasts[intervals[0]] <= forecasts[forecast_column]).all()
     values = forecasts[forecast_column]
     if target == "direction":
         assert values.between(0, 1).all()  # a probability, not a logit
