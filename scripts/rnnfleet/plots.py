@@ -18,6 +18,7 @@ from pathlib import Path
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.evaluation import BEATS, CONFIDENCE, NOT_DISTINGUISHABLE, WORSE
 from rnnfleet.fleet import BEATS_AFTER
+from rnnfleet.intervals import COVERAGE
 
 LOSS_CURVE_DPI = 100
 # Above this many datasets the overview drops the names (they are in the summary table).
@@ -148,7 +149,25 @@ def fleet_numbers(rows: list[dict[str, str]], name_markup=plain_name, shown: int
         if len(scored) > 2 * shown:
             text += f"; worst: {listed(scored[-shown:])}"
         text += "."
-    return text
+    return text + coverage_text(rows)
+
+
+def coverage_text(rows: list[dict[str, str]]) -> str:
+    """' The 90% forecast intervals held ...': how the intervals did on the test period
+    (rnnfleet.intervals), '' where no dataset has them."""
+    covered = [row for row in rows if not math.isnan(as_number(row.get("test_coverage")))]
+    if not covered:
+        return ""
+    median = sorted(as_number(row["test_coverage"]) for row in covered)[len(covered) // 2]
+    off = sum(
+        not as_number(row.get("test_coverage_low")) <= COVERAGE <= as_number(row.get("test_coverage_high"))
+        for row in covered
+    )
+    return (
+        f" The {COVERAGE:.0%} forecast intervals held in a median {median:.1%} of the test windows; "
+        f"{off} of {len(covered)} dataset(s) with a coverage clearly off {COVERAGE:.0%} (its 95% interval "
+        "excludes it: column *test_coverage*)."
+    )
 
 
 def fleet_headline(counts: FleetCounts, name_markup=plain_name) -> str:

@@ -231,3 +231,17 @@ def test_the_fleets_numbers_count_what_the_table_says():
     assert plots.fleet_numbers([{"dataset": "A", "skill": "0.1", "made": "full"}]) == (
         "1 dataset(s): 1 trained from scratch, 0 updated (column *made*). Best skill: A +0.1000."
     )
+
+
+def test_the_fleets_numbers_say_how_the_forecast_intervals_held():
+    rows = [
+        {"dataset": "A", "test_coverage": "0.91", "test_coverage_low": "0.88", "test_coverage_high": "0.94"},
+        {"dataset": "B", "test_coverage": "0.97", "test_coverage_low": "0.95", "test_coverage_high": "0.99"},
+        {"dataset": "C", "test_coverage": "0.89", "test_coverage_low": "0.85", "test_coverage_high": "0.93"},
+        {"dataset": "D", "test_coverage": ""},  # a direction target: no interval
+    ]
+    assert plots.coverage_text(rows) == (
+        " The 90% forecast intervals held in a median 91.0% of the test windows; 1 of 3 dataset(s) with a "
+        "coverage clearly off 90% (its 95% interval excludes it: column *test_coverage*)."
+    )
+    assert plots.coverage_text(rows[3:]) == ""
