@@ -160,7 +160,9 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
     forecast = {column: row.get(key, "") for column, key in FORECAST_METRICS.items()}
     error = row.get("error", "")
     if row.get("status", "ok") == "ok" and forecast["forecast"] == "":
-        error = "no forecast: the array file predates the forecasts table (delete it to preprocess again)"
+        error = (
+            "no forecast: its model or array file is from an earlier rnnfleet (delete the array file to train it again)"
+        )
     elif row.get("status", "ok") != "ok":
         error = f"no forecast this run: {error}"
     return {

@@ -245,3 +245,15 @@ def test_the_fleets_numbers_say_how_the_forecast_intervals_held():
         "coverage clearly off 90% (its 95% interval excludes it: column *test_coverage*)."
     )
     assert plots.coverage_text(rows[3:]) == ""
+
+
+def test_a_forecasts_row_says_why_a_dataset_has_no_forecast():
+    from rnnfleet.summary import forecast_row
+
+    pattern = "models/{dataset}.pt"
+    ok = forecast_row({"dataset": "A", "status": "ok", "forecast": 0.001, "forecast_time": "t"}, pattern)
+    assert (ok["forecast"], ok["time"], ok["model"], ok["error"]) == (0.001, "t", "models/A.pt", "")
+    old = forecast_row({"dataset": "B", "status": "ok"}, pattern)
+    assert old["error"].startswith("no forecast: its model or array file is from an earlier rnnfleet")
+    failed = forecast_row({"dataset": "C", "status": "failed", "error": "train: C: boom"}, pattern)
+    assert (failed["status"], failed["error"]) == ("failed", "no forecast this run: train: C: boom")
