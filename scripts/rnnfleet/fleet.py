@@ -113,8 +113,8 @@ def luck_variance(trade_counts: list[float]) -> float:
     return float(np.mean(variances)) if variances else 0.0
 
 
-def as_float(value) -> float:
-    """A table cell as a number: NaN when empty or not a number."""
+def as_number(value) -> float:
+    """A table cell as a float; NaN where it is empty or not a number (a failed dataset)."""
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -129,13 +129,13 @@ def fleet_columns(rows: list[dict], method: str, fdr: float) -> list[dict]:
     test_sharpe_deflated and fleet_sharpe_by_luck (the Sharpe ratio the best of the
     fleet's datasets would reach with no skill: luck_variance) over the rows with a Sharpe
     ratio."""
-    tested = [row.get("status", "ok") == "ok" and not math.isnan(as_float(row.get("test_dm_pvalue"))) for row in rows]
+    tested = [row.get("status", "ok") == "ok" and not math.isnan(as_number(row.get("test_dm_pvalue"))) for row in rows]
     q_values = adjusted_p_values(
-        [as_float(row.get("test_dm_pvalue")) if ok else math.nan for row, ok in zip(rows, tested, strict=True)], method
+        [as_number(row.get("test_dm_pvalue")) if ok else math.nan for row, ok in zip(rows, tested, strict=True)], method
     )
-    sharpes = [as_float(row.get("test_sharpe")) if ok else math.nan for row, ok in zip(rows, tested, strict=True)]
+    sharpes = [as_number(row.get("test_sharpe")) if ok else math.nan for row, ok in zip(rows, tested, strict=True)]
     trade_counts = [
-        as_float(row.get("test_sharpe_trades"))
+        as_number(row.get("test_sharpe_trades"))
         for row, sharpe in zip(rows, sharpes, strict=True)
         if not math.isnan(sharpe)
     ]
@@ -150,16 +150,16 @@ def fleet_columns(rows: list[dict], method: str, fdr: float) -> list[dict]:
         }
         if not math.isnan(q_value):
             fleet.update(
-                fleet_qvalue=q_value, fleet_verdict=fleet_verdict(q_value, as_float(row.get("test_dm_stat")), fdr)
+                fleet_qvalue=q_value, fleet_verdict=fleet_verdict(q_value, as_number(row.get("test_dm_stat")), fdr)
             )
         if not math.isnan(sharpe):
             fleet["fleet_sharpe_by_luck"] = by_luck
             fleet["test_sharpe_deflated"] = probabilistic_sharpe(
                 sharpe,
                 by_luck,
-                as_float(row.get("test_sharpe_trades")),
-                as_float(row.get("test_trade_skew")),
-                as_float(row.get("test_trade_kurtosis")),
+                as_number(row.get("test_sharpe_trades")),
+                as_number(row.get("test_trade_skew")),
+                as_number(row.get("test_trade_kurtosis")),
             )
         filled.append({**row, **fleet})
     return filled

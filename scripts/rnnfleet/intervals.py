@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from rnnfleet.evaluation import bootstrap_skill_interval
+from rnnfleet.targets import Target
 
 # The coverage the metrics, the table and the forecasts report; a forecast may ask another
 # of the scores the model file keeps (rnnfleet predict --coverage).
@@ -36,6 +37,22 @@ def half_width(scores: np.ndarray, coverage: float) -> float:
     """The ceil((n + 1) coverage)-th smallest score; inf when there are fewer than fewest_scores."""
     rank = math.ceil((len(scores) + 1) * coverage - 1e-9)
     return float(scores[rank - 1]) if rank <= len(scores) else math.inf
+
+
+def calibrated_width(scores: np.ndarray, target: Target, coverage: float = COVERAGE) -> float | None:
+    """half_width of these scores, in the scaled target's units; None for a classification
+    target (no interval) or too few scores for the coverage."""
+    if target.classification:
+        return None
+    width = half_width(np.asarray(scores, dtype=np.float32), coverage)
+    return width if math.isfinite(width) else None
+
+
+def bounds(scaled: np.ndarray, width: float, target: Target, offset: float, scale: float) -> tuple:
+    """(lower, upper): the interval scaled +- width in the target's units, the lower bound
+    raised to the least the target can take (Target.within_range)."""
+    lower = target.within_range(target.to_units(scaled - width, offset, scale))
+    return lower, target.to_units(scaled + width, offset, scale)
 
 
 def coverage_scores(

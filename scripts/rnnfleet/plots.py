@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.evaluation import BEATS, CONFIDENCE, NOT_DISTINGUISHABLE, WORSE
-from rnnfleet.fleet import BEATS_AFTER
+from rnnfleet.fleet import BEATS_AFTER, as_number
 from rnnfleet.intervals import COVERAGE
 
 LOSS_CURVE_DPI = 100
@@ -38,14 +38,6 @@ def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str,
         reader = csv.DictReader(handle)
         rows = list(reader)
         return list(reader.fieldnames or []), rows
-
-
-def as_number(text: str | None) -> float:
-    """A table cell as a float; NaN where it is empty or not a number (a failed dataset)."""
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def best_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:

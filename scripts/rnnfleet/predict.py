@@ -52,7 +52,7 @@ from rnnfleet.formats import (
     TIMEZONE_IN_FILE,
     is_time_zone,
 )
-from rnnfleet.intervals import COVERAGE, half_width
+from rnnfleet.intervals import COVERAGE, bounds, calibrated_width
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
@@ -86,15 +86,12 @@ def interval_bounds(checkpoint: dict, scaled: np.ndarray, coverage: float = COVE
     classification target, a model file without calibration, or too few scores for it."""
     target = TARGETS[checkpoint["features"]["target"]]
     scores = checkpoint.get("calibration", {}).get("scores")
-    if target.classification or scores is None:
-        return {}
-    width = half_width(np.asarray(scores, dtype=np.float32), coverage)
-    if not math.isfinite(width):
+    width = None if scores is None else calibrated_width(scores, target, coverage)
+    if width is None:
         return {}
     normalisation = checkpoint["normalisation"]
-    offset, scale = float(normalisation["target_mean"]), float(normalisation["target_std"])
-    low = target.within_range(target.to_units(scaled - width, offset, scale))
-    return {"low": low, "high": target.to_units(scaled + width, offset, scale)}
+    low, high = bounds(scaled, width, target, float(normalisation["target_mean"]), float(normalisation["target_std"]))
+    return {"low": low, "high": high}
 
 
 def interval_columns(target_name: str, coverage: float, bounds: dict, close: np.ndarray) -> dict[str, np.ndarray]:

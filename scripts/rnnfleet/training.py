@@ -326,8 +326,8 @@ def score_test_period(
     block = evaluation.bootstrap_block(block_bars, len(numbers))
     low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
     statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
-    interval = interval_scores(result.calibration, outputs, actual, target, arrays, block, bootstrap, seed)
-    width = intervals.half_width(result.calibration, intervals.COVERAGE) if "interval_coverage" in interval else None
+    width = intervals.calibrated_width(result.calibration, target)
+    interval = interval_scores(len(result.calibration), width, outputs, actual, target, arrays, block, bootstrap, seed)
     scores = {
         "test_loss": float(losses.mean()),
         "naive_test_loss": float(naive_losses.mean()),
@@ -373,27 +373,25 @@ def calibration_record(result: TrainingResult) -> dict:
     return {"scores": torch.from_numpy(np.ascontiguousarray(result.calibration, dtype=np.float32))}
 
 
-def interval_scores(calibration, outputs, actual, target: Target, arrays, block: int, bootstrap: int, seed: int):
-    """The test period's intervals at intervals.COVERAGE (rnnfleet.intervals): how often they
-    held, with a block-bootstrap interval, and their mean width in the target's units; or,
-    without enough validation windows to calibrate them, a note saying how many it takes.
-    {} for classification targets."""
+def interval_scores(
+    windows: int, width: float | None, outputs, actual, target: Target, arrays, block: int, bootstrap: int, seed: int
+) -> dict:
+    """The test period's intervals at intervals.COVERAGE (rnnfleet.intervals), of half-width
+    `width` calibrated on `windows` validation windows: how often they held, with a
+    block-bootstrap interval, and their mean width in the target's units; or, without enough
+    validation windows to calibrate them, a note saying how many it takes. {} for
+    classification targets."""
     if target.classification:
         return {}
-    coverage, windows = intervals.COVERAGE, len(calibration)
-    needed = intervals.fewest_scores(coverage)
-    if windows < needed:
+    if width is None:
+        needed = intervals.fewest_scores(intervals.COVERAGE)
         return {
-            "interval_note": f"{windows} validation window(s): an interval at {coverage:.0%} needs at least {needed}"
+            "interval_note": f"{windows} validation window(s): an interval at {intervals.COVERAGE:.0%} needs at least {needed}"
         }
-    width = intervals.half_width(calibration, coverage)
-    lower, upper, held = (
-        target.to_units(values, arrays.target_mean, arrays.target_std)
-        for values in (outputs - width, outputs + width, actual)
-    )
-    lower = target.within_range(lower)
+    lower, upper = intervals.bounds(outputs, width, target, arrays.target_mean, arrays.target_std)
+    held = target.to_units(actual, arrays.target_mean, arrays.target_std)
     return {
-        "interval_coverage": coverage,
+        "interval_coverage": intervals.COVERAGE,
         "calibration_windows": windows,
         **intervals.coverage_scores(lower, upper, held, block, bootstrap, seed),
     }
@@ -444,8 +442,8 @@ def interval_band(outputs: np.ndarray, width: float | None, target: Target, arra
     "coverage"}), for the report's fan chart; {} without one."""
     if width is None:
         return {}
-    low, high = (target.to_units(outputs + sign * width, arrays.target_mean, arrays.target_std) for sign in (-1, 1))
-    return {"low": target.within_range(low).tolist(), "high": high.tolist(), "coverage": intervals.COVERAGE}
+    low, high = intervals.bounds(outputs, width, target, arrays.target_mean, arrays.target_std)
+    return {"low": low.tolist(), "high": high.tolist(), "coverage": intervals.COVERAGE}
 
 
 def library_versions() -> dict:
