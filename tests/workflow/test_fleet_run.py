@@ -146,3 +146,8 @@ def test_a_new_dataset_trains_alone_and_rewrites_every_rows_fleet_columns(fleet_
     rows = summary_by_dataset(workdir)
     assert {row["fleet_correction"] for row in rows.values()} == {"by fdr=0.05"}
     assert all(math.isfinite(float(row["fleet_qvalue"])) for row in rows.values())
+    # The same from the command line (Snakemake hands the nested value over as YAML text).
+    override = ("--config", "fleet={method: bh, fdr: 0.2}")
+    assert planned_rules(snakemake(workdir, "-n", *override).stdout) == {"summarize": 1, "plots": 1, "all": 1}
+    snakemake(workdir, *override)
+    assert {row["fleet_correction"] for row in summary_by_dataset(workdir).values()} == {"bh fdr=0.2"}
