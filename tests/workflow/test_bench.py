@@ -60,3 +60,11 @@ def test_update_bench_updates_every_model_and_reports_ratios_against_a_full_retr
     assert record["runs"]["update"]["made"] == ["update 1"] and record["runs"]["full"]["made"] == ["full"]
     assert record["runs"]["update"]["train_windows"] < record["runs"]["full"]["train_windows"]
     assert record["cost_ratio_train_jobs"] > 0 and abs(record["skill_difference_mean"]) < 1
+
+
+def test_fleet_tests_bench_prints_each_tests_share_against_its_level():
+    command = [sys.executable, str(REPO / "bench" / "bench_fleet_tests.py"), "--series", "5", "--windows", "300"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "5 series of 300 windows, lag 60" in result.stdout
+    assert len(re.findall(r"ratio to (the level|0\.025) \d+\.\d\d", result.stdout)) == 4
