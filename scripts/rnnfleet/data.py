@@ -347,21 +347,44 @@ def read_clean_bars(
     max_bad_fraction: float,
     read_format: dict | None = None,
     max_bad_fraction_setting: str = MAX_BAD_FRACTION_KEY,
+    cache_path: str | os.PathLike | None = None,
+    dataset: str = "",
 ):
     """The bars that preprocessing, inspection and prediction all start from: of each file
     (its .CHECKSUM verified where it has one) read_bars, then drop_non_finite; several files
     joined in time order (rnnfleet.joining.join_bars). attrs["sources"]: one line per file,
     how it was read and the time range it holds; attrs["read_as"]: how the file(s) were read;
-    attrs["timezone"]: the zone(s) their times were read in."""
+    attrs["timezone"]: the zone(s) their times were read in. cache_path: for several files,
+    where the bars of each file are kept and taken from while the file is unchanged
+    (rnnfleet.bar_cache); attrs["reading"] then says what was read and what was taken
+    (dataset: its name in those lines)."""
+    from rnnfleet.bar_cache import BarCache, file_version, reading_key
+
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    frames, sources = [], []
-    for path in map(str, paths):
-        checked = verify_checksum(path)
-        frame = drop_non_finite(read_bars(path, columns, read_format), path, max_bad_fraction, max_bad_fraction_setting)
+    paths = list(map(str, paths))
+    cache = None
+    if cache_path is not None and len(paths) > 1:
+        cache = BarCache.open(cache_path, reading_key(columns, read_format, max_bad_fraction))
+        cache.keep_only(paths)
+    frames, sources, read_sources = [], [], []
+    for path in paths:
+        cached = cache.take(path) if cache else None
+        if cached is None:
+            version = file_version(path)
+            checked = verify_checksum(path)
+            frame = drop_non_finite(
+                read_bars(path, columns, read_format), path, max_bad_fraction, max_bad_fraction_setting
+            )
+            source = f"{path}: read as {frame.attrs['read_as']}; {time_range(frame)}" + (
+                f"; {checked}" if checked else ""
+            )
+            read_sources.append(source)
+            if cache:
+                cache.put(path, frame, source, version)
+        else:
+            frame, source = cached
         frames.append((path, frame))
-        sources.append(
-            f"{path}: read as {frame.attrs['read_as']}; {time_range(frame)}" + (f"; {checked}" if checked else "")
-        )
+        sources.append(source)
     if len(frames) > 1:
         read_as = "; ".join(dict.fromkeys(part.attrs["read_as"] for _, part in frames))
         timezone = "; ".join(dict.fromkeys(part.attrs["timezone"] for _, part in frames))
@@ -372,6 +395,10 @@ def read_clean_bars(
     else:
         frame = frames[0][1]
     frame.attrs["sources"] = sources
+    frame.attrs["read_sources"] = read_sources
+    if cache:
+        cache.save()
+        frame.attrs["reading"] = cache.summary_lines(bars_label(paths, dataset))
     return frame
 
 
@@ -404,14 +431,17 @@ def prepare_dataset(
     max_gap: str | None = None,
     dataset: str = "",
     quality: dict | None = None,
+    bars_cache: str | os.PathLike | None = None,
 ) -> tuple[PreparedArrays, list[str]]:
     """Bars file(s) -> PreparedArrays, plus notes on what was cleaned and split (for the log);
     says on stderr how each file was read and which times it holds, and each data-quality
     warning (quality: the `quality:` thresholds; a failing flag is a DataError). dataset: its
-    name, for the lines about a dataset of several files."""
+    name, for the lines about a dataset of several files. bars_cache: where the bars of each
+    of several files are kept between runs (read_clean_bars), so that only new or changed
+    files are read; the arrays are the same either way."""
     name = bars_label(csv_path, dataset)
-    frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format)
-    for line in frame.attrs["sources"]:
+    frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, cache_path=bars_cache, dataset=dataset)
+    for line in frame.attrs["read_sources"] + frame.attrs.get("reading", []):
         print(line, file=sys.stderr)
     notes = list(frame.attrs.get("notes", []))
     read = {

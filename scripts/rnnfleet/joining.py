@@ -40,16 +40,21 @@ def verify_checksum(path: str) -> str | None:
     expected = words[0].lower() if words else ""
     if len(expected) != 64 or any(character not in "0123456789abcdef" for character in expected):
         raise DataError(f"{checksum_path}: not a checksum file ('<sha256>  <file name>' expected)")
-    digest = hashlib.sha256()
-    with open(path, "rb") as data:
-        for block in iter(lambda: data.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != expected:
+    if file_sha256(path) != expected:
         raise DataError(
             f"{path}: its SHA-256 is not the one in {os.path.basename(checksum_path)} "
             "(a corrupt or incomplete download: fetch the file again)"
         )
     return "sha256 verified"
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of the file's bytes, in hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def time_range(frame) -> str:

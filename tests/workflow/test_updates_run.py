@@ -152,6 +152,38 @@ def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
     assert len(forecasts) == 5 and forecasts["forecast_close"].notna().all()
 
 
+def preprocess_log(workdir: Path, dataset: str) -> str:
+    return (workdir / "logs" / "preprocess" / f"{dataset}.log").read_text()
+
+
+def assert_arrays_of_a_full_preprocess(workdir: Path, dataset: str, tmp_path: Path) -> None:
+    """The dataset's array file holds, member by member, what a preprocess of every file gives
+    (the real workflow in a copy of the folder without its arrays and bars cache)."""
+    full = tmp_path / "full"
+    shutil.copytree(workdir, full, symlinks=True)
+    shutil.rmtree(full / "prep")
+    snakemake(full, f"prep/{dataset}.npz")
+    files = len(list((workdir / "data").glob(f"{dataset}-1m-*")))
+    assert f"{files} file(s) read" in preprocess_log(full, dataset), "the copy read every file"
+    with np.load(workdir / "prep" / f"{dataset}.npz") as made, np.load(full / "prep" / f"{dataset}.npz") as every:
+        assert made.files == every.files
+        for member in every.files:
+            np.testing.assert_array_equal(made[member], every[member], err_msg=member, strict=True)
+
+
+def test_a_new_day_file_is_the_only_file_read_and_the_arrays_are_those_of_reading_every_file(run, bars, tmp_path):
+    part = bars["DAYS"].iloc[DAYS * DAY : (DAYS + 1) * DAY]  # the morning's file; the others untouched
+    part.to_csv(run / "data" / f"DAYS-1m-{DAYS:02d}.csv", index=False, float_format="%.6f")
+    snakemake(run, "prep/DAYS.npz")
+    log = preprocess_log(run, "DAYS")
+    assert (
+        f"DAYS ({DAYS + 1} files under data): 1 file(s) read ({DAY:,} bars), {DAYS} file(s) unchanged since they "
+        f"were read taken from prep/bars/DAYS.npz ({DAYS * DAY:,} bars)" in log
+    )
+    assert f"data/DAYS-1m-{DAYS:02d}.csv: read as" in log and "DAYS-1m-00.csv: read as" not in log
+    assert_arrays_of_a_full_preprocess(run, "DAYS", tmp_path)
+
+
 def test_the_dry_run_counts_new_bars_once_the_arrays_are_made(run, bars):
     appended(run, bars)
     snakemake(run, "prep/GROWING.npz", "prep/DAYS.npz")
@@ -169,7 +201,7 @@ def test_a_changed_setting_trains_from_scratch(run, bars):
         assert "epoch   0" not in train_log(run, dataset)
 
 
-def test_a_changed_earlier_bar_trains_from_scratch(run, bars):
+def test_a_changed_earlier_bar_trains_from_scratch(run, bars, tmp_path):
     appended(run, bars)
     first_day = run / "data" / "DAYS-1m-00.csv"
     frame = pd.read_csv(first_day)
@@ -180,6 +212,11 @@ def test_a_changed_earlier_bar_trains_from_scratch(run, bars):
     assert metrics(run, "DAYS")["made"] == "full"
     assert "DAYS: re-train: earlier bars changed" in train_log(run, "DAYS")
     assert metrics(run, "GROWING")["made"] == "update 1"
+    # The changed file is read again, with the new one; the others come from the bars cache.
+    log = preprocess_log(run, "DAYS")
+    assert "data/DAYS-1m-00.csv: changed since it was read: read again" in log
+    assert f"2 file(s) read ({2 * DAY:,} bars), {DAYS - 1} file(s) unchanged" in log
+    assert_arrays_of_a_full_preprocess(run, "DAYS", tmp_path)
 
 
 def test_update_full_every_trains_from_scratch_after_that_many_updates(run, bars):

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rnnfleet.bar_cache import cache_path_for
 from rnnfleet.checkpoint import save_checkpoint, write_json
 from rnnfleet.data import PreparedArrays, bars_label, load_arrays, prepare_dataset, save_arrays
 from rnnfleet.errors import (
@@ -148,7 +149,7 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     from dataclasses import replace
 
     read_versions = files_version(data_files)
-    arrays, notes = prepare_dataset(data_files, **settings)
+    arrays, notes = prepare_dataset(data_files, **settings, bars_cache=cache_path_for(arrays_path))
     # What an update checks the arrays were made with (the dataset's name aside).
     arrays = replace(arrays, settings_sha256=settings_sha256({**settings, "dataset": None}))
     csv_path = bars_label(data_files, settings.get("dataset", ""))
