@@ -62,6 +62,21 @@ def test_update_bench_updates_every_model_and_reports_ratios_against_a_full_retr
     assert record["cost_ratio_train_jobs"] > 0 and abs(record["skill_difference_mean"]) < 1
 
 
+def test_morning_bench_reads_only_the_new_day_and_reports_its_share_of_a_full_retrain(tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "bench_morning.py"), "--datasets", "2", "--days", "3"]
+    command += ["--epochs", "2", "--cores", "2", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "morning / full: " in result.stdout and "no-op morning" in result.stdout
+    (record,) = [json.loads(line) for line in (tmp_path / "morning.jsonl").read_text().splitlines()]
+    (history,) = record["histories"]
+    morning, full = history["runs"]["morning"], history["runs"]["full"]
+    assert morning["made"] == ["update 1"] and full["made"] == ["full"]
+    assert morning["files_read"] == 2 and full["files_read"] == 2 * 4  # one new day each; every day
+    assert morning["forecasts"] == full["forecasts"] == 2
+    assert history["cost_ratio"] > 0 and history["noop_seconds"] > 0
+
+
 def test_fleet_tests_bench_prints_each_tests_share_against_its_level():
     command = [sys.executable, str(REPO / "bench" / "bench_fleet_tests.py"), "--series", "5", "--windows", "300"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
