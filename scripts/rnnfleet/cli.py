@@ -2,6 +2,7 @@
 
     rnnfleet init my-fleet --data /path/to/bars   a project folder of your own (docs/project-folder.md)
     rnnfleet predict --model ... --csv ... --out ...   forecasts from a model file
+    rnnfleet predict --dataset NAME --out ...      the same for a dataset of a project folder
     rnnfleet inspect [FOLDER]                      every dataset read and checked, nothing trained
 
 The workflow files (Snakefile, rules/, schemas/, profiles/, envs/, report/, scripts/*.py) are
@@ -174,14 +175,64 @@ def print_table(table: Path) -> None:
         print(table.read_text(), end="")
 
 
-def results_dir(folder: Path) -> str:
+def folder_config(folder: Path) -> tuple[dict, Path | None]:
+    """The configuration a run in folder starts from (its config/config.yaml, else its
+    config.yaml) and that file; ({}, None) where it has neither."""
     import yaml
 
     for config_path in (folder / PROJECT_CONFIG, folder / "config.yaml"):
         if config_path.exists():
-            config = yaml.safe_load(config_path.read_text()) or {}
-            return str((config.get("paths") or {}).get("results", "results"))
-    return "results"
+            try:
+                return yaml.safe_load(config_path.read_text()) or {}, config_path
+            except yaml.YAMLError as error:
+                raise UserError(f"{config_path}: not valid YAML ({str(error).splitlines()[0]})") from None
+    return {}, None
+
+
+def results_dir(folder: Path) -> str:
+    config, _ = folder_config(folder)
+    return str((config.get("paths") or {}).get("results", "results"))
+
+
+def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
+    """(model file, bar files) of dataset `name` in the project folder: its files found as a
+    run there finds them (the datasets sheet, else data_dir with pattern / datasets.files),
+    its model at paths.models/<name>.pt. Paths absolute; UserError in one line otherwise."""
+    import yaml
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    from rnnfleet.discovery import discover_datasets
+
+    config, config_path = folder_config(folder)
+    if config_path is None:
+        raise UserError(f"--dataset {name}: {folder} holds no {PROJECT_CONFIG} or config.yaml (give --project FOLDER)")
+    schemas = workflow_dir() / "schemas"
+    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
+    config.pop("model", None)  # a builder's own keys are checked by the run (rules/config.smk)
+    try:
+        validate(config, str(schemas / "config.schema.yaml"), set_default=True)
+    except WorkflowError:
+        raise UserError(f"{config_path}: not a valid configuration (snakemake -n in {folder} says why)") from None
+    here = Path.cwd()
+    try:
+        os.chdir(folder)  # a run's relative paths are the folder's
+        if config["datasets"]["sheet"]:
+            from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
+
+            row_schema = yaml.safe_load((schemas / "datasets.schema.yaml").read_text())
+            found = read_dataset_sheet(
+                config["datasets"]["sheet"], config["data_dir"], config, schema, row_schema
+            ).found
+        else:
+            found = discover_datasets(config["data_dir"], config["pattern"], config["datasets"]["files"])
+    finally:
+        os.chdir(here)
+    if name not in found.files:
+        known = ", ".join(sorted(found.files)[:5]) + (", ..." if len(found.files) > 5 else "")
+        raise UserError(f"--dataset {name}: no such dataset in {folder} ({len(found.files)} found: {known or 'none'})")
+    model = Path(config["paths"]["models"]) / f"{name}.pt"
+    return str((folder / model).absolute()), [str((folder / path).absolute()) for path in found.files[name]]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -228,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["predict"]:  # its own options and --help (rnnfleet.predict)
         from rnnfleet.predict import main as predict_main
 
-        return predict_main(argv[1:], prog="rnnfleet predict")
+        return predict_main(argv[1:], prog="rnnfleet predict", find_dataset=dataset_in_project)
     args = parser().parse_args(argv)
     try:
         return args.run(args)

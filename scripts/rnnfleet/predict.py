@@ -28,7 +28,8 @@ import io
 import math
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -327,21 +328,33 @@ def positive_int(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict") -> int:
+def main(
+    argv: list[str] | None = None,
+    prog: str = "python -m rnnfleet.predict",
+    find_dataset: Callable[[str, Path], tuple[str, list[str]]] | None = None,
+) -> int:
+    """find_dataset(name, project folder) -> (model file, bar files): how --dataset is
+    answered (the rnnfleet command's; without one, --dataset is refused in one line)."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Forecast the model's target (e.g. the close log return and the implied close) "
         "at each bar of a CSV with a model file written by rnnfleet.",
     )
-    parser.add_argument("--model", required=True, help="model file, e.g. models/EURUSD_1m.pt")
+    parser.add_argument("--model", help="model file, e.g. models/EURUSD_1m.pt")
     parser.add_argument(
         "--csv",
-        required=True,
         nargs="+",
         metavar="FILE",
         help="recent bars (any layout rnnfleet reads); several files or a quoted glob (e.g. 'data/BTCUSDT/*.zip') "
         "are joined in time order, as training joins a dataset's period files",
     )
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME",
+        help="instead of --model and --csv: the dataset NAME of the project folder, its model file and "
+        "its own bar files, found as a run there finds them",
+    )
+    parser.add_argument("--project", default=".", metavar="FOLDER", help="the project folder of --dataset (default: .)")
     add_format_options(parser)
     parser.add_argument("--out", required=True, help="forecasts CSV to write")
     parser.add_argument("--last", type=positive_int, help="forecast only at the last N bars (default: every bar)")
@@ -364,8 +377,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m rnnfleet.predict"
         "Without it only files inside this folder, unchanged since training, are imported",
     )
     args = parser.parse_args(argv)
+    if (args.dataset is None and None in (args.model, args.csv)) or (args.dataset and (args.model or args.csv)):
+        parser.error("give --dataset NAME, or --model and --csv")
     options = {key: getattr(args, key) for key in FORMAT_DEFAULTS if getattr(args, key) is not None}
     try:
+        if args.dataset is not None:
+            if find_dataset is None:
+                raise UserError("--dataset is answered by the rnnfleet command (rnnfleet predict --dataset ...)")
+            args.model, args.csv = find_dataset(args.dataset, Path(args.project))
         bars_files = expanded_paths(args.csv)
         check_command_paths(args.model, bars_files, args.out)
         check_device(args.device)

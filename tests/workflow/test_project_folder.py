@@ -122,6 +122,14 @@ def test_init_makes_a_folder_that_runs_there_incrementally_and_forecasts(venv, t
              "--last", "3", cwd=folder)  # fmt: skip
     with open(folder / "f.csv") as forecasts:
         assert len(list(csv.DictReader(forecasts))) == 3
+    # By the dataset's name: its model and its own files, found as the folder's runs find them.
+    rnnfleet(
+        venv, "predict", "--dataset", "A_1m", "--project", "my-fleet", "--out", "g.csv", "--last", "3", cwd=tmp_path
+    )
+    assert (tmp_path / "g.csv").read_text() == (folder / "f.csv").read_text()
+    unknown = rnnfleet(venv, "predict", "--dataset", "Z_1m", "--out", "g.csv", cwd=folder, check=False)
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == "error: --dataset Z_1m: no such dataset in . (3 found: A_1m, B_1m, C_1m)"
 
     inspected = rnnfleet(venv, "inspect", cwd=folder)
     assert "A_1m" in inspected.stdout and (folder / "results" / "inspect.csv").is_file()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +147,17 @@ def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
         assert len(new["calibration"]["scores"]) == after["calibration_windows"] == after["val_windows"]
         assert not np.array_equal(new["calibration"]["scores"].numpy(), old["calibration"]["scores"].numpy())
     assert {row["made"] for row in summary_by_dataset(run).values()} == {"update 1"}
+
+    # The fleet's forecast of the day-file dataset is what `rnnfleet predict` gives from the
+    # dataset's name in the folder (its own files), and from its last two day files alone.
+    (written,) = pd.read_csv(run / "results" / "forecasts.csv").query("dataset == 'DAYS'").to_dict("records")
+    last_two = [f"data/DAYS-1m-{day:02d}.csv" for day in (DAYS - 1, DAYS)]
+    for given in (["--dataset", "DAYS"], ["--model", "models/DAYS.pt", "--csv", *last_two]):
+        command = [sys.executable, "-m", "rnnfleet.cli", "predict", *given, "--out", "one.csv", "--last", "1"]
+        subprocess.run(command, cwd=run, check=True, capture_output=True)
+        (predicted,) = pd.read_csv(run / "one.csv").to_dict("records")
+        assert pd.Timestamp(predicted["timestamp"]) == pd.Timestamp(written["time"]), given
+        assert predicted["forecast_log_return"] == pytest.approx(written["forecast"], rel=1e-6, abs=1e-12), given
 
     # The updated model forecasts.
     forecast_csv(previous["GROWING"], run / "data/GROWING-1m-all.csv", run / "forecasts.csv", last=5)
