@@ -208,6 +208,16 @@ def write_summary(
     return rows
 
 
+def unwritten_log(log_path: str) -> bool:
+    """Whether a step's log is empty in a full file system: its job ran, its lines were lost."""
+    import shutil
+
+    try:
+        return os.path.getsize(log_path) == 0 and shutil.disk_usage(os.path.dirname(log_path) or ".").free == 0
+    except OSError:
+        return False
+
+
 def outcome_row(
     dataset: str,
     step_logs: dict[str, str],
@@ -232,6 +242,10 @@ def outcome_row(
     try:
         return metrics_row(metrics_path, quality_thresholds, dataset_quality)
     except FileNotFoundError:
+        for step, log_path in step_logs.items():
+            if unwritten_log(log_path):
+                error = f"{step}: its log {log_path} could not be written (no space left in its file system)"
+                return {"dataset": dataset, "status": "failed", "error": error}
         return {"dataset": dataset, "status": "not run", "error": ""}
     except (OSError, ValueError) as error:
         return {"dataset": dataset, "status": "failed", "error": f"summary: {metrics_path} is unreadable ({error})"}

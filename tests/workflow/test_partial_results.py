@@ -229,6 +229,26 @@ def read_only_folder(tmp_path) -> Path:
         subprocess.run(["umount", str(folder)], check=True)
 
 
+def test_a_full_logs_folder_fails_each_job_with_a_line_naming_its_log(tmp_path):
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data")
+    if not mounted_tmpfs(tmp_path / "logs", "size=64k"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        (tmp_path / "logs" / "filler").write_bytes(bytes(64 * 1024 - 4096))
+        (tmp_path / "logs" / "more").write_bytes(bytes(4096))  # every block of it taken
+        result = snakemake(tmp_path, check=False)
+    finally:
+        subprocess.run(["umount", str(tmp_path / "logs")], check=True)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    for dataset in ("A_1m", "B_1m"):
+        log = f"logs/preprocess/{dataset}.log"
+        assert f"rnnfleet: ERROR: {log}: the job's log cannot be written: its file system is full" in result.stderr
+        reason = f"preprocess: its log {log} could not be written (no space left in its file system)"
+        assert f"  {dataset}: failed: {reason}" in result.stderr
+        assert (table(tmp_path)[dataset]["status"], table(tmp_path)[dataset]["error"]) == ("failed", reason)
+
+
 def test_a_model_written_to_a_really_full_disk_says_so(full_disk):
     import torch
 

@@ -111,9 +111,42 @@ def job_arguments(options: SimpleNamespace) -> tuple[dict, bool]:
     return job_kwargs, warm
 
 
+# Less room than this in the log's folder and the job's messages could not be kept.
+LOG_ROOM_BYTES = 16 * 1024
+
+
+def log_folder_room(path: str) -> int | None:
+    """Bytes this process may still write in path's file system; None where the OS does not say."""
+    if not hasattr(os, "statvfs"):  # Windows: a full disk shows when the log is written
+        return None
+    try:
+        status = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return None
+    blocks = status.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else status.f_bavail
+    return blocks * status.f_frsize
+
+
+def open_log(path: str):
+    """The job's log, opened for its stderr; SystemExit with one line (to Snakemake's output)
+    when it cannot be written or its folder is full, where the line would be lost."""
+    try:
+        log = open(path, "w", buffering=1)
+    except OSError as error:
+        raise SystemExit(f"rnnfleet: ERROR: {path}: the job's log cannot be written ({error.strerror})") from None
+    room = log_folder_room(path)
+    if room is not None and room < LOG_ROOM_BYTES:
+        log.close()
+        raise SystemExit(
+            f"rnnfleet: ERROR: {path}: the job's log cannot be written: its file system is full "
+            f"({room} bytes left); free some space there or set paths.logs to another folder"
+        )
+    return log
+
+
 def main(arguments: list[str]) -> None:
     options = parse_command_line(arguments)
-    sys.stderr = open(options.log, "w", buffering=1)
+    sys.stderr = open_log(options.log)
 
     from rnnfleet.errors import job_guard
     from rnnfleet.runner.warm_client import run_job
