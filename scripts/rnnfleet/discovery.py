@@ -59,15 +59,18 @@ class Datasets:
 # File names of exporters that hold no valid dataset name, or no `1m` (so no match for the
 # default pattern), and the dataset name each gives: TradingView's chart export
 # ("BINANCE_BTCUSDT, 1.csv": exchange, symbol, interval in minutes) and Dukascopy's
-# ("EURUSD_Candlestick_1_M_BID_01.01.2024-31.01.2024.csv").
+# ("EURUSD_Candlestick_1_M_BID_01.01.2024-31.01.2024.csv"), whose files of one symbol and side,
+# one per period exported, are one dataset (joined as datasets.files joins period files).
 EXPORTER_NAMES = (
     ("TradingView export", re.compile(r"(?P<symbol>[^,/]+), 1(?: \((?P<copy>\d+)\))?\.csv"), "{symbol}_1m{copy}"),
     (
         "Dukascopy export",
         re.compile(r"(?P<symbol>[A-Za-z0-9.]+)_Candlestick_1_M_(?P<side>BID|ASK)_(?P<period>[0-9.]+-[0-9.]+)\.csv"),
-        "{symbol}_{side}_1m_{period}",
+        "{symbol}_{side}_1m",
     ),
 )
+# The exporters whose files of one dataset name are its period files, not two copies.
+PERIOD_EXPORTERS = ("Dukascopy export",)
 
 
 # QuantConnect Lean's minute trade files (rnnfleet.formats.LEAN_PATH): one dataset per ticker
@@ -271,7 +274,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
                 continue
             if source:
                 found_names[entry.path] = f"{source}: dataset {name}"
-            if name in members:
+            if name in members and not (source in PERIOD_EXPORTERS and found_names.get(members[name][0].path)):
                 same_name.append(f"{members[name][0].path!r} and {entry.path!r}")
                 continue
         else:

@@ -8,7 +8,10 @@ import json
 import subprocess
 import sys
 
-from conftest import PROGRAMS, REPO, add_datasets, pending_jobs, snakemake, write_config
+import pandas as pd
+from conftest import PROGRAMS, REPO, TINY_ROWS, add_datasets, pending_jobs, snakemake, write_config
+
+from rnnfleet.data import load_arrays
 
 # Runs `snakemake --list-rules` (parse only: Snakefile, config, discovery) in-process with
 # os.scandir / os.listdir / os.stat / os.lstat counting the calls that reach data_dir.
@@ -91,21 +94,28 @@ def test_a_tree_under_the_default_pattern_points_to_datasets_files(tmp_path):
 
 def test_tradingview_and_dukascopy_export_names_become_dataset_names_said_in_the_log(tmp_path):
     """TradingView's "EXCHANGE_SYMBOL, 1.csv" (a comma and a space, no `1m`) and Dukascopy's
-    "..._Candlestick_1_M_BID_..." train under the default pattern, each under a dataset name the
-    run states; a 5-minute TradingView export is no dataset."""
+    "..._Candlestick_1_M_BID_<period>.csv" train under the default pattern, each under a dataset
+    name the run states, Dukascopy's period files of one symbol joined into one dataset; a
+    5-minute TradingView export is no dataset."""
     add_datasets(tmp_path, ["A_1m"])
     data = tmp_path / "data"
     (data / "A_1m.csv").rename(data / "BINANCE_BTCUSDT, 1.csv")
-    add_datasets(tmp_path, ["B_1m"])
-    (data / "B_1m.csv").rename(data / "EURUSD_Candlestick_1_M_BID_01.01.2024-31.01.2024.csv")
+    add_datasets(tmp_path, ["B_1m"], rows=2 * TINY_ROWS)
+    bars = pd.read_csv(data / "B_1m.csv")
+    periods = ("01.01.2024-31.01.2024", "01.02.2024-29.02.2024")
+    for period, part in zip(periods, (bars.iloc[:TINY_ROWS], bars.iloc[TINY_ROWS:]), strict=True):
+        part.to_csv(data / f"EURUSD_Candlestick_1_M_BID_{period}.csv", index=False)
+    (data / "B_1m.csv").unlink()
     (data / "BINANCE_ETHUSDT, 5.csv").write_text((data / "BINANCE_BTCUSDT, 1.csv").read_text())
     write_config(tmp_path, data_dir="data")
-    result = snakemake(tmp_path, "models/BINANCE_BTCUSDT_1m.pt", "models/EURUSD_BID_1m_01.01.2024-31.01.2024.pt")
+    result = snakemake(tmp_path, "models/BINANCE_BTCUSDT_1m.pt", "models/EURUSD_BID_1m.pt")
     output = result.stdout + result.stderr
     assert "data/BINANCE_BTCUSDT, 1.csv: TradingView export: dataset BINANCE_BTCUSDT_1m" in output
-    assert "Dukascopy export: dataset EURUSD_BID_1m_01.01.2024-31.01.2024" in output
-    assert sorted(path.stem for path in (tmp_path / "models").glob("*.pt")) == [
-        "BINANCE_BTCUSDT_1m",
-        "EURUSD_BID_1m_01.01.2024-31.01.2024",
-    ]
+    for period in periods:
+        assert f"data/EURUSD_Candlestick_1_M_BID_{period}.csv: Dukascopy export: dataset EURUSD_BID_1m" in output
+    assert sorted(path.stem for path in (tmp_path / "models").glob("*.pt")) == ["BINANCE_BTCUSDT_1m", "EURUSD_BID_1m"]
+    arrays = load_arrays(tmp_path / "prep" / "EURUSD_BID_1m.npz")
+    assert arrays.read_as.startswith("2 files joined")
+    times = pd.to_datetime(bars["timestamp"], utc=True).astype("datetime64[ns, UTC]").array.asi8
+    assert arrays.latest_time == times[-1] and arrays.row_times[0] == times[arrays.warmup]  # first to last bar
     assert "ETHUSDT" not in " ".join(pending_jobs(snakemake(tmp_path, "-n").stdout, "train"))
