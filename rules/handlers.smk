@@ -34,6 +34,8 @@ from rnnfleet.hooks.packed_jobs import (
 )
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.summary import print_run_summary
+from rnnfleet.hooks.tracking import TrackedPaths, log_run_to_mlflow
+from rnnfleet.updating import rnnfleet_version
 from rnnfleet.plots import drop_stale_snakemake_backup
 
 # The run's start, for its last line: which datasets this run trained (print_run_summary).
@@ -106,10 +108,22 @@ onstart:
     prestart_warm_workers()
 
 
+# The fleet's history (tracking: in the config): once per run that trained anything.
+TRACKED = TrackedPaths(SUMMARY, FORECASTS, SUMMARY_HTML, SKILL_PLOT, METRICS, MODEL)
+
+
 onsuccess:
     stop_mps_if_on()
     drop_not_done_list_if_replaced(NOT_DONE, SUMMARY)
     print_run_summary(SUMMARY, FORECASTS, METRICS, RUN_STARTED)
+    log_run_to_mlflow(
+        config["tracking"]["mlflow"],
+        config,
+        TRACKED,
+        RUN_STARTED,
+        "success",
+        rnnfleet_version(),
+    )
 
 
 # With failed or stopped jobs Snakemake skips the summarize and plots jobs (their inputs
@@ -135,4 +149,12 @@ onerror:
         fleet=config["fleet"],
         quality_thresholds=config["quality"],
         dataset_quality=DATASET_QUALITY,
+    )
+    log_run_to_mlflow(
+        config["tracking"]["mlflow"],
+        config,
+        TRACKED,
+        RUN_STARTED,
+        "failed",
+        rnnfleet_version(),
     )

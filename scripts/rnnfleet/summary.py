@@ -296,12 +296,20 @@ def print_run_summary(table_path: str, forecasts_path: str, metrics_pattern: str
             forecasts = {row["dataset"]: row["forecast"] for row in csv.DictReader(handle)}
     except (OSError, KeyError, csv.Error):
         return  # a summary line never fails a run that succeeded
-    trained_now = set()
+    for row in rows:
+        row["forecast"] = forecasts.get(row["dataset"], "")
+    trained_now = datasets_written_since(rows, metrics_pattern, started)
+    print(run_summary(rows, trained_now, table_path, forecasts_path), file=sys.stderr)
+
+
+def datasets_written_since(rows: list[dict], metrics_pattern: str, started: float) -> set[str]:
+    """The datasets of the table's rows whose metrics file (metrics_pattern, with {dataset})
+    was written at or after `started` (time.time()): those trained or updated by this run."""
+    written = set()
     for row in rows:
         try:
             if os.stat(metrics_pattern.format(dataset=row["dataset"])).st_mtime >= started:
-                trained_now.add(row["dataset"])
+                written.add(row["dataset"])
         except OSError:
             pass
-        row["forecast"] = forecasts.get(row["dataset"], "")
-    print(run_summary(rows, trained_now, table_path, forecasts_path), file=sys.stderr)
+    return written

@@ -101,6 +101,10 @@ def test_the_fleets_forecasts_are_those_of_each_model_at_its_last_bar(trained, t
             assert float(row[f"forecast_{side}"]) == pytest.approx(expected, rel=1e-6, abs=1e-12)
 
 
+def test_tracking_is_off_by_default_and_writes_no_store(trained):
+    assert not (trained / "mlruns.db").exists() and not (trained / "mlartifacts").exists()
+
+
 def test_every_rule_logs(trained):
     for rule in ("preprocess", "train"):
         for dataset in DATASETS:

@@ -1,0 +1,258 @@
+"""The fleet's history in MLflow (`tracking.mlflow`; docs/tracking.md), logged once per run by
+the run itself (its success and error handlers), never by a job.
+
+What it promises:
+- A run that trained or updated at least one dataset becomes one MLflow run in the experiment
+  `tracking.mlflow.experiment` (default: the name of the folder the run works in): its
+  parameters (the effective configuration, dotted keys), the fleet's metrics (datasets trained
+  from scratch, updated, unchanged, not done; the test skills' spread; how many beat the
+  baseline, before and after the fleet correction), tags (outcome, folder, rnnfleet's
+  version) and as artifacts the summary table (one row per dataset), the forecasts, the
+  report's table and skill chart. A run that trained nothing logs nothing.
+- With `per_dataset_runs`, each dataset this run trained or updated gets a child run: its row
+  of the table as parameters and metrics, its loss curves as metric histories (step = epoch),
+  and its model file where `log_models` is on.
+- Tracking never fails, stops or slows the fleet for long: any failure is one warning line
+  naming the store and what was not logged; requests to a server are not retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rnnfleet.errors import one_line
+from rnnfleet.evaluation import BEATS
+from rnnfleet.fleet import BEATS_AFTER, as_number
+from rnnfleet.summary import datasets_written_since
+
+# MLflow's limits on one parameter's value (characters); longer values are cut and marked.
+PARAM_VALUE_LIMIT = 6000
+# The table's columns that are words, not numbers: logged as a child run's parameters.
+WORD_COLUMNS = ("made", "model", "features", "target", "baseline", "loss", "timezone", "device", "status", "product")
+
+
+@dataclass(frozen=True)
+class TrackedPaths:
+    table: str  # results/metrics.csv
+    forecasts: str
+    table_html: str
+    skill_plot: str
+    metrics: str  # the per-dataset metrics files, with {dataset}
+    models: str  # the model files, with {dataset}
+
+
+def flattened(settings: dict, prefix: str = "") -> dict[str, str]:
+    """{dotted.key: value as text} of a nested configuration (lists as JSON)."""
+    flat = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat |= flattened(value, f"{name}.")
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            flat[name] = text if len(text) <= PARAM_VALUE_LIMIT else text[: PARAM_VALUE_LIMIT - 3] + "..."
+    return flat
+
+
+def fleet_metrics(rows: list[dict], trained_now: set[str]) -> dict[str, float]:
+    """The fleet's numbers of one run, from its summary table's rows."""
+    made = [row.get("made", "") for row in rows if row["dataset"] in trained_now]
+    skills = sorted(skill for row in rows if (skill := as_number(row.get("test_skill"))) is not None)
+    metrics = {
+        "datasets": len(rows),
+        "trained_from_scratch": sum(label == "full" for label in made),
+        "updated": sum(label != "full" for label in made),
+        "unchanged": len(rows) - len(made),
+        "not_done": sum(row.get("status") != "ok" for row in rows),
+        "flagged": sum(bool(row.get("quality_flags")) for row in rows),
+        "scored": len(skills),
+        "beats_baseline": sum(row.get("test_verdict") == BEATS for row in rows),
+        "beats_baseline_after_fleet_correction": sum(row.get("fleet_verdict") == BEATS_AFTER for row in rows),
+    }
+    if skills:
+        metrics |= {
+            "test_skill_mean": sum(skills) / len(skills),
+            "test_skill_median": quantile(skills, 0.5),
+            "test_skill_p10": quantile(skills, 0.1),
+            "test_skill_p90": quantile(skills, 0.9),
+            "test_skill_min": skills[0],
+            "test_skill_max": skills[-1],
+        }
+    return {key: float(value) for key, value in metrics.items()}
+
+
+def quantile(ordered: list[float], level: float) -> float:
+    """Linear interpolation between order statistics (numpy's default), of a sorted list."""
+    position = level * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def dataset_metrics(row: dict) -> dict[str, float]:
+    """A dataset's row of the table: its numeric cells."""
+    numbers = {}
+    for key, value in row.items():
+        if key not in WORD_COLUMNS and key != "dataset" and (number := as_number(value)) is not None:
+            numbers[key] = number
+    return numbers
+
+
+def loss_histories(metrics_path: str) -> dict[str, list[tuple[int, float]]]:
+    """{"epoch_train_loss": [(epoch, loss), ...], "epoch_val_loss": [...]} from a dataset's metrics file."""
+    try:
+        with open(metrics_path, encoding="utf-8") as handle:
+            history = json.load(handle).get("history", [])
+    except (OSError, ValueError):
+        return {}
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for entry in history:
+        for key in ("train_loss", "val_loss"):
+            if (value := as_number(entry.get(key))) is not None:
+                curves.setdefault(f"epoch_{key}", []).append((int(entry["epoch"]), value))
+    return curves
+
+
+@contextlib.contextmanager
+def quick_and_quiet() -> Iterator[None]:
+    """No retries or long waits on a tracking server, and MLflow's and its database's INFO
+    lines kept out of the run's output, for the duration."""
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    before = {key: os.environ.get(key) for key in quick}
+    os.environ.update(quick)
+    loggers = [logging.getLogger(name) for name in ("mlflow", "alembic", "sqlalchemy")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def experiment_id(client, name: str, tracking_uri: str) -> str:
+    """The experiment's id, created where it does not exist; a local store's artifacts go to
+    mlartifacts/ beside it (not wherever the run happens to work)."""
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    location = None
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri.removeprefix("sqlite:///"))
+        location = (database.absolute().parent / "mlartifacts").as_uri()
+    return client.create_experiment(name, artifact_location=location)
+
+
+def log_batches(client, run_id: str, metrics: Iterable = (), params: Iterable = (), tags: Iterable = ()) -> None:
+    """log_batch within MLflow's limit of 1,000 metrics a call (it splits parameters itself)."""
+    metrics, params, tags = list(metrics), list(params), list(tags)
+    client.log_batch(run_id, metrics=metrics[:1000], params=params, tags=tags)
+    for start in range(1000, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start : start + 1000])
+
+
+def log_run_to_mlflow(
+    settings: dict,
+    config: dict,
+    paths: TrackedPaths,
+    started: float,
+    outcome: str,
+    version: str,
+) -> str | None:
+    """See the module doc. settings: the `tracking.mlflow` section; outcome: "success" or
+    "failed". Returns the MLflow run's id, or None where nothing was logged."""
+    if not settings["enabled"]:
+        return None
+    uri = settings["tracking_uri"]
+    try:
+        with open(paths.table, encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError:
+        return None
+    trained_now = datasets_written_since(rows, paths.metrics, started)
+    if not trained_now:
+        return None
+    step = "connecting"
+    try:
+        from mlflow.entities import Metric, Param  # before quick_and_quiet: its import sets log levels
+        from mlflow.tracking import MlflowClient
+
+        with quick_and_quiet():
+            client = MlflowClient(tracking_uri=uri)
+            experiment = experiment_id(client, settings["experiment"] or Path.cwd().name, uri)
+            now = int(time.time() * 1000)
+            step = "the run"
+            run = client.create_run(
+                experiment,
+                start_time=int(started * 1000),
+                run_name=time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+                tags={"rnnfleet.outcome": outcome, "rnnfleet.folder": str(Path.cwd()), "rnnfleet.version": version},
+            )
+            run_id = run.info.run_id
+            step = "its parameters and metrics"
+            log_batches(
+                client,
+                run_id,
+                metrics=[Metric(key, value, now, 0) for key, value in fleet_metrics(rows, trained_now).items()],
+                params=[Param(key, value) for key, value in flattened(config).items()],
+            )
+            step = "its files"
+            for path in (paths.table, paths.forecasts, paths.table_html, paths.skill_plot):
+                if os.path.exists(path):
+                    client.log_artifact(run_id, path)
+            if settings["per_dataset_runs"]:
+                step = "the datasets' runs"
+                for row in rows:
+                    if row["dataset"] in trained_now:
+                        log_dataset_run(client, experiment, run_id, row, paths, settings["log_models"], now)
+            client.set_terminated(run_id, "FINISHED" if outcome == "success" else "FAILED")
+        return run_id
+    except ImportError as error:
+        print(
+            f"rnnfleet: WARNING: MLflow tracking is on but {one_line(error)}: this run was not logged; "
+            "install it with pip install -r requirements-mlflow.txt",
+            file=sys.stderr,
+        )
+        return None
+    except Exception as error:  # a tracking problem never fails the fleet
+        print(
+            f"rnnfleet: WARNING: MLflow tracking ({uri}): {step} not logged ({type(error).__name__}: "
+            f"{one_line(error)}); the fleet's results are in {paths.table} as always",
+            file=sys.stderr,
+        )
+        return None
+
+
+def log_dataset_run(client, experiment: str, parent_id: str, row: dict, paths: TrackedPaths, log_model: bool, now: int):
+    """A child run of the fleet's run for one dataset: its row, its loss curves, its model file."""
+    from mlflow.entities import Metric, Param
+
+    dataset = row["dataset"]
+    child = client.create_run(
+        experiment, run_name=dataset, tags={"mlflow.parentRunId": parent_id, "rnnfleet.dataset": dataset}
+    )
+    metrics = [Metric(key, value, now, 0) for key, value in dataset_metrics(row).items()]
+    for key, curve in loss_histories(paths.metrics.format(dataset=dataset)).items():
+        metrics += [Metric(key, value, now, epoch) for epoch, value in curve]
+    words = {key: row[key] for key in WORD_COLUMNS if row.get(key)}
+    log_batches(client, child.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in words.items()])
+    model = paths.models.format(dataset=dataset)
+    if log_model and os.path.exists(model):
+        client.log_artifact(child.info.run_id, model)
+    client.set_terminated(child.info.run_id, "FINISHED" if row.get("status") == "ok" else "FAILED")
