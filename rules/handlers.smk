@@ -34,7 +34,7 @@ from rnnfleet.hooks.packed_jobs import (
 )
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.summary import print_run_summary
-from rnnfleet.hooks.tracking import TrackedPaths, log_run_to_mlflow
+from rnnfleet.hooks.tracking import TrackedPaths, load_mlflow_early, log_run_to_mlflow
 from rnnfleet.updating import rnnfleet_version
 from rnnfleet.plots import drop_stale_snakemake_backup
 
@@ -106,6 +106,7 @@ onstart:
     stop_jobs_on_signals()
     start_mps_if_on()
     prestart_warm_workers()
+    load_mlflow_early(config["tracking"]["mlflow"])
 
 
 # The fleet's history (tracking: in the config): once per run that trained anything.

@@ -13,7 +13,9 @@ What it promises:
   of the table as parameters and metrics, its loss curves as metric histories (step = epoch),
   and its model file where `log_models` is on.
 - Tracking never fails, stops or slows the fleet for long: any failure is one warning line
-  naming the store and what was not logged; requests to a server are not retried.
+  naming the store and what was not logged; requests to a server are not retried. MLflow's
+  import and a new store's creation (seconds) start with the run (load_mlflow_early), so
+  that its end waits only for the logging itself.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -39,6 +42,27 @@ from rnnfleet.summary import datasets_written_since
 PARAM_VALUE_LIMIT = 6000
 # The table's columns that are words, not numbers: logged as a child run's parameters.
 WORD_COLUMNS = ("made", "model", "features", "target", "baseline", "loss", "timezone", "device", "status", "product")
+
+
+# The thread importing MLflow while the run's jobs work (load_mlflow_early), if one was started.
+_LOADING: list[threading.Thread] = []
+
+
+def load_mlflow_early(settings: dict) -> None:
+    """With tracking on, import MLflow and open its store (a new SQLite store is created and
+    migrated then) in a background thread now; log_run_to_mlflow waits for it. Any error is
+    left for log_run_to_mlflow to meet again, where it becomes the warning."""
+    if settings["enabled"] and not _LOADING:
+
+        def load() -> None:
+            with contextlib.suppress(Exception):
+                from mlflow.tracking import MlflowClient
+
+                with quick_and_quiet():
+                    MlflowClient(tracking_uri=settings["tracking_uri"]).search_experiments(max_results=1)
+
+        _LOADING.append(threading.Thread(target=load, name="rnnfleet-mlflow-import", daemon=True))
+        _LOADING[0].start()
 
 
 @dataclass(frozen=True)
@@ -188,7 +212,9 @@ def log_run_to_mlflow(
     trained_now = datasets_written_since(rows, paths.metrics, started)
     if not trained_now:
         return None
-    step = "connecting"
+    step, logging_started = "connecting", time.perf_counter()
+    for loading in _LOADING:
+        loading.join(timeout=120)
     try:
         from mlflow.entities import Metric, Param  # before quick_and_quiet: its import sets log levels
         from mlflow.tracking import MlflowClient
@@ -222,6 +248,10 @@ def log_run_to_mlflow(
                     if row["dataset"] in trained_now:
                         log_dataset_run(client, experiment, run_id, row, paths, settings["log_models"], now)
             client.set_terminated(run_id, "FINISHED" if outcome == "success" else "FAILED")
+        print(
+            f"rnnfleet: MLflow run {run_id} logged to {uri} in {time.perf_counter() - logging_started:.2f} s",
+            file=sys.stderr,
+        )
         return run_id
     except ImportError as error:
         print(
