@@ -95,8 +95,8 @@ def test_hard_kill_then_the_normal_command_finishes_without_losing_a_model(with_
 
 @pytest.mark.parametrize(
     "signal_number, whole_group",
-    [(signal.SIGINT, True), (signal.SIGTERM, False)],
-    ids=["ctrl-c", "sigterm-to-snakemake"],
+    [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, True), (signal.SIGQUIT, False)],
+    ids=["ctrl-c", "sigterm-to-snakemake", "sighup-ssh-drop", "sigquit-to-snakemake"],
 )
 def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
     with_new_dataset, signal_number, whole_group
@@ -104,7 +104,7 @@ def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
     workdir = with_new_dataset
     run, job_pid = start_paused_run(workdir, "model-write")
     assert hidden_files(workdir), "the model was not being written"
-    if whole_group:  # what a terminal does on Ctrl+C
+    if whole_group:  # what a terminal does on Ctrl+C, and on a hang-up (an ssh connection dropped)
         os.killpg(run.pid, signal_number)
     else:  # `kill <pid>`, a batch system, a service manager
         os.kill(run.pid, signal_number)

@@ -163,12 +163,15 @@ def remove_partial_files(folder: str | os.PathLike) -> list[str]:
 
 
 def stop_jobs_on_signals() -> None:
-    """Make SIGTERM and SIGINT sent to Snakemake's own process stop the running jobs too.
+    """Make SIGTERM and SIGINT sent to Snakemake's own process stop the running jobs too,
+    and SIGHUP (a terminal or ssh connection closed) and SIGQUIT end the run as SIGTERM does.
 
     Snakemake alone answers SIGTERM by waiting for running jobs to finish, and SIGINT by
     waiting for its job threads: with trainings that run for hours, neither stops soon.
-    Each job handles SIGTERM by cleaning up and exiting (errors.job_guard); a terminal's
-    Ctrl+C reaches the jobs directly and the repeat here is harmless.
+    SIGHUP and SIGQUIT it leaves to the OS, which ends it at once: no after-failure table,
+    no previous models put back. Each job handles these signals by cleaning up and exiting
+    (errors.job_guard); a terminal's Ctrl+C (or hang-up) reaches the jobs directly and the
+    repeat here is harmless. A signal ignored at the start (`nohup` ignores SIGHUP) stays ignored.
     """
     for number in (signal.SIGTERM, signal.SIGINT):
         snakemake_handler = signal.getsignal(number)
@@ -181,6 +184,11 @@ def stop_jobs_on_signals() -> None:
                 raise KeyboardInterrupt
 
         signal.signal(number, forward)
+    as_sigterm = signal.getsignal(signal.SIGTERM)
+    for name in ("SIGHUP", "SIGQUIT"):  # not on Windows
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, as_sigterm)
 
 
 def terminate_descendants() -> None:
