@@ -34,6 +34,10 @@ SETTINGS_ERROR_NOTE = " [settings error: change the setting named; until then it
 # Ends the problem of a job Snakemake retries (a training) when a retry would fail the same
 # way; rnnfleet.hooks.retry_policy then has Snakemake not launch it again.
 NOT_RETRIED = " (not retried: more memory would not help)"
+# In the line of a job whose warm child was killed by a signal (rnnfleet.runner.warm_client):
+# most often the kernel's OOM killer, out of host memory, which twice the GPU memory would
+# not cure, so it is not retried either.
+KILLED_BY = " process was killed by "
 _TAIL_BYTES = 64 * 1024
 
 

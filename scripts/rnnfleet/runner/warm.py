@@ -220,13 +220,14 @@ def _child_reported(child: Child, selector: selectors.BaseSelector) -> None:
         _close_channel(child, selector)
 
 
-def _finish(child: Child, exit_status: int, selector: selectors.BaseSelector) -> None:
-    """Send the job's exit status to its client and close the connection."""
+def _finish(child: Child, exit_status: int, selector: selectors.BaseSelector, killed_by: int | None = None) -> None:
+    """Send the job's exit status to its client (and the signal that killed the child, if
+    one did) and close the connection."""
     connection, child.client = child.client, None
     if connection.fileno() in selector.get_map():
         selector.unregister(connection)
     try:
-        send_message(connection, {"exit_status": exit_status})
+        send_message(connection, {"exit_status": exit_status, "killed_by": killed_by})
     except OSError:
         pass  # the client is gone already
     connection.close()
@@ -255,8 +256,11 @@ def _reap(children: dict[int, Child], selector: selectors.BaseSelector) -> None:
         child = children.pop(pid)
         _close_channel(child, selector)
         if child.client is not None:
-            exit_status = os.waitstatus_to_exitcode(status)
-            _finish(child, exit_status if exit_status >= 0 else 128 - exit_status, selector)
+            exit_status = os.waitstatus_to_exitcode(status)  # -N: killed by signal N
+            if exit_status >= 0:
+                _finish(child, exit_status, selector)
+            else:
+                _finish(child, 128 - exit_status, selector, killed_by=-exit_status)
 
 
 # --- a child ----------------------------------------------------------------------------
