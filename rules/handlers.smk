@@ -15,7 +15,9 @@ from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore
 from rnnfleet.hooks.previous_models import restore_previous_models
 from rnnfleet.hooks.recovery import (
     JobsOfKilledRunAlive,
+    RunWorkingUnlocked,
     claim_run_folder,
+    mark_run_working,
     stop_jobs_on_signals,
 )
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
@@ -87,7 +89,7 @@ if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
     try:
         ALONE_IN_FOLDER = claim_run_folder(OUTPUT_FOLDERS)
-    except JobsOfKilledRunAlive as error:
+    except (JobsOfKilledRunAlive, RunWorkingUnlocked) as error:
         raise WorkflowError(str(error)) from None
     if ALONE_IN_FOLDER:
         # Alone in the folder: a backup still here belongs to a plots job that was killed
@@ -98,6 +100,7 @@ if workflow.is_main_process:
 
 
 onstart:
+    mark_run_working()
     check_output_folders_writable()
     check_plugin_files()
     write_job_settings()

@@ -136,6 +136,28 @@ def test_second_run_in_the_same_folder_is_refused_and_the_first_finishes(with_ne
     assert_everything_trained_and_loads(workdir)
 
 
+def test_after_an_unlock_a_second_run_is_refused_while_the_first_works_and_the_first_finishes(with_new_dataset):
+    workdir = with_new_dataset
+    run, _ = start_paused_run(workdir, "epoch")
+    snakemake(workdir, "--unlock")  # Snakemake's lock gone while the run works
+    assert snakemake_lock_files(workdir) == []
+
+    second = snakemake(workdir, check=False)
+
+    assert second.returncode != 0 and "Traceback" not in second.stderr
+    line = (
+        f"another run (pid {run.pid}) is working in this folder and Snakemake's lock (.snakemake/locks) was "
+        "removed meanwhile (snakemake --unlock?): nothing was run; wait for that run to end, then run again"
+    )
+    assert line in second.stderr, second.stderr[-3000:]
+    resume(workdir, "epoch")
+    assert run.wait(timeout=300) == 0, (workdir.parent / "snakemake-output.txt").read_text()[-3000:]
+    assert_everything_trained_and_loads(workdir)
+    for figure in ("results/metrics.html", "results/skill.png", "results/loss_curves/A_1m.png"):
+        assert (workdir / figure).exists(), figure
+    assert (workdir / "results/loss_curves/B_1m.png").exists()
+
+
 # --- a run killed alone: its jobs (rnnfleet.runner.orphans) ------------------------------------
 
 SCRIPTS = str(REPO / "scripts")

@@ -45,8 +45,16 @@ ORPHAN_WAIT_SECONDS = 60.0  # jobs of a killed run stop within about orphans.STO
 _held_run_locks: list[IO[str]] = []  # open for the life of the process: closing would drop the lock
 
 
+WORKING_MARK = "working\n"  # written into a run's file once it runs its jobs (mark_run_working)
+
+
 class JobsOfKilledRunAlive(UserError):
     """Jobs of a run that was killed still work in this folder and did not stop in time."""
+
+
+class RunWorkingUnlocked(UserError):
+    """Another run works in this folder, and Snakemake's lock, which would refuse this one,
+    was removed meanwhile (`snakemake --unlock`)."""
 
 
 def run_lock_path(run_id: str) -> Path:
@@ -65,7 +73,10 @@ def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
     no other run is alive here, first wait for the jobs of dead runs to end, then remove
     Snakemake's stale locks and stale `.partial` files in output_folders (one listing each).
     Returns whether this run was alone (False also where the platform cannot tell). Raises
-    JobsOfKilledRunAlive when such jobs still work after ORPHAN_WAIT_SECONDS."""
+    JobsOfKilledRunAlive when such jobs still work after ORPHAN_WAIT_SECONDS, and
+    RunWorkingUnlocked when another run works here (mark_run_working) while Snakemake's lock
+    folder is empty: its lock was removed (`snakemake --unlock`), and Snakemake would let this
+    run re-run and delete what that one is making."""
     if not os_locks_available():
         return False
     RUNS_DIR.mkdir(parents=True, exist_ok=True)
@@ -77,6 +88,13 @@ def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
         os.environ[RUN_VARIABLE] = f"{platform.node()}/{run_id}"
         own_names = {run_lock_path(run_id).name, run_alive_path(run_id).name, CLAIM_LOCK.name}
         if _others_alive(own_names)[0]:
+            working = _working_runs(own_names)
+            if working and not _snakemake_locks_held():
+                raise RunWorkingUnlocked(
+                    f"another run (pid {', '.join(working)}) is working in this folder and Snakemake's lock "
+                    f"({SNAKEMAKE_LOCKS}) was removed meanwhile (snakemake --unlock?): nothing was run; wait for "
+                    "that run to end, then run again"
+                )
             return False
         _wait_for_jobs_of_dead_runs(own_names)
         _remove_what_dead_runs_left(output_folders)
@@ -102,6 +120,35 @@ def _others_alive(own_names: set[str]) -> tuple[bool, list[str]]:
             lock_file.close()
             Path(entry.path).unlink(missing_ok=True)
     return runs_alive, job_files
+
+
+def mark_run_working() -> None:
+    """Say in this run's file that it runs jobs (onstart: not a dry-run, Snakemake's lock held)."""
+    if _held_run_locks:
+        _held_run_locks[0].write(WORKING_MARK)
+        _held_run_locks[0].flush()
+
+
+def _working_runs(own_names: set[str]) -> list[str]:
+    """The pids of the other runs whose files say they run jobs (read, not locked: the lock is advisory)."""
+    pids = []
+    for entry in os.scandir(RUNS_DIR):
+        if entry.name in own_names or not entry.name.startswith("run-") or not entry.name.endswith(".lock"):
+            continue
+        try:
+            with open(entry.path) as handle:
+                if handle.read() == WORKING_MARK:
+                    pids.append(entry.name.removeprefix("run-").partition("-")[0])
+        except OSError:  # gone meanwhile, or a platform whose locks also bar reading: not known to work
+            continue
+    return pids
+
+
+def _snakemake_locks_held() -> bool:
+    try:
+        return any(SNAKEMAKE_LOCKS.iterdir())
+    except OSError:
+        return False
 
 
 def _wait_for_jobs_of_dead_runs(own_names: set[str]) -> None:
