@@ -19,6 +19,7 @@ from rnnfleet.hooks.recovery import (
     claim_run_folder,
     mark_run_working,
     stop_jobs_on_signals,
+    stop_signals_held_off,
 )
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
 from rnnfleet.hooks.snakemake_hooks import (
@@ -118,24 +119,26 @@ onsuccess:
 # With failed or stopped jobs Snakemake skips the summarize and plots jobs (their inputs
 # are missing): the table and the figures of the datasets that succeeded are written
 # here instead (re-trains that failed keep their previous model: Snakemake puts it back).
+# A second Ctrl+C meanwhile gets one line and does not cut the writing short.
 onerror:
-    stop_mps_if_on()
-    write_results_after_failures(
-        DATASETS,
-        {step: log_path(step) for step in ("preprocess", "train", "predict")},
-        METRICS,
-        MODEL,
-        ResultPaths(
-            table=SUMMARY,
-            table_html=SUMMARY_HTML,
-            skill_plot=SKILL_PLOT,
-            loss_curves=LOSS_CURVES,
-            not_done=NOT_DONE,
-            start_template=START_TEMPLATE,
-            start_page=START_PAGE,
-            forecasts=FORECASTS,
-        ),
-        fleet=config["fleet"],
-        quality_thresholds=config["quality"],
-        dataset_quality=DATASET_QUALITY,
-    )
+    with stop_signals_held_off():
+        stop_mps_if_on()
+        write_results_after_failures(
+            DATASETS,
+            {step: log_path(step) for step in ("preprocess", "train", "predict")},
+            METRICS,
+            MODEL,
+            ResultPaths(
+                table=SUMMARY,
+                table_html=SUMMARY_HTML,
+                skill_plot=SKILL_PLOT,
+                loss_curves=LOSS_CURVES,
+                not_done=NOT_DONE,
+                start_template=START_TEMPLATE,
+                start_page=START_PAGE,
+                forecasts=FORECASTS,
+            ),
+            fleet=config["fleet"],
+            quality_thresholds=config["quality"],
+            dataset_quality=DATASET_QUALITY,
+        )

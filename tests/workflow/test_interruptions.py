@@ -33,6 +33,7 @@ from conftest import (
 )
 
 from rnnfleet.checkpoint import load_checkpoint, write_json
+from rnnfleet.faults import TRAIN_CRASH
 from rnnfleet.hooks.recovery import RUN_VARIABLE, RUNS_DIR
 from rnnfleet.model import load_model
 from rnnfleet.runner.orphans import RunGone, run_job_guard
@@ -156,6 +157,27 @@ def test_after_an_unlock_a_second_run_is_refused_while_the_first_works_and_the_f
     for figure in ("results/metrics.html", "results/skill.png", "results/loss_curves/A_1m.png"):
         assert (workdir / figure).exists(), figure
     assert (workdir / "results/loss_curves/B_1m.png").exists()
+
+
+def test_ctrl_c_while_the_results_after_failures_are_written_does_not_cut_them_short(with_new_dataset, monkeypatch):
+    workdir = with_new_dataset
+    monkeypatch.setenv(TRAIN_CRASH, "B_1m")  # the run fails, and its error handler writes the table
+    run, snakemake_pid = start_paused_run(workdir, "after-failures")
+    assert snakemake_pid == run.pid  # paused in Snakemake's own process, the table in place
+
+    for _ in range(2):  # impatient hands
+        os.kill(run.pid, signal.SIGINT)
+        time.sleep(0.3)
+    resume(workdir, "after-failures")
+
+    assert run.wait(timeout=120) != 0
+    output = (workdir.parent / "snakemake-output.txt").read_text()
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    assert "rnnfleet: still writing the results of the datasets that are done; the run ends right after" in output
+    assert "rnnfleet: 1 of 2 datasets are not done" in output
+    assert "Run the same command again to retry what is not done" in output  # the last lines are there
+    with open(workdir / "results" / "metrics.csv") as table:
+        assert {row["dataset"]: row["status"] for row in csv.DictReader(table)} == {"A_1m": "ok", "B_1m": "failed"}
 
 
 # --- a run killed alone: its jobs (rnnfleet.runner.orphans) ------------------------------------

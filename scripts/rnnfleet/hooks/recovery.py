@@ -18,6 +18,7 @@ ORPHAN_WAIT_SECONDS) before it removes anything, and refuses to run if they do n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import secrets
@@ -25,11 +26,11 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.errors import UserError
+from rnnfleet.errors import STOP_SIGNALS, UserError
 from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
 
 SNAKEMAKE_DIR = Path(".snakemake")
@@ -236,6 +237,37 @@ def stop_jobs_on_signals() -> None:
         number = getattr(signal, name, None)
         if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
             signal.signal(number, as_sigterm)
+
+
+@contextlib.contextmanager
+def stop_signals_held_off() -> Iterator[None]:
+    """While the run writes what it delivers after failures (onerror): a further stop signal
+    (a second Ctrl+C, as impatient hands press it) gets one line and does not interrupt the
+    writing, which would end it with a traceback and without its last lines. The run ends
+    right after, as it would have. Outside the main thread (where signals cannot be set) nothing changes."""
+    said = []
+
+    def hold(_signal_number, _frame) -> None:
+        if not said:
+            said.append(True)
+            print(
+                "rnnfleet: still writing the results of the datasets that are done; the run ends right after",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    previous = {}
+    try:
+        for number in STOP_SIGNALS:
+            if signal.getsignal(number) is not signal.SIG_IGN:
+                previous[number] = signal.signal(number, hold)
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def terminate_descendants() -> None:
