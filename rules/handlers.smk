@@ -16,6 +16,7 @@ from rnnfleet.hooks.previous_models import restore_previous_models
 from rnnfleet.hooks.recovery import (
     JobsOfKilledRunAlive,
     RunWorkingUnlocked,
+    SnakemakeFolderFull,
     claim_run_folder,
     mark_run_working,
     stop_jobs_on_signals,
@@ -90,7 +91,7 @@ if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
     try:
         ALONE_IN_FOLDER = claim_run_folder(OUTPUT_FOLDERS)
-    except (JobsOfKilledRunAlive, RunWorkingUnlocked) as error:
+    except (JobsOfKilledRunAlive, RunWorkingUnlocked, SnakemakeFolderFull) as error:
         raise WorkflowError(str(error)) from None
     if ALONE_IN_FOLDER:
         # Alone in the folder: a backup still here belongs to a plots job that was killed

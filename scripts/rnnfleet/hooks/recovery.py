@@ -49,6 +49,15 @@ _held_run_locks: list[IO[str]] = []  # open for the life of the process: closing
 WORKING_MARK = "working\n"  # written into a run's file once it runs its jobs (mark_run_working)
 
 
+# Less room than this in .snakemake's file system and Snakemake's lock (the list of every input
+# and output), its records and its log cannot be written: it would end in tracebacks.
+SNAKEMAKE_ROOM_BYTES = 1024 * 1024
+
+
+class SnakemakeFolderFull(UserError):
+    """The file system of .snakemake (Snakemake's locks, records and logs) is full."""
+
+
 class JobsOfKilledRunAlive(UserError):
     """Jobs of a run that was killed still work in this folder and did not stop in time."""
 
@@ -74,10 +83,12 @@ def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
     no other run is alive here, first wait for the jobs of dead runs to end, then remove
     Snakemake's stale locks and stale `.partial` files in output_folders (one listing each).
     Returns whether this run was alone (False also where the platform cannot tell). Raises
+    SnakemakeFolderFull when .snakemake has no room (check_snakemake_folder_room),
     JobsOfKilledRunAlive when such jobs still work after ORPHAN_WAIT_SECONDS, and
     RunWorkingUnlocked when another run works here (mark_run_working) while Snakemake's lock
     folder is empty: its lock was removed (`snakemake --unlock`), and Snakemake would let this
     run re-run and delete what that one is making."""
+    check_snakemake_folder_room()
     if not os_locks_available():
         return False
     RUNS_DIR.mkdir(parents=True, exist_ok=True)
@@ -102,6 +113,30 @@ def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
         return True
     finally:
         claim_lock.close()
+
+
+def check_snakemake_folder_room() -> None:
+    """Raise SnakemakeFolderFull when .snakemake's file system (the working folder's where it
+    is not made yet) has less than SNAKEMAKE_ROOM_BYTES left for this user; nothing where the
+    OS does not say (Windows)."""
+    if not hasattr(os, "statvfs"):
+        return
+    folder = SNAKEMAKE_DIR if SNAKEMAKE_DIR.is_dir() else Path(".")
+    try:
+        status = os.statvfs(folder)
+    except OSError:
+        return
+    blocks = status.f_bfree if os.geteuid() == 0 else status.f_bavail
+    room = blocks * status.f_frsize
+    if room < SNAKEMAKE_ROOM_BYTES:
+        import logging
+
+        # Snakemake's log file is there too: each line its handler cannot write would print a traceback.
+        logging.raiseExceptions = False
+        raise SnakemakeFolderFull(
+            f"{SNAKEMAKE_DIR.absolute()}: cannot be written: its file system is full ({room} bytes left), and "
+            "Snakemake keeps its lock, records and logs there; free some space there and run again; nothing was run"
+        )
 
 
 def _others_alive(own_names: set[str]) -> tuple[bool, list[str]]:
