@@ -18,9 +18,9 @@ from rnnfleet.hooks.recovery import (
     RunWorkingUnlocked,
     SnakemakeFolderFull,
     claim_run_folder,
+    hold_off_stop_signals,
     mark_run_working,
     stop_jobs_on_signals,
-    stop_signals_held_off,
 )
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
 from rnnfleet.hooks.snakemake_hooks import (
@@ -122,24 +122,24 @@ onsuccess:
 # here instead (re-trains that failed keep their previous model: Snakemake puts it back).
 # A second Ctrl+C meanwhile gets one line and does not cut the writing short.
 onerror:
-    with stop_signals_held_off():
-        stop_mps_if_on()
-        write_results_after_failures(
-            DATASETS,
-            {step: log_path(step) for step in ("preprocess", "train", "predict")},
-            METRICS,
-            MODEL,
-            ResultPaths(
-                table=SUMMARY,
-                table_html=SUMMARY_HTML,
-                skill_plot=SKILL_PLOT,
-                loss_curves=LOSS_CURVES,
-                not_done=NOT_DONE,
-                start_template=START_TEMPLATE,
-                start_page=START_PAGE,
-                forecasts=FORECASTS,
-            ),
-            fleet=config["fleet"],
-            quality_thresholds=config["quality"],
-            dataset_quality=DATASET_QUALITY,
-        )
+    hold_off_stop_signals()
+    stop_mps_if_on()
+    write_results_after_failures(
+        DATASETS,
+        {step: log_path(step) for step in ("preprocess", "train", "predict")},
+        METRICS,
+        MODEL,
+        ResultPaths(
+            table=SUMMARY,
+            table_html=SUMMARY_HTML,
+            skill_plot=SKILL_PLOT,
+            loss_curves=LOSS_CURVES,
+            not_done=NOT_DONE,
+            start_template=START_TEMPLATE,
+            start_page=START_PAGE,
+            forecasts=FORECASTS,
+        ),
+        fleet=config["fleet"],
+        quality_thresholds=config["quality"],
+        dataset_quality=DATASET_QUALITY,
+    )

@@ -18,7 +18,6 @@ ORPHAN_WAIT_SECONDS) before it removes anything, and refuses to run if they do n
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import secrets
@@ -26,7 +25,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
@@ -173,7 +172,7 @@ def _working_runs(own_names: set[str]) -> list[str]:
             continue
         try:
             with open(entry.path) as handle:
-                if handle.read() == WORKING_MARK:
+                if WORKING_MARK in handle.read():
                     pids.append(entry.name.removeprefix("run-").partition("-")[0])
         except OSError:  # gone meanwhile, or a platform whose locks also bar reading: not known to work
             continue
@@ -274,12 +273,11 @@ def stop_jobs_on_signals() -> None:
             signal.signal(number, as_sigterm)
 
 
-@contextlib.contextmanager
-def stop_signals_held_off() -> Iterator[None]:
-    """While the run writes what it delivers after failures (onerror): a further stop signal
-    (a second Ctrl+C, as impatient hands press it) gets one line and does not interrupt the
-    writing, which would end it with a traceback and without its last lines. The run ends
-    right after, as it would have. Outside the main thread (where signals cannot be set) nothing changes."""
+def hold_off_stop_signals() -> None:
+    """For the rest of the run, which writes what it delivers after failures (onerror) and
+    ends: a further stop signal (a second Ctrl+C, as impatient hands press it) gets one line
+    and does not interrupt the writing, which would end it with a traceback and without its
+    last lines. Outside the main thread (where signals cannot be set) nothing changes."""
     said = []
 
     def hold(_signal_number, _frame) -> None:
@@ -291,18 +289,12 @@ def stop_signals_held_off() -> Iterator[None]:
                 flush=True,
             )
 
-    previous = {}
     try:
         for number in STOP_SIGNALS:
             if signal.getsignal(number) is not signal.SIG_IGN:
-                previous[number] = signal.signal(number, hold)
+                signal.signal(number, hold)
     except ValueError:  # not the main thread
         pass
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def terminate_descendants() -> None:
