@@ -54,8 +54,13 @@ apply_snakemake_guards(
     warn=workflow.is_main_process,
 )
 
-# A training is launched again only when a retry can help (out of GPU memory, killed).
-apply_retry_policy(("train",), warn=workflow.is_main_process)
+# A training is launched again only when a retry can help (out of GPU memory; stopped or
+# killed without a line on a cluster, as a cancelled job is; not killed on this machine).
+apply_retry_policy(
+    ("train",),
+    warn=workflow.is_main_process,
+    retry_silent_deaths=lambda: not workflow.local_exec,
+)
 
 # A failed re-train's model is put back in one rename (the train rule's outputs are update()).
 apply_atomic_restore(warn=workflow.is_main_process)

@@ -7,6 +7,7 @@ import csv
 import os
 import signal
 
+import pytest
 from conftest import add_datasets, snakemake, start_paused_run, write_config
 
 from rnnfleet.faults import OOM_ATTEMPTS
@@ -92,10 +93,11 @@ def test_without_the_retry_hook_a_relaunch_stops_at_once_and_says_why(tmp_path):
     assert "retry" not in log.replace("not retried", "")
 
 
-def test_a_training_killed_by_the_kernel_says_so_and_is_not_retried_with_more_gpu_mem(tmp_path):
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-worker", "own-process"])
+def test_a_training_killed_by_the_kernel_says_so_and_is_not_retried_with_more_gpu_mem(tmp_path, warm):
     workdir = tmp_path / "run"
     add_datasets(workdir, ["A_1m"])
-    write_config(workdir, data_dir="data", train={"warm_workers": True})
+    write_config(workdir, data_dir="data", train={"warm_workers": warm})
     run, job_pid = start_paused_run(workdir, "epoch")
 
     os.kill(job_pid, signal.SIGKILL)  # what the kernel's OOM killer sends the process using the most memory
@@ -104,6 +106,8 @@ def test_a_training_killed_by_the_kernel_says_so_and_is_not_retried_with_more_gp
     output = (tmp_path / "snakemake-output.txt").read_text()
     log = train_log(workdir)
     assert "Trying to restart job" not in output and "ATTEMPT" not in log, log  # no retry with twice the gpu_mem
+    if not warm:
+        return  # the killed process was the job's own: nothing of it is left to write a line
     # The job's own process outlives the warm worker it handed the training to: it says what happened.
     line = (
         "ERROR: A_1m: its training process was killed by SIGKILL (exit status 137), probably by the kernel "
