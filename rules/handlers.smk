@@ -15,7 +15,11 @@ from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore
 from rnnfleet.hooks.previous_models import restore_previous_models
 from rnnfleet.hooks.recovery import (
     JobsOfKilledRunAlive,
+    RunWorkingUnlocked,
+    SnakemakeFolderFull,
     claim_run_folder,
+    hold_off_stop_signals,
+    mark_run_working,
     stop_jobs_on_signals,
 )
 from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
@@ -52,8 +56,13 @@ apply_snakemake_guards(
     warn=workflow.is_main_process,
 )
 
-# A training is launched again only when a retry can help (out of GPU memory, killed).
-apply_retry_policy(("train",), warn=workflow.is_main_process)
+# A training is launched again only when a retry can help (out of GPU memory; stopped or
+# killed without a line on a cluster, as a cancelled job is; not killed on this machine).
+apply_retry_policy(
+    ("train",),
+    warn=workflow.is_main_process,
+    retry_silent_deaths=lambda: not workflow.local_exec,
+)
 
 # A failed re-train's model is put back in one rename (the train rule's outputs are update()).
 apply_atomic_restore(warn=workflow.is_main_process)
@@ -89,7 +98,7 @@ if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
     try:
         ALONE_IN_FOLDER = claim_run_folder(OUTPUT_FOLDERS)
-    except JobsOfKilledRunAlive as error:
+    except (JobsOfKilledRunAlive, RunWorkingUnlocked, SnakemakeFolderFull) as error:
         raise WorkflowError(str(error)) from None
     if ALONE_IN_FOLDER:
         # Alone in the folder: a backup still here belongs to a plots job that was killed
@@ -100,6 +109,7 @@ if workflow.is_main_process:
 
 
 onstart:
+    mark_run_working()
     check_output_folders_writable()
     check_plugin_files()
     write_job_settings()
@@ -130,7 +140,9 @@ onsuccess:
 # With failed or stopped jobs Snakemake skips the summarize and plots jobs (their inputs
 # are missing): the table and the figures of the datasets that succeeded are written
 # here instead (re-trains that failed keep their previous model: Snakemake puts it back).
+# A second Ctrl+C meanwhile gets one line and does not cut the writing short.
 onerror:
+    hold_off_stop_signals()
     stop_mps_if_on()
     write_results_after_failures(
         DATASETS,

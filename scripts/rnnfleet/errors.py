@@ -2,8 +2,9 @@
 
 A problem the user can fix (a bad file, too little memory) ends the job with one line that
 names the file and the problem, in the job's log and in Snakemake's own error output; a
-bug keeps its traceback in the log and gets the same one-line summary; SIGTERM or SIGINT
-stop the job through the normal exception path, so half-written files are removed.
+bug keeps its traceback in the log and gets the same one-line summary; SIGTERM, SIGINT,
+SIGHUP (a terminal or ssh connection closed) and SIGQUIT stop the job through the normal
+exception path, so half-written files are removed.
 The last marked line of a log is the job's outcome: the run summary reads it back. A
 problem in the input data ends with DATA_ERROR_NOTE and settings a dataset cannot train with
 with SETTINGS_ERROR_NOTE, so that the summary can tell a file or a setting to fix from a
@@ -33,6 +34,10 @@ SETTINGS_ERROR_NOTE = " [settings error: change the setting named; until then it
 # Ends the problem of a job Snakemake retries (a training) when a retry would fail the same
 # way; rnnfleet.hooks.retry_policy then has Snakemake not launch it again.
 NOT_RETRIED = " (not retried: more memory would not help)"
+# In the line of a job whose warm child was killed by a signal (rnnfleet.runner.warm_client):
+# most often the kernel's OOM killer, out of host memory, which twice the GPU memory would
+# not cure, so it is not retried either.
+KILLED_BY = " process was killed by "
 _TAIL_BYTES = 64 * 1024
 
 
@@ -74,8 +79,14 @@ def write_error(path: object, error: OSError) -> WriteError:
     return WriteError(f"{path}: cannot be written: {cause}")
 
 
+# The signals that stop a job cleanly (STOP_SIGNALS; SIGHUP and SIGQUIT are not on Windows).
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, name)
+)
+
+
 class JobStopped(BaseException):
-    """SIGTERM or SIGINT reached the job (a BaseException, like KeyboardInterrupt, so only
+    """A stop signal (STOP_SIGNALS) reached the job (a BaseException, like KeyboardInterrupt, so only
     clean-up code such as atomic_write's sees it on the way out)."""
 
     def __init__(self, signal_number: int):
@@ -96,9 +107,19 @@ def report(line: str) -> None:
 
 
 def _stop(signal_number: int, _frame) -> None:
-    for number in (signal.SIGTERM, signal.SIGINT):
+    for number in STOP_SIGNALS:
         signal.signal(number, signal.SIG_IGN)  # a second signal must not interrupt the clean-up
     raise JobStopped(signal_number)
+
+
+def _stop_handlers() -> dict[int, object]:
+    """Install _stop for each stop signal but those ignored already (`nohup` ignores SIGHUP);
+    returns the handlers it replaced."""
+    previous = {}
+    for number in STOP_SIGNALS:
+        if signal.getsignal(number) is not signal.SIG_IGN:
+            previous[number] = signal.signal(number, _stop)
+    return previous
 
 
 def _is_out_of_memory(error: BaseException) -> bool:
@@ -117,7 +138,7 @@ def job_guard(
     out-of-memory line then says whether a retry follows, any other problem ends with NOT_RETRIED.
     """
     not_retried = NOT_RETRIED if attempts is not None else ""
-    previous_handlers = {number: signal.signal(number, _stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    previous_handlers = _stop_handlers()
     try:
         yield
     except DataError as error:

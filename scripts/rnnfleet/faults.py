@@ -3,7 +3,8 @@ unless its environment variable is set; the tests set them for real snakemake ru
 
 RNNFLEET_TEST_PAUSE_AT=<point> with RNNFLEET_TEST_PAUSE_FILE=<path>: the first job that
     reaches <point> ("preprocess", "epoch", "model-write", "fold": after a walk-forward
-    fold's scores are saved) creates <path> holding its pid
+    fold's scores are saved; "after-failures": Snakemake's process, once the table written
+    after failures is in place, before its last lines) creates <path> holding its pid
     and waits there until the file's content is "resume" (or a signal ends it).
 RNNFLEET_FAULT_OOM_ATTEMPTS=<n>: train attempts 1..n raise torch.OutOfMemoryError, the
     error CUDA raises when a job exceeds its memory cap.

@@ -33,6 +33,7 @@ from conftest import (
 )
 
 from rnnfleet.checkpoint import load_checkpoint, write_json
+from rnnfleet.faults import TRAIN_CRASH
 from rnnfleet.hooks.recovery import RUN_VARIABLE, RUNS_DIR
 from rnnfleet.model import load_model
 from rnnfleet.runner.orphans import RunGone, run_job_guard
@@ -95,8 +96,8 @@ def test_hard_kill_then_the_normal_command_finishes_without_losing_a_model(with_
 
 @pytest.mark.parametrize(
     "signal_number, whole_group",
-    [(signal.SIGINT, True), (signal.SIGTERM, False)],
-    ids=["ctrl-c", "sigterm-to-snakemake"],
+    [(signal.SIGINT, True), (signal.SIGTERM, False), (signal.SIGHUP, True), (signal.SIGQUIT, False)],
+    ids=["ctrl-c", "sigterm-to-snakemake", "sighup-ssh-drop", "sigquit-to-snakemake"],
 )
 def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
     with_new_dataset, signal_number, whole_group
@@ -104,7 +105,7 @@ def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
     workdir = with_new_dataset
     run, job_pid = start_paused_run(workdir, "model-write")
     assert hidden_files(workdir), "the model was not being written"
-    if whole_group:  # what a terminal does on Ctrl+C
+    if whole_group:  # what a terminal does on Ctrl+C, and on a hang-up (an ssh connection dropped)
         os.killpg(run.pid, signal_number)
     else:  # `kill <pid>`, a batch system, a service manager
         os.kill(run.pid, signal_number)
@@ -134,6 +135,49 @@ def test_second_run_in_the_same_folder_is_refused_and_the_first_finishes(with_ne
     resume(workdir, "epoch")
     assert run.wait(timeout=300) == 0, (workdir.parent / "snakemake-output.txt").read_text()
     assert_everything_trained_and_loads(workdir)
+
+
+def test_after_an_unlock_a_second_run_is_refused_while_the_first_works_and_the_first_finishes(with_new_dataset):
+    workdir = with_new_dataset
+    run, _ = start_paused_run(workdir, "epoch")
+    snakemake(workdir, "--unlock")  # Snakemake's lock gone while the run works
+    assert snakemake_lock_files(workdir) == []
+
+    second = snakemake(workdir, check=False)
+
+    assert second.returncode != 0 and "Traceback" not in second.stderr
+    line = (
+        f"another run (pid {run.pid}) is working in this folder and Snakemake's lock (.snakemake/locks) was "
+        "removed meanwhile (snakemake --unlock?): nothing was run; wait for that run to end, then run again"
+    )
+    assert line in second.stderr, second.stderr[-3000:]
+    resume(workdir, "epoch")
+    assert run.wait(timeout=300) == 0, (workdir.parent / "snakemake-output.txt").read_text()[-3000:]
+    assert_everything_trained_and_loads(workdir)
+    for figure in ("results/metrics.html", "results/skill.png", "results/loss_curves/A_1m.png"):
+        assert (workdir / figure).exists(), figure
+    assert (workdir / "results/loss_curves/B_1m.png").exists()
+
+
+def test_ctrl_c_while_the_results_after_failures_are_written_does_not_cut_them_short(with_new_dataset, monkeypatch):
+    workdir = with_new_dataset
+    monkeypatch.setenv(TRAIN_CRASH, "B_1m")  # the run fails, and its error handler writes the table
+    run, snakemake_pid = start_paused_run(workdir, "after-failures")
+    assert snakemake_pid == run.pid  # paused in Snakemake's own process, the table in place
+
+    for _ in range(2):  # impatient hands
+        os.kill(run.pid, signal.SIGINT)
+        time.sleep(0.3)
+    resume(workdir, "after-failures")
+
+    assert run.wait(timeout=120) != 0
+    output = (workdir.parent / "snakemake-output.txt").read_text()
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output[-3000:]
+    assert "rnnfleet: still writing the results of the datasets that are done; the run ends right after" in output
+    assert "rnnfleet: 1 of 2 datasets are not done" in output
+    assert "Run the same command again to retry what is not done" in output  # the last lines are there
+    with open(workdir / "results" / "metrics.csv") as table:
+        assert {row["dataset"]: row["status"] for row in csv.DictReader(table)} == {"A_1m": "ok", "B_1m": "failed"}
 
 
 # --- a run killed alone: its jobs (rnnfleet.runner.orphans) ------------------------------------

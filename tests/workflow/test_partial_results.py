@@ -249,6 +249,29 @@ def test_a_full_logs_folder_fails_each_job_with_a_line_naming_its_log(tmp_path):
         assert (table(tmp_path)[dataset]["status"], table(tmp_path)[dataset]["error"]) == ("failed", reason)
 
 
+def test_a_full_snakemake_folder_stops_the_run_with_one_line_naming_it(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    folder = tmp_path / ".snakemake"
+    if not mounted_tmpfs(folder, "size=64k"):
+        pytest.skip("cannot mount a tmpfs on .snakemake here (mount refused)")
+    try:
+        (folder / "filler").write_bytes(bytes(64 * 1024 - 4096))
+        (folder / "more").write_bytes(bytes(4096))  # every block of it taken
+        results = [snakemake(tmp_path, *arguments, check=False) for arguments in ([], ["-n"])]
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+    line = (
+        f"{folder}: cannot be written: its file system is full (0 bytes left), and Snakemake keeps its lock, "
+        "records and logs there; free some space there and run again; nothing was run"
+    )
+    for result in results:
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and line in output, output[-3000:]
+        assert "Traceback" not in output and "Logging error" not in output and "Errno" not in output
+    assert not (tmp_path / "prep").exists() and not (tmp_path / "models").exists()
+
+
 def test_a_model_written_to_a_really_full_disk_says_so(full_disk):
     import torch
 

@@ -4,8 +4,11 @@ torch.OutOfMemoryError (the class CUDA raises when a job exceeds its memory cap)
 from __future__ import annotations
 
 import csv
+import os
+import signal
 
-from conftest import add_datasets, snakemake, write_config
+import pytest
+from conftest import add_datasets, snakemake, start_paused_run, write_config
 
 from rnnfleet.faults import OOM_ATTEMPTS
 from rnnfleet.hooks.retry_policy import RETRY_POLICY_OFF
@@ -88,3 +91,29 @@ def test_without_the_retry_hook_a_relaunch_stops_at_once_and_says_why(tmp_path):
     assert log.count(": training on ") == 1, log  # the later attempts stopped before training
     assert "ATTEMPT 3 of 3: Snakemake launched this training again after an error more memory would not help" in log
     assert "retry" not in log.replace("not retried", "")
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-worker", "own-process"])
+def test_a_training_killed_by_the_kernel_says_so_and_is_not_retried_with_more_gpu_mem(tmp_path, warm):
+    workdir = tmp_path / "run"
+    add_datasets(workdir, ["A_1m"])
+    write_config(workdir, data_dir="data", train={"warm_workers": warm})
+    run, job_pid = start_paused_run(workdir, "epoch")
+
+    os.kill(job_pid, signal.SIGKILL)  # what the kernel's OOM killer sends the process using the most memory
+
+    assert run.wait(timeout=300) != 0
+    output = (tmp_path / "snakemake-output.txt").read_text()
+    log = train_log(workdir)
+    assert "Trying to restart job" not in output and "ATTEMPT" not in log, log  # no retry with twice the gpu_mem
+    if not warm:
+        return  # the killed process was the job's own: nothing of it is left to write a line
+    # The job's own process outlives the warm worker it handed the training to: it says what happened.
+    line = (
+        "ERROR: A_1m: its training process was killed by SIGKILL (exit status 137), probably by the kernel "
+        "for lack of host memory (the OOM killer: `dmesg` says); not retried"
+    )
+    assert line in log and line in output and "Traceback" not in log
+    row = summary_row(workdir)
+    assert row["status"] == "failed"
+    assert row["error"].startswith("train: A_1m: its training process was killed by SIGKILL")

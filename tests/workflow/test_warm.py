@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import PROGRAMS, REPO, wait_until_gone
 
+from rnnfleet.runner.file_locks import try_lock
 from rnnfleet.runner.warm_client import WarmUnavailable, check_private_folder, private_folder
 
 
@@ -147,3 +150,52 @@ def test_a_link_or_an_open_folder_is_not_taken_for_the_private_one(tmp_path):
     link.symlink_to(private)
     with pytest.raises(WarmUnavailable, match="is a link"):
         check_private_folder(link)
+
+
+def test_a_starting_server_removes_the_files_of_servers_long_gone_and_no_live_ones(tmp_path):
+    temporary = Path(tempfile.mkdtemp(prefix="rw-", dir="/tmp"))  # short: a socket's path is ~100 bytes at most
+    folder = temporary / f"rnnfleet-warm-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    two_days_ago = time.time() - 2 * 24 * 3600
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    starting = None
+    try:
+        dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        dead.bind(str(folder / "dead.sock"))  # a socket file whose server was killed: no one listens
+        dead.close()
+        live.bind(str(folder / "live.sock"))  # a live server (here: one that answers)
+        live.listen(1)
+        names = {
+            "dead": ["dead.sock", "dead.sock.lock", "dead.sock.log"],
+            "exited": ["exited.sock.lock", "exited.sock.log"],
+        }
+        names |= {"live": ["live.sock", "live.sock.lock", "live.sock.log"], "starting": ["starting.sock.lock"]}
+        names |= {"recent": ["recent.sock.lock", "recent.sock.log"], "other": ["notes.txt"]}
+        for name in [name for group in names.values() for name in group]:
+            (folder / name).touch()
+            if not name.startswith("recent"):
+                os.utime(folder / name, (two_days_ago, two_days_ago), follow_symlinks=False)
+        starting = try_lock(folder / "starting.sock.lock")  # a server starting: it holds its start lock
+
+        command = (
+            f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); "
+            "from rnnfleet.runner.warm_client import prestart; prestart()"
+        )
+        env = {**os.environ, "TMPDIR": str(temporary)}
+        env.pop("XDG_RUNTIME_DIR", None)
+        subprocess.run([sys.executable, "-c", command], cwd=tmp_path, env=env, check=True)
+        gone = set(names["dead"] + names["exited"])
+        deadline = time.monotonic() + 120
+        while gone & {path.name for path in folder.iterdir()}:
+            assert time.monotonic() < deadline, sorted(path.name for path in folder.iterdir())
+            time.sleep(0.1)
+        left = {path.name for path in folder.iterdir()}
+        kept = {name for group in ("live", "starting", "recent", "other") for name in names[group]}
+        assert kept <= left
+        own = left - kept  # the new server's socket, lock and log
+        assert len(own) == 3 and {name.split(".", 1)[1] for name in own} == {"sock", "sock.lock", "sock.log"}, own
+    finally:
+        live.close()
+        if starting is not None:
+            starting.close()
+        shutil.rmtree(temporary, ignore_errors=True)

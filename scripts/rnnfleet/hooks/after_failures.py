@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
+from rnnfleet.faults import pause_point
 from rnnfleet.hooks.previous_models import KEPT_STATUS
 from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_start_page, write_table_html
 from rnnfleet.summary import (
@@ -117,6 +118,7 @@ def write_results_after_failures(
                 handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
     except UserError as error:  # a WriteError: disk full, read-only folder, ...
         print(f"rnnfleet: ERROR: {error}", file=sys.stderr)
+    pause_point("after-failures")
     print_quality_warnings(rows)
     print(failure_report(not_ok, len(rows), paths.table), file=sys.stderr)
     return not_ok

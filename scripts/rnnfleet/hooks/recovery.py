@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.errors import UserError
+from rnnfleet.errors import STOP_SIGNALS, UserError
 from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
 
 SNAKEMAKE_DIR = Path(".snakemake")
@@ -45,8 +45,25 @@ ORPHAN_WAIT_SECONDS = 60.0  # jobs of a killed run stop within about orphans.STO
 _held_run_locks: list[IO[str]] = []  # open for the life of the process: closing would drop the lock
 
 
+WORKING_MARK = "working\n"  # written into a run's file once it runs its jobs (mark_run_working)
+
+
+# Less room than this in .snakemake's file system and Snakemake's lock (the list of every input
+# and output), its records and its log cannot be written: it would end in tracebacks.
+SNAKEMAKE_ROOM_BYTES = 1024 * 1024
+
+
+class SnakemakeFolderFull(UserError):
+    """The file system of .snakemake (Snakemake's locks, records and logs) is full."""
+
+
 class JobsOfKilledRunAlive(UserError):
     """Jobs of a run that was killed still work in this folder and did not stop in time."""
+
+
+class RunWorkingUnlocked(UserError):
+    """Another run works in this folder, and Snakemake's lock, which would refuse this one,
+    was removed meanwhile (`snakemake --unlock`)."""
 
 
 def run_lock_path(run_id: str) -> Path:
@@ -65,7 +82,12 @@ def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
     no other run is alive here, first wait for the jobs of dead runs to end, then remove
     Snakemake's stale locks and stale `.partial` files in output_folders (one listing each).
     Returns whether this run was alone (False also where the platform cannot tell). Raises
-    JobsOfKilledRunAlive when such jobs still work after ORPHAN_WAIT_SECONDS."""
+    SnakemakeFolderFull when .snakemake has no room (check_snakemake_folder_room),
+    JobsOfKilledRunAlive when such jobs still work after ORPHAN_WAIT_SECONDS, and
+    RunWorkingUnlocked when another run works here (mark_run_working) while Snakemake's lock
+    folder is empty: its lock was removed (`snakemake --unlock`), and Snakemake would let this
+    run re-run and delete what that one is making."""
+    check_snakemake_folder_room()
     if not os_locks_available():
         return False
     RUNS_DIR.mkdir(parents=True, exist_ok=True)
@@ -77,12 +99,43 @@ def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
         os.environ[RUN_VARIABLE] = f"{platform.node()}/{run_id}"
         own_names = {run_lock_path(run_id).name, run_alive_path(run_id).name, CLAIM_LOCK.name}
         if _others_alive(own_names)[0]:
+            working = _working_runs(own_names)
+            if working and not _snakemake_locks_held():
+                raise RunWorkingUnlocked(
+                    f"another run (pid {', '.join(working)}) is working in this folder and Snakemake's lock "
+                    f"({SNAKEMAKE_LOCKS}) was removed meanwhile (snakemake --unlock?): nothing was run; wait for "
+                    "that run to end, then run again"
+                )
             return False
         _wait_for_jobs_of_dead_runs(own_names)
         _remove_what_dead_runs_left(output_folders)
         return True
     finally:
         claim_lock.close()
+
+
+def check_snakemake_folder_room() -> None:
+    """Raise SnakemakeFolderFull when .snakemake's file system (the working folder's where it
+    is not made yet) has less than SNAKEMAKE_ROOM_BYTES left for this user; nothing where the
+    OS does not say (Windows)."""
+    if not hasattr(os, "statvfs"):
+        return
+    folder = SNAKEMAKE_DIR if SNAKEMAKE_DIR.is_dir() else Path(".")
+    try:
+        status = os.statvfs(folder)
+    except OSError:
+        return
+    blocks = status.f_bfree if os.geteuid() == 0 else status.f_bavail
+    room = blocks * status.f_frsize
+    if room < SNAKEMAKE_ROOM_BYTES:
+        import logging
+
+        # Snakemake's log file is there too: each line its handler cannot write would print a traceback.
+        logging.raiseExceptions = False
+        raise SnakemakeFolderFull(
+            f"{SNAKEMAKE_DIR.absolute()}: cannot be written: its file system is full ({room} bytes left), and "
+            "Snakemake keeps its lock, records and logs there; free some space there and run again; nothing was run"
+        )
 
 
 def _others_alive(own_names: set[str]) -> tuple[bool, list[str]]:
@@ -102,6 +155,35 @@ def _others_alive(own_names: set[str]) -> tuple[bool, list[str]]:
             lock_file.close()
             Path(entry.path).unlink(missing_ok=True)
     return runs_alive, job_files
+
+
+def mark_run_working() -> None:
+    """Say in this run's file that it runs jobs (onstart: not a dry-run, Snakemake's lock held)."""
+    if _held_run_locks:
+        _held_run_locks[0].write(WORKING_MARK)
+        _held_run_locks[0].flush()
+
+
+def _working_runs(own_names: set[str]) -> list[str]:
+    """The pids of the other runs whose files say they run jobs (read, not locked: the lock is advisory)."""
+    pids = []
+    for entry in os.scandir(RUNS_DIR):
+        if entry.name in own_names or not entry.name.startswith("run-") or not entry.name.endswith(".lock"):
+            continue
+        try:
+            with open(entry.path) as handle:
+                if WORKING_MARK in handle.read():
+                    pids.append(entry.name.removeprefix("run-").partition("-")[0])
+        except OSError:  # gone meanwhile, or a platform whose locks also bar reading: not known to work
+            continue
+    return pids
+
+
+def _snakemake_locks_held() -> bool:
+    try:
+        return any(SNAKEMAKE_LOCKS.iterdir())
+    except OSError:
+        return False
 
 
 def _wait_for_jobs_of_dead_runs(own_names: set[str]) -> None:
@@ -163,12 +245,15 @@ def remove_partial_files(folder: str | os.PathLike) -> list[str]:
 
 
 def stop_jobs_on_signals() -> None:
-    """Make SIGTERM and SIGINT sent to Snakemake's own process stop the running jobs too.
+    """Make SIGTERM and SIGINT sent to Snakemake's own process stop the running jobs too,
+    and SIGHUP (a terminal or ssh connection closed) and SIGQUIT end the run as SIGTERM does.
 
     Snakemake alone answers SIGTERM by waiting for running jobs to finish, and SIGINT by
     waiting for its job threads: with trainings that run for hours, neither stops soon.
-    Each job handles SIGTERM by cleaning up and exiting (errors.job_guard); a terminal's
-    Ctrl+C reaches the jobs directly and the repeat here is harmless.
+    SIGHUP and SIGQUIT it leaves to the OS, which ends it at once: no after-failure table,
+    no previous models put back. Each job handles these signals by cleaning up and exiting
+    (errors.job_guard); a terminal's Ctrl+C (or hang-up) reaches the jobs directly and the
+    repeat here is harmless. A signal ignored at the start (`nohup` ignores SIGHUP) stays ignored.
     """
     for number in (signal.SIGTERM, signal.SIGINT):
         snakemake_handler = signal.getsignal(number)
@@ -181,6 +266,35 @@ def stop_jobs_on_signals() -> None:
                 raise KeyboardInterrupt
 
         signal.signal(number, forward)
+    as_sigterm = signal.getsignal(signal.SIGTERM)
+    for name in ("SIGHUP", "SIGQUIT"):  # not on Windows
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, as_sigterm)
+
+
+def hold_off_stop_signals() -> None:
+    """For the rest of the run, which writes what it delivers after failures (onerror) and
+    ends: a further stop signal (a second Ctrl+C, as impatient hands press it) gets one line
+    and does not interrupt the writing, which would end it with a traceback and without its
+    last lines. Outside the main thread (where signals cannot be set) nothing changes."""
+    said = []
+
+    def hold(_signal_number, _frame) -> None:
+        if not said:
+            said.append(True)
+            print(
+                "rnnfleet: still writing the results of the datasets that are done; the run ends right after",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        for number in STOP_SIGNALS:
+            if signal.getsignal(number) is not signal.SIG_IGN:
+                signal.signal(number, hold)
+    except ValueError:  # not the main thread
+        pass
 
 
 def terminate_descendants() -> None:

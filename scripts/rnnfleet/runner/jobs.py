@@ -73,8 +73,9 @@ def train_job(
     Snakemake's attempt number `attempt` (1 = first try) of `attempts`; job: train_one's
     other arguments (dataset, paths, threads, gpu_mem_gb, process_started_at).
 
-    A retry follows only an out-of-memory error (or a death without a message, such as a
-    kill): any other error's line ends with NOT_RETRIED, and rnnfleet.hooks.retry_policy has
+    A retry follows only an out-of-memory error (or a stop, or on a cluster a death without
+    a message, such as a batch system's cancel): any other error's line ends with NOT_RETRIED
+    (a warm child killed by a signal: errors.KILLED_BY), and rnnfleet.hooks.retry_policy has
     Snakemake not launch the job again; a Snakemake where that hook is off launches it again
     anyway, and that attempt stops at once, saying why.
     """

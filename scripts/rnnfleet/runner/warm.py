@@ -29,6 +29,11 @@ status, so scheduling, resources, triggers, dry-runs and per-job failures behave
   starts; it and its idle children exit after IDLE_SECONDS without jobs. Its key includes
   the code's modification times, so a server never runs code older than the files on disk.
 - The server never touches CUDA or torch's thread pools, so forking it is safe.
+- The shared folder holds a socket, a start lock and a log per working folder and code
+  version; a server that starts removes those of servers that are gone (no server answers at
+  the socket, none is starting: the lock is free) and that no one touched for STALE_SECONDS,
+  so the folder does not grow with every project and every code change. Another live
+  server's files are never touched.
 
 Security: the job's environment (tokens, keys) and its file descriptors go over the
 socket, and the server runs whatever a client asks for. So the socket lives in a folder
@@ -56,6 +61,10 @@ from pathlib import Path
 
 from rnnfleet.runner.device import WORKER_VARIABLE, can_take_another_job, tune_cpu_allocator
 from rnnfleet.runner.warm_client import IDLE_SECONDS, call, peer_uid, receive_message, send_message
+
+# The files of a server that is gone are removed once none of them changed for this long.
+STALE_SECONDS = 24 * 3600
+SERVER_FILE_SUFFIXES = (".sock", ".sock.lock", ".sock.log")  # the socket, start lock and log of a server
 
 # A child is replaced after this many jobs, so that nothing one job leaves behind in it
 # (memory held by the allocator, caches) can grow without bound over a long run.
@@ -99,6 +108,10 @@ def serve(address: Path, start_lock_fd: int) -> None:
     os.chmod(address, 0o600)  # the folder is private already; this is the second wall
     listener.listen(64)
     os.close(start_lock_fd)  # jobs waiting for this server may connect now
+    try:
+        remove_files_of_gone_servers(address.parent, address)
+    except OSError as error:  # never a reason not to serve
+        print(f"could not clean up {address.parent}: {error}", file=sys.stderr, flush=True)
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
     signal.set_wakeup_fd(wakeup_write)
@@ -130,6 +143,47 @@ def serve(address: Path, start_lock_fd: int) -> None:
         address.unlink(missing_ok=True)
         for pid in children:
             _terminate(pid)
+
+
+def remove_files_of_gone_servers(folder: Path, own_address: Path, now: float | None = None) -> list[str]:
+    """Remove the socket, start lock and log of each other server in `folder` that is gone and
+    whose files are all older than STALE_SECONDS; returns the names removed. A server counts as
+    alive while its start lock is held (it is starting) or its socket answers."""
+    from rnnfleet.runner.file_locks import try_lock
+    from rnnfleet.runner.warm_client import WarmUnavailable, connect
+
+    now = time.time() if now is None else now
+    servers: dict[str, list[os.DirEntry]] = {}
+    for entry in os.scandir(folder):
+        suffix = next((suffix for suffix in reversed(SERVER_FILE_SUFFIXES) if entry.name.endswith(suffix)), None)
+        if suffix is not None:
+            servers.setdefault(entry.name[: -len(suffix)] + ".sock", []).append(entry)
+    removed = []
+    for socket_file, entries in servers.items():
+        address = folder / socket_file
+        if address == own_address or any(
+            now - entry.stat(follow_symlinks=False).st_mtime < STALE_SECONDS for entry in entries
+        ):
+            continue
+        start_lock = try_lock(f"{address}.lock")
+        if start_lock is None:
+            continue  # starting
+        with start_lock:
+            try:
+                connect(address).close()
+                continue  # it answers
+            except WarmUnavailable:
+                continue  # something answers: not ours to judge
+            except OSError:
+                pass  # no socket, or no one listening at it
+            for suffix in SERVER_FILE_SUFFIXES:
+                path = folder / (socket_file[: -len(".sock")] + suffix)
+                try:
+                    path.unlink()
+                    removed.append(path.name)
+                except FileNotFoundError:
+                    pass
+    return removed
 
 
 def _busy(children: dict[int, Child]) -> bool:
@@ -220,13 +274,14 @@ def _child_reported(child: Child, selector: selectors.BaseSelector) -> None:
         _close_channel(child, selector)
 
 
-def _finish(child: Child, exit_status: int, selector: selectors.BaseSelector) -> None:
-    """Send the job's exit status to its client and close the connection."""
+def _finish(child: Child, exit_status: int, selector: selectors.BaseSelector, killed_by: int | None = None) -> None:
+    """Send the job's exit status to its client (and the signal that killed the child, if
+    one did) and close the connection."""
     connection, child.client = child.client, None
     if connection.fileno() in selector.get_map():
         selector.unregister(connection)
     try:
-        send_message(connection, {"exit_status": exit_status})
+        send_message(connection, {"exit_status": exit_status, "killed_by": killed_by})
     except OSError:
         pass  # the client is gone already
     connection.close()
@@ -255,8 +310,11 @@ def _reap(children: dict[int, Child], selector: selectors.BaseSelector) -> None:
         child = children.pop(pid)
         _close_channel(child, selector)
         if child.client is not None:
-            exit_status = os.waitstatus_to_exitcode(status)
-            _finish(child, exit_status if exit_status >= 0 else 128 - exit_status, selector)
+            exit_status = os.waitstatus_to_exitcode(status)  # -N: killed by signal N
+            if exit_status >= 0:
+                _finish(child, exit_status, selector)
+            else:
+                _finish(child, 128 - exit_status, selector, killed_by=-exit_status)
 
 
 # --- a child ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import socket
 import stat
 import struct
@@ -41,6 +42,24 @@ _MACOS_LOCAL_PEERCRED, _MACOS_XUCRED = 0x001, struct.Struct("IIh16I")  # struct 
 
 class WarmUnavailable(OSError):
     """No warm worker for this job; the message says why in one line."""
+
+
+def killed_message(kwargs: dict, signal_number: int) -> str:
+    """The line for a job whose process was killed by signal_number."""
+    try:
+        name = signal.Signals(signal_number).name
+    except ValueError:
+        name = f"signal {signal_number}"
+    what = "training" if "attempts" in kwargs else "job"
+    subject = kwargs.get("dataset", "the job")
+    # " process was killed by ": errors.KILLED_BY, which the retry policy reads (not imported: see the module doc)
+    message = f"{subject}: its {what} process was killed by {name} (exit status {128 + signal_number})"
+    if signal_number == getattr(signal, "SIGKILL", None):
+        message += (
+            ", probably by the kernel for lack of host memory (the OOM killer: `dmesg` says); not retried: run "
+            "fewer jobs at once (--cores) or lower train.batch_size, or free memory, and run again"
+        )
+    return message
 
 
 def connection_unsupported_reason() -> str | None:
@@ -200,7 +219,8 @@ def call(target: str, kwargs: dict) -> None:
 
 
 def run_warm(target: str, kwargs: dict, log_file) -> int:
-    """Run the job in a warm child; returns its exit status. Raises OSError if no server can be had."""
+    """Run the job in a warm child; returns its exit status. Raises OSError if no server can be
+    had, errors.UserError if a signal killed the child (it wrote nothing about it)."""
     reason = connection_unsupported_reason()
     if reason:
         raise WarmUnavailable(reason)
@@ -215,6 +235,10 @@ def run_warm(target: str, kwargs: dict, log_file) -> int:
     request = {"target": target, "kwargs": kwargs, "cwd": os.getcwd(), "env": dict(os.environ), "sys_path": sys.path}
     send_message(connection, request, [sys.stdout.fileno(), sys.__stderr__.fileno(), log_file.fileno()])
     reply, _ = receive_message(connection)  # blocks for the whole job
+    if reply.get("killed_by"):  # the child wrote nothing about it: one line here (errors.job_guard)
+        from rnnfleet.errors import UserError
+
+        raise UserError(killed_message(kwargs, int(reply["killed_by"])))
     return int(reply["exit_status"])
 
 
