@@ -686,32 +686,47 @@ def verdict_counts_text(rows: list[dict[str, str]]) -> str:
     return ", ".join(f"{count} {words[verdict]}" for verdict, count in counts.items())
 
 
-# The summary table's search box and sortable columns, in the page itself (a report opened from
-# disk, or unpacked from its .zip, loads nothing from elsewhere).
+# The summary table's rows shown at first, and each "more" adds as many: a browser lays out
+# 10,000 rows of 50 columns in seconds, and the rows not shown cost nothing.
+TABLE_PAGE_ROWS = 500
+# Its search box, sortable columns and pages, in the page itself (a report opened from disk,
+# or unpacked from its .zip, loads nothing from elsewhere).
 TABLE_SCRIPT = """
 const table = document.querySelector("table"), body = table.tBodies[0];
 const divider = body.querySelector("tr.divider");
 const rows = Array.from(body.rows).filter(row => row !== divider);
+const dividerPlace = divider ? rows.findIndex(row => row.compareDocumentPosition(divider) & 2) : -1;
 const search = document.getElementById("search"), shown = document.getElementById("shown");
-let texts = null;
-search.addEventListener("input", () => {
-  texts = texts || rows.map(row => row.textContent.toLowerCase());
+const more = document.getElementById("more"), all = document.getElementById("all");
+let order = rows, matching = rows, showing = PAGE_ROWS, texts = null, fleetOrder = true;
+function show() {
+  const visible = new Set(matching.slice(0, showing));
+  const fragment = document.createDocumentFragment();
+  order.forEach((row, place) => {
+    if (fleetOrder && divider && place === dividerPlace) fragment.append(divider);
+    row.classList.toggle("later", !visible.has(row));
+    fragment.append(row);
+  });
+  if (divider) divider.classList.toggle("later", !fleetOrder || matching !== order || dividerPlace >= showing);
+  body.append(fragment);
+  const total = search.value.trim() ? `${matching.length} of ${rows.length} dataset(s) match` : `${rows.length} dataset(s)`;
+  shown.textContent = `${total}, ${Math.min(showing, matching.length)} shown.`;
+  more.hidden = all.hidden = showing >= matching.length;
+}
+function filter() {
   const term = search.value.trim().toLowerCase();
-  let count = 0;
-  rows.forEach((row, place) => { row.hidden = term !== "" && !texts[place].includes(term); count += !row.hidden; });
-  if (divider) divider.hidden = term !== "";
-  shown.textContent = term ? `${count} of ${rows.length} dataset(s)` : "";
-});
+  if (term && !texts) texts = new Map(rows.map(row => [row, row.textContent.toLowerCase()]));
+  matching = term ? order.filter(row => texts.get(row).includes(term)) : order;
+  showing = PAGE_ROWS;
+  show();
+}
+search.addEventListener("input", filter);
+more.addEventListener("click", () => { showing += PAGE_ROWS; show(); });
+all.addEventListener("click", () => { showing = rows.length; show(); });
 function cellValue(row, column) {
   const text = row.cells[column].textContent.trim();
   return text === "" ? null : isNaN(Number(text)) ? text.toLowerCase() : Number(text);
 }
-function putInOrder(ordered) {
-  const rowsInOrder = document.createDocumentFragment();
-  rowsInOrder.append(...ordered);
-  body.append(rowsInOrder);
-}
-const dividerPlace = divider ? divider.rowIndex - 1 : -1;
 table.tHead.addEventListener("click", event => {
   const heading = event.target.closest("th");
   if (!heading) return;
@@ -724,14 +739,17 @@ table.tHead.addEventListener("click", event => {
     if (typeof a !== typeof b) return typeof a === "number" ? -1 : 1;  // numbers before text
     return (a < b ? -1 : a > b ? 1 : 0) * (descending ? -1 : 1);
   });
-  if (divider) divider.remove();  // sorted by a column, the divider no longer divides
-  putInOrder(keyed.map(([, row]) => row));
+  order = keyed.map(([, row]) => row);
+  fleetOrder = false;
+  filter();
 });
 document.getElementById("fleet-order").addEventListener("click", () => {
   for (const heading of table.tHead.rows[0].cells) delete heading.dataset.order;
-  putInOrder(divider ? [...rows.slice(0, dividerPlace), divider, ...rows.slice(dividerPlace)] : rows);
+  order = rows;
+  fleetOrder = true;
+  filter();
 });
-"""
+""".replace("PAGE_ROWS", str(TABLE_PAGE_ROWS))
 
 
 def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str | os.PathLike) -> None:
@@ -744,7 +762,7 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
     for place, row in enumerate(ranked):
         if place == winners and 0 < winners < len(ranked):
             body.append(
-                f'<tr class="divider"><td colspan="{len(columns)}">Above: the {winners} that beat the baseline '
+                f'<tr class="divider{" later" if place >= TABLE_PAGE_ROWS else ""}"><td colspan="{len(columns)}">Above: the {winners} that beat the baseline '
                 "after the fleet correction. Below: all others, best test skill first (light green: beats it alone, "
                 "not after the correction: possibly luck).</td></tr>"
             )
@@ -752,7 +770,9 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
             f"<td>{format_cell(row.get(column) or '')}{quality_html(row) if number == 0 else ''}</td>"
             for number, column in enumerate(columns)
         )
-        body.append(f'<tr class="{row_class(row)}">{cells}</tr>')
+        later = " later" if place >= TABLE_PAGE_ROWS else ""  # shown on "more" (TABLE_SCRIPT)
+        body.append(f'<tr class="{row_class(row)}{later}">{cells}</tr>')
+    more_hidden = " hidden" if len(rows) <= TABLE_PAGE_ROWS else ""
     fleet = fleet_counts(rows)
     headline = fleet_numbers(rows) + (f" {fleet_headline(fleet)}" if fleet else "")
     headline = f'<p class="headline">{html.escape(headline)}</p>'
@@ -766,6 +786,7 @@ th:first-child, td:first-child {{ text-align: left; }}
 th {{ background: #f0f0f0; position: sticky; top: 0; cursor: pointer; }}
 th[data-order="descending"]::after {{ content: " \\25BC"; }}
 th[data-order="ascending"]::after {{ content: " \\25B2"; }}
+tr.later {{ display: none; }}
 tr.good td:first-child, tr.winner td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.winner td:first-child {{ font-weight: bold; }}
 tr.lucky td:first-child {{ border-left: 4px dashed #7fc97f; }}
@@ -790,8 +811,10 @@ Diebold-Mariano p-values adjusted for the number of datasets (column <i>fleet_co
 bold green: beats the baseline after it; dashed light green: beats it alone only).
 Columns <i>model</i>, <i>features</i> and <i>target</i> say what each dataset trained with.</p>
 <p><input id="search" type="search" size="40" placeholder="search: a dataset's name or any cell">
-<span id="shown"></span> Click a column's name to sort by it, again to reverse;
-<button id="fleet-order">best first</button> restores the order above.</p>
+<span id="shown">{len(rows)} dataset(s), {min(len(rows), TABLE_PAGE_ROWS)} shown.</span>
+<button id="more"{more_hidden}>{TABLE_PAGE_ROWS} more</button> <button id="all"{more_hidden}>all</button>
+Click a column's name to sort by it, again to reverse; <button id="fleet-order">best first</button>
+restores the order above.</p>
 <table><thead><tr>{header}</tr></thead>
 <tbody>
 {chr(10).join(body)}

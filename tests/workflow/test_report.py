@@ -27,6 +27,8 @@ from conftest import (
     write_config,
 )
 
+import rnnfleet.plots
+
 DATASETS = ["AAA_1m", "BBB_1m"]
 FORECAST_BARS = 7
 
@@ -130,6 +132,29 @@ def test_a_zip_report_holds_the_start_page_and_every_result_and_opens_in_a_brows
     figures = json.loads(opened.stdout)
     assert figures["table_rows"] == len(DATASETS)  # the table's frame shows every dataset
     assert 0 < figures["start_page_s"] < 60 and 0 < figures["table_s"] < 60
+
+
+def test_the_table_shows_a_page_of_rows_and_searches_and_sorts_them_all(tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if not browser:
+        pytest.skip("no Chromium on this machine: the table page was not opened in a browser")
+    page_rows = rnnfleet.plots.TABLE_PAGE_ROWS
+    names = [f"D{number:05d}_1m" for number in range(2 * page_rows + 100)]
+    rows = [{"dataset": name, "test_skill": f"{-number / 1e4:.4f}"} for number, name in enumerate(names)]
+    rnnfleet.plots.write_table_html(rows, ["dataset", "test_skill"], tmp_path / "table.html")
+    program = [sys.executable, str(REPO / "tests" / "programs" / "table_in_browser.py"), browser]
+    opened = subprocess.run([*program, str(tmp_path / "table.html")], capture_output=True, text=True, timeout=120)
+    assert opened.returncode == 0, opened.stderr[-3000:]
+    shown = json.loads(opened.stdout)
+    assert shown["opened"]["rows"] == names[:page_rows]  # best first, a page of them
+    assert shown["opened"]["count"] == f"{len(names)} dataset(s), {page_rows} shown."
+    assert shown["searched"]["rows"] == names[10:20]  # any row, also those not shown yet
+    assert shown["searched"]["count"] == f"10 of {len(names)} dataset(s) match, 10 shown."
+    assert shown["cleared"] == shown["opened"]
+    assert shown["more"]["rows"] == names[: 2 * page_rows]
+    assert shown["sorted by dataset"]["rows"] == names[::-1][:page_rows]  # descending first
+    assert shown["sorted by dataset, reversed"]["rows"] == names[:page_rows]
+    assert shown["best first"] == shown["opened"] and shown["all"]["rows"] == names
 
 
 def test_the_report_speed_up_gives_every_file_the_caption_stock_snakemake_gives(run, tmp_path):
