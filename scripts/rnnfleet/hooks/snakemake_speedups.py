@@ -27,7 +27,7 @@ What it promises:
      resources it was formatted from, and formats again when those are new (a retry).
   7. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
      target for every file of the report appended, and parsed as reStructuredText once per
-     file: quadratic in the files (134 s for 1,000 loss curves, hours for 10,000). A caption
+     file: quadratic in the files (bench/README.md: hours at 10,000 datasets). A caption
      that does not use `snakemake` (the job's wildcards, params, ...) is the same text for
      every file it captions: the replacement renders and parses it once and gives every such
      file the same HTML; a caption that uses `snakemake` is rendered per file as before.
