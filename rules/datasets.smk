@@ -68,6 +68,9 @@ SUMMARY = f"{PATHS['results']}/metrics.csv"
 SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
+# SVG, text as text and coordinates to a tenth of a point: much smaller than a PNG in a .zip
+# report (bench/bench_report.py), and sharp at any zoom
+LOSS_CURVE_FORMAT = "svg"
 NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.hooks.after_failures
 FORECASTS = (
     f"{PATHS['results']}/forecasts.csv"  # every dataset's forecast at its last bar

@@ -154,6 +154,7 @@ onerror:
             table_html=SUMMARY_HTML,
             skill_plot=SKILL_PLOT,
             loss_curves=LOSS_CURVES,
+            loss_curve_format=LOSS_CURVE_FORMAT,
             not_done=NOT_DONE,
             start_template=START_TEMPLATE,
             start_page=START_PAGE,

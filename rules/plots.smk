@@ -28,7 +28,7 @@ rule plots:
         ),
         loss_curves=report(
             update(directory(LOSS_CURVES)),
-            patterns=["{dataset}.png"],
+            patterns=[f"{{dataset}}.{LOSS_CURVE_FORMAT}"],
             caption="../report/loss_curve.rst",
             category="Loss curves",
             labels={"dataset": "{dataset}"},
@@ -39,5 +39,8 @@ rule plots:
         "../envs/rnnfleet.yaml"
     # The curves of a first run are drawn in parallel (Snakemake caps this at --cores).
     threads: os.cpu_count() or 1
+    params:
+        # a param: a folder of another format (an earlier rnnfleet's PNG curves) is drawn again
+        loss_curve_format=LOSS_CURVE_FORMAT,
     script:
         "../scripts/plots.py"

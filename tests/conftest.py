@@ -46,6 +46,12 @@ from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
+
+def is_svg(data: bytes) -> bool:
+    """An SVG image as matplotlib writes it (the loss curves)."""
+    return data.startswith(b"<?xml") and b"<svg " in data[:1000]
+
+
 # Modules that test what only some platforms have (docs/platforms.md): not collected elsewhere.
 # By file name, in whichever tier the module sits.
 POSIX_ONLY = [

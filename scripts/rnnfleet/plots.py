@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import csv
 import html
+import io
 import json
 import math
 import os
+import re
 import shutil
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -21,6 +23,9 @@ from rnnfleet.fleet import BEATS_AFTER, as_number
 from rnnfleet.intervals import COVERAGE
 
 LOSS_CURVE_DPI = 100
+# The formats a loss curve may have (the workflow's: LOSS_CURVE_FORMAT in rules/datasets.smk);
+# a curve of another format than the one asked for is replaced.
+LOSS_CURVE_FORMATS = ("svg", "png")
 # Above this many datasets the overview drops the names (they are in the summary table).
 MAX_NAMED_BARS = 60
 # The summary table's page lists this many datasets that are not done above the table.
@@ -245,12 +250,78 @@ def pyplot():
 
 
 def save_figure(figure, path: str | os.PathLike, dpi: int) -> None:
+    image_format = Path(path).suffix.lstrip(".")
+    if image_format == "svg":
+        with atomic_write(path) as handle:
+            handle.write(compact_svg(figure))
+        return
     with atomic_write(path) as handle:
-        figure.savefig(handle, format=Path(path).suffix.lstrip("."), dpi=dpi)
+        figure.savefig(handle, format=image_format, dpi=dpi)
 
 
-def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> list[Path]:
-    """One PNG per dataset, named <dataset>.png: training and validation loss per epoch,
+# The SVG attributes that hold coordinates only (not opacities, dashes or font sizes).
+SVG_COORDINATES = re.compile(rb'\b(x|y|transform)="([^"]*)"')
+SVG_PATH = re.compile(rb'\bd="([^"]*)"')
+SVG_LONG_NUMBER = re.compile(rb"-?\d+\.\d{2,}")
+SVG_LINE_PATH = re.compile(rb"[MLz0-9.\s-]*")  # only moves, lines and closes: written relative
+
+
+def compact_svg(figure) -> bytes:
+    """The figure as SVG, small: text as text (in the viewer's sans-serif font), coordinates
+    to a tenth of a point, lines as relative moves, no date or creator; the same bytes for
+    the same figure."""
+    import matplotlib
+
+    settings = {"svg.fonttype": "none", "svg.hashsalt": "rnnfleet", "font.sans-serif": ["DejaVu Sans", "Arial"]}
+    buffer = io.BytesIO()
+    with matplotlib.rc_context(settings):
+        figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+
+    def rounded(number: re.Match) -> bytes:
+        return b"%.1f" % float(number.group())
+
+    svg = SVG_COORDINATES.sub(
+        lambda attribute: b'%s="%s"' % (attribute.group(1), SVG_LONG_NUMBER.sub(rounded, attribute.group(2))),
+        buffer.getvalue(),
+    )
+    return SVG_PATH.sub(lambda path: b'd="%s"' % compact_path(path.group(1)), svg)
+
+
+def short_number(tenths: int) -> bytes:
+    """A number of tenths as SVG writes it shortest: 12 -> '1.2', -3 -> '-.3', 20 -> '2'."""
+    if tenths % 10 == 0:
+        return b"%d" % (tenths // 10)
+    text = b"%.1f" % (tenths / 10)
+    return text[1:] if text.startswith(b"0.") else b"-" + text[2:] if text.startswith(b"-0.") else text
+
+
+def compact_path(data: bytes) -> bytes:
+    """A path's data to a tenth of a point; a path of moves and lines (the curves: most of the
+    file) as relative steps between the rounded points, which do not drift and compress well."""
+    if not SVG_LINE_PATH.fullmatch(data):
+        return SVG_LONG_NUMBER.sub(lambda number: b"%.1f" % float(number.group()), data)
+    tokens = re.findall(rb"[MLz]|-?\d+(?:\.\d+)?", data)
+    steps, place, start, at = [], None, None, 0
+    while at < len(tokens):
+        command = tokens[at]
+        if command == b"z":
+            steps.append(b"z")
+            place, at = start, at + 1
+            continue
+        point = (round(float(tokens[at + 1]) * 10), round(float(tokens[at + 2]) * 10))
+        at += 3
+        if command == b"M" or place is None:
+            steps.append(b"M%s %s" % (short_number(point[0]), short_number(point[1])))
+            start = point
+        else:
+            step_x, step_y = short_number(point[0] - place[0]), short_number(point[1] - place[1])
+            steps.append(b"l%s%s%s" % (step_x, b"" if step_y.startswith(b"-") else b" ", step_y))
+        place = point
+    return b"".join(steps)
+
+
+def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, image_format: str) -> list[Path]:
+    """One figure per dataset, named <dataset>.<image_format> (svg, png): training and validation loss per epoch,
     the best epoch and the naive forecast's validation loss. Datasets whose metrics hold no
     per-epoch history (no model) get no curve, and lose the one they had."""
     plt = pyplot()
@@ -276,7 +347,7 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         history = metrics.get("history") or []
         dataset = Path(metrics_path).stem
         if not history:
-            (folder / f"{dataset}.png").unlink(missing_ok=True)
+            loss_curve_path(folder, dataset, image_format).unlink(missing_ok=True)
             continue
         training.set_data(*curve_points(history, "train_loss"))
         epochs, val_losses = validation_points(metrics)
@@ -293,11 +364,15 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
         )
         axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
         draw_test_period(test_axes, actual, forecast, metrics)
-        path = folder / f"{dataset}.png"
+        path = loss_curve_path(folder, dataset, image_format)
         save_figure(figure, path, LOSS_CURVE_DPI)
         written.append(path)
     plt.close(figure)
     return written
+
+
+def loss_curve_path(folder: str | os.PathLike, dataset: str, image_format: str) -> Path:
+    return Path(folder) / f"{dataset}.{image_format}"
 
 
 def curve_points(history: list[dict], key: str) -> tuple[list, list]:
@@ -381,7 +456,9 @@ def training_description(metrics: dict) -> str:
     return f"{metrics['model']}; {metrics['features']} -> {metrics['target']}"
 
 
-def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, processes: int = 1) -> list[Path]:
+def refresh_loss_curves(
+    metrics_paths: list[str], folder: str | os.PathLike, image_format: str, processes: int = 1
+) -> list[Path]:
     """Make `folder` hold the loss curves of exactly the datasets of metrics_paths, drawing
     only those that are missing or older than their metrics, in up to `processes`
     processes: a run that re-trains one dataset of a thousand draws one curve. Returns the
@@ -389,25 +466,33 @@ def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, pro
     folder = Path(folder)
     wanted = {Path(path).stem: path for path in metrics_paths}
     if folder.is_dir():
-        for curve in folder.glob("*.png"):
-            if curve.stem not in wanted:
+        for curve in folder.iterdir():  # gone datasets' curves, and those of another format
+            if curve.suffix.lstrip(".") in LOSS_CURVE_FORMATS and (
+                curve.stem not in wanted or curve.suffix != f".{image_format}"
+            ):
                 curve.unlink()
     stale = []
     for dataset, metrics_path in wanted.items():
-        curve = folder / f"{dataset}.png"
+        curve = loss_curve_path(folder, dataset, image_format)
         if not curve.exists() or curve.stat().st_mtime_ns < os.stat(metrics_path).st_mtime_ns:
             stale.append(metrics_path)
-    return draw_loss_curves_in_processes(stale, folder, processes)
+    return draw_loss_curves_in_processes(stale, folder, image_format, processes)
 
 
-def draw_loss_curves_in_processes(metrics_paths: list[str], folder: Path, processes: int) -> list[Path]:
+def draw_loss_curves_in_processes(
+    metrics_paths: list[str], folder: Path, image_format: str, processes: int
+) -> list[Path]:
     """draw_loss_curves, shared out over up to `processes` processes."""
     processes = min(processes, os.cpu_count() or 1, len(metrics_paths) // MIN_CURVES_PER_PROCESS)
     if processes <= 1:
-        return draw_loss_curves(metrics_paths, folder) if metrics_paths else []
+        return draw_loss_curves(metrics_paths, folder, image_format) if metrics_paths else []
     shares = [metrics_paths[start::processes] for start in range(processes)]
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        return [curve for drawn in pool.map(draw_loss_curves, shares, repeat(folder)) for curve in drawn]
+        return [
+            curve
+            for drawn in pool.map(draw_loss_curves, shares, repeat(folder), repeat(image_format))
+            for curve in drawn
+        ]
 
 
 def drop_stale_snakemake_backup(output_path: str | os.PathLike) -> bool:
@@ -601,6 +686,72 @@ def verdict_counts_text(rows: list[dict[str, str]]) -> str:
     return ", ".join(f"{count} {words[verdict]}" for verdict, count in counts.items())
 
 
+# The summary table's rows shown at first, and each "more" adds as many: a browser lays out
+# 10,000 rows of 50 columns in seconds, and the rows not shown cost nothing.
+TABLE_PAGE_ROWS = 500
+# Its search box, sortable columns and pages, in the page itself (a report opened from disk,
+# or unpacked from its .zip, loads nothing from elsewhere).
+TABLE_SCRIPT = """
+const table = document.querySelector("table"), body = table.tBodies[0];
+const divider = body.querySelector("tr.divider");
+const rows = Array.from(body.rows).filter(row => row !== divider);
+const dividerPlace = divider ? rows.findIndex(row => row.compareDocumentPosition(divider) & 2) : -1;
+const search = document.getElementById("search"), shown = document.getElementById("shown");
+const more = document.getElementById("more"), all = document.getElementById("all");
+let order = rows, matching = rows, showing = PAGE_ROWS, texts = null, fleetOrder = true;
+function show() {
+  const visible = new Set(matching.slice(0, showing));
+  const fragment = document.createDocumentFragment();
+  order.forEach((row, place) => {
+    if (fleetOrder && divider && place === dividerPlace) fragment.append(divider);
+    row.classList.toggle("later", !visible.has(row));
+    fragment.append(row);
+  });
+  if (divider) divider.classList.toggle("later", !fleetOrder || matching !== order || dividerPlace >= showing);
+  body.append(fragment);
+  const total = search.value.trim() ? `${matching.length} of ${rows.length} dataset(s) match` : `${rows.length} dataset(s)`;
+  shown.textContent = `${total}, ${Math.min(showing, matching.length)} shown.`;
+  more.hidden = all.hidden = showing >= matching.length;
+}
+function filter() {
+  const term = search.value.trim().toLowerCase();
+  if (term && !texts) texts = new Map(rows.map(row => [row, row.textContent.toLowerCase()]));
+  matching = term ? order.filter(row => texts.get(row).includes(term)) : order;
+  showing = PAGE_ROWS;
+  show();
+}
+search.addEventListener("input", filter);
+more.addEventListener("click", () => { showing += PAGE_ROWS; show(); });
+all.addEventListener("click", () => { showing = rows.length; show(); });
+function cellValue(row, column) {
+  const text = row.cells[column].textContent.trim();
+  return text === "" ? null : isNaN(Number(text)) ? text.toLowerCase() : Number(text);
+}
+table.tHead.addEventListener("click", event => {
+  const heading = event.target.closest("th");
+  if (!heading) return;
+  const descending = heading.dataset.order !== "descending";
+  for (const other of heading.parentElement.cells) delete other.dataset.order;
+  heading.dataset.order = descending ? "descending" : "ascending";
+  const keyed = rows.map(row => [cellValue(row, heading.cellIndex), row]);
+  keyed.sort(([a], [b]) => {
+    if (a === null || b === null) return (a === null) - (b === null);  // empty cells last
+    if (typeof a !== typeof b) return typeof a === "number" ? -1 : 1;  // numbers before text
+    return (a < b ? -1 : a > b ? 1 : 0) * (descending ? -1 : 1);
+  });
+  order = keyed.map(([, row]) => row);
+  fleetOrder = false;
+  filter();
+});
+document.getElementById("fleet-order").addEventListener("click", () => {
+  for (const heading of table.tHead.rows[0].cells) delete heading.dataset.order;
+  order = rows;
+  fleetOrder = true;
+  filter();
+});
+""".replace("PAGE_ROWS", str(TABLE_PAGE_ROWS))
+
+
 def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str | os.PathLike) -> None:
     """The summary table as a small self-contained HTML page, best test skill first (the report
     shows it in a frame; a CSV there would only offer a download)."""
@@ -611,7 +762,7 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
     for place, row in enumerate(ranked):
         if place == winners and 0 < winners < len(ranked):
             body.append(
-                f'<tr class="divider"><td colspan="{len(columns)}">Above: the {winners} that beat the baseline '
+                f'<tr class="divider{" later" if place >= TABLE_PAGE_ROWS else ""}"><td colspan="{len(columns)}">Above: the {winners} that beat the baseline '
                 "after the fleet correction. Below: all others, best test skill first (light green: beats it alone, "
                 "not after the correction: possibly luck).</td></tr>"
             )
@@ -619,7 +770,9 @@ def write_table_html(rows: list[dict[str, str]], columns: list[str], path: str |
             f"<td>{format_cell(row.get(column) or '')}{quality_html(row) if number == 0 else ''}</td>"
             for number, column in enumerate(columns)
         )
-        body.append(f'<tr class="{row_class(row)}">{cells}</tr>')
+        later = " later" if place >= TABLE_PAGE_ROWS else ""  # shown on "more" (TABLE_SCRIPT)
+        body.append(f'<tr class="{row_class(row)}{later}">{cells}</tr>')
+    more_hidden = " hidden" if len(rows) <= TABLE_PAGE_ROWS else ""
     fleet = fleet_counts(rows)
     headline = fleet_numbers(rows) + (f" {fleet_headline(fleet)}" if fleet else "")
     headline = f'<p class="headline">{html.escape(headline)}</p>'
@@ -630,7 +783,10 @@ body {{ font-family: sans-serif; font-size: 14px; margin: 1em; }}
 table {{ border-collapse: collapse; }}
 th, td {{ padding: 0.25em 0.7em; border-bottom: 1px solid #ddd; text-align: right; }}
 th:first-child, td:first-child {{ text-align: left; }}
-th {{ background: #f0f0f0; position: sticky; top: 0; }}
+th {{ background: #f0f0f0; position: sticky; top: 0; cursor: pointer; }}
+th[data-order="descending"]::after {{ content: " \\25BC"; }}
+th[data-order="ascending"]::after {{ content: " \\25B2"; }}
+tr.later {{ display: none; }}
 tr.good td:first-child, tr.winner td:first-child {{ border-left: 4px solid #2ca02c; }}
 tr.winner td:first-child {{ font-weight: bold; }}
 tr.lucky td:first-child {{ border-left: 4px dashed #7fc97f; }}
@@ -654,10 +810,16 @@ grey: the interval includes 0, <b>{NOT_DISTINGUISHABLE}</b>; red: worse than it.
 Diebold-Mariano p-values adjusted for the number of datasets (column <i>fleet_correction</i>;
 bold green: beats the baseline after it; dashed light green: beats it alone only).
 Columns <i>model</i>, <i>features</i> and <i>target</i> say what each dataset trained with.</p>
+<p><input id="search" type="search" size="40" placeholder="search: a dataset's name or any cell">
+<span id="shown">{len(rows)} dataset(s), {min(len(rows), TABLE_PAGE_ROWS)} shown.</span>
+<button id="more"{more_hidden}>{TABLE_PAGE_ROWS} more</button> <button id="all"{more_hidden}>all</button>
+Click a column's name to sort by it, again to reverse; <button id="fleet-order">best first</button>
+restores the order above.</p>
 <table><thead><tr>{header}</tr></thead>
 <tbody>
 {chr(10).join(body)}
-</tbody></table></body></html>
+</tbody></table>
+<script>{TABLE_SCRIPT}</script></body></html>
 """
     with atomic_write(path) as handle:
         handle.write(page.encode())
@@ -671,6 +833,7 @@ def draw_report_figures(
     table_html_path: str | os.PathLike,
     start_template_path: str | os.PathLike,
     start_page_path: str | os.PathLike,
+    loss_curve_format: str,
     processes: int = 1,
 ) -> list[Path]:
     """The plots job: everything the report shows besides what Snakemake adds itself. The
@@ -680,4 +843,4 @@ def draw_report_figures(
     write_table_html(rows, columns, table_html_path)
     draw_skill_overview(rows, skill_plot_path)
     write_start_page(start_template_path, rows, start_page_path)
-    return refresh_loss_curves(metrics_paths, loss_curves_folder, processes)
+    return refresh_loss_curves(metrics_paths, loss_curves_folder, loss_curve_format, processes)

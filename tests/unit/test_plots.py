@@ -30,7 +30,7 @@ def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_g
         path.write_text(json.dumps(metrics))
         metrics_paths.append(str(path))
         losses = [entry[key] for entry in history for key in ("train_loss", "val_loss")] + [scale * 1.5]
-        spans[f"D{index}.png"] = (1, epochs, min(losses), max(losses))
+        spans[f"D{index}.svg"] = (1, epochs, min(losses), max(losses))
     limits = {}
     save_figure = rnnfleet.plots.save_figure
 
@@ -39,14 +39,14 @@ def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_g
         save_figure(figure, path, dpi)
 
     monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record_limits)
-    shared = draw_loss_curves(metrics_paths, tmp_path / "shared")
+    shared = draw_loss_curves(metrics_paths, tmp_path / "shared", "svg")
     assert len(shared) == len(shapes)
     for name, (first_epoch, last_epoch, lowest, highest) in spans.items():
         x_from, x_to, y_from, y_to = limits[name]
         assert x_from <= first_epoch and last_epoch <= x_to and y_from <= lowest and highest <= y_to, name
         assert y_to - y_from < 2 * (highest - lowest) + 1e-9, name  # fitted to this curve, not to all of them
     for metrics_path, curve in zip(metrics_paths, shared, strict=True):
-        (alone,) = draw_loss_curves([metrics_path], tmp_path / "alone")
+        (alone,) = draw_loss_curves([metrics_path], tmp_path / "alone", "svg")
         assert curve.read_bytes() == alone.read_bytes(), curve.name
 
 
@@ -67,13 +67,31 @@ def test_many_loss_curves_are_drawn_in_parallel_as_one_process_draws_them(tmp_pa
         metrics["history"] = [{"epoch": e, "train_loss": 1 / e + index, "val_loss": 0.9, "seconds": 1} for e in (1, 2)]
         (tmp_path / f"D{index}.json").write_text(json.dumps(metrics))
         metrics_paths.append(str(tmp_path / f"D{index}.json"))
-    drawn = rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4)
+    drawn = rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", "svg", processes=4)
     assert workers == [2]  # capped by the CPUs
-    assert sorted(path.name for path in drawn) == sorted(f"D{index}.png" for index in range(len(metrics_paths)))
-    draw_loss_curves(metrics_paths, tmp_path / "one")
+    assert sorted(path.name for path in drawn) == sorted(f"D{index}.svg" for index in range(len(metrics_paths)))
+    draw_loss_curves(metrics_paths, tmp_path / "one", "svg")
     for path in drawn:
         assert path.read_bytes() == (tmp_path / "one" / path.name).read_bytes()
-    assert rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4) == []
+    assert rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", "svg", processes=4) == []
+
+
+def test_curves_of_another_format_are_drawn_again_in_the_one_asked_for(tmp_path):
+    metrics = {"dataset": "D", "naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 1, "val_loss": 0.9}
+    metrics["history"] = [{"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "seconds": 1}]
+    (tmp_path / "D.json").write_text(json.dumps(metrics))
+    (png,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "png")
+    assert png.read_bytes().startswith(PNG_SIGNATURE)  # an earlier rnnfleet's folder
+    (svg,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg")
+    assert [path.name for path in (tmp_path / "curves").iterdir()] == ["D.svg"]
+    assert svg.read_bytes().startswith(b"<?xml") and b"<dc:date>" not in svg.read_bytes()
+
+
+def test_compact_paths_are_the_rounded_points_as_relative_steps():
+    data = b"M 10.04 20.06 \nL 10.71 19.94 \nL 11.38 -0.26 \nz\nM 1 2 \nL 3 4 \n"
+    assert rnnfleet.plots.compact_path(data) == b"M10 20.1l.7-.2l.7-20.2zM1 2l2 2"
+    curve = b"M 0 0 C 1.234 2.345 3.456 4.567 5.678 6.789 z"  # not lines: rounded only
+    assert rnnfleet.plots.compact_path(curve) == b"M 0 0 C 1.2 2.3 3.5 4.6 5.7 6.8 z"
 
 
 def test_figures_tolerate_datasets_without_a_model(tmp_path):
@@ -92,8 +110,9 @@ def test_figures_tolerate_datasets_without_a_model(tmp_path):
         tmp_path / "table.html",
         REPO / "report" / "workflow.rst",
         tmp_path / "start.rst",
+        "svg",
     )
-    assert [path.name for path in (tmp_path / "curves").iterdir()] == ["GOOD_1m.png"]
+    assert [path.name for path in (tmp_path / "curves").iterdir()] == ["GOOD_1m.svg"]
     assert (tmp_path / "skill.png").read_bytes().startswith(PNG_SIGNATURE)
     table_html = (tmp_path / "table.html").read_text()
     assert table_html.index("GOOD_1m") < table_html.index("BAD_1m") and "<td>diverged</td>" in table_html
@@ -124,7 +143,7 @@ def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path, mon
         save_figure(figure, path, dpi)
 
     monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record_panel)
-    draw_loss_curves([str(tmp_path / "WITH.json"), str(tmp_path / "WITHOUT.json")], tmp_path / "curves")
+    draw_loss_curves([str(tmp_path / "WITH.json"), str(tmp_path / "WITHOUT.json")], tmp_path / "curves", "svg")
     title, lines = panels["WITH"]
     assert title == (
         "test period: forecast vs actual\n"
@@ -157,7 +176,7 @@ def test_an_updates_loss_curve_starts_at_epoch_0_and_the_test_chart_is_drawn_in_
         save_figure(figure, path, dpi)
 
     monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record)
-    draw_loss_curves([str(tmp_path / "UPDATED.json"), str(tmp_path / "OLDER.json")], tmp_path / "curves")
+    draw_loss_curves([str(tmp_path / "UPDATED.json"), str(tmp_path / "OLDER.json")], tmp_path / "curves", "svg")
     validation, label, positions = drawn["UPDATED"]
     assert validation == [[0, 0.8], [1, 1.0], [2, 1.1]]
     assert label == "time of the forecast (UTC)"

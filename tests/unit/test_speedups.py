@@ -98,3 +98,34 @@ def test_a_job_formats_its_shell_command_once_per_params_and_resources(monkeypat
     job._resources = object()  # a retry: Snakemake resets params and resources
     snakemake_speedups.job_shellcmd(job)
     assert len(formatted) == 2
+
+
+def test_a_caption_without_snakemake_is_rendered_once_per_report_and_one_with_it_per_file(monkeypatch):
+    from jinja2 import Environment
+
+    rendered = []
+
+    def stock_render(record, env, rst_links, categories, files):
+        rendered.append(record.name)
+        record.caption = f"<p>{record.raw_caption}</p>"
+
+    monkeypatch.setattr(snakemake_speedups, "_stock_file_record_render", stock_render)
+    monkeypatch.setattr(snakemake_speedups, "_rendered_captions", {})
+    sources = {"plain.rst": "Loss per epoch.", "per_file.rst": "Dataset {{ snakemake.wildcards.dataset }}."}
+    workflow = SimpleNamespace(
+        sourcecache=SimpleNamespace(open=lambda path: SimpleNamespace(read=lambda: sources[path]))
+    )
+
+    def report(names, caption):
+        env, rst_links, categories, files = Environment(), "\n\n.. _a.txt: javascript:void(0)\n", {}, []
+        records = [SimpleNamespace(name=name, raw_caption=caption, workflow=workflow, caption=None) for name in names]
+        for record in records:
+            snakemake_speedups.file_record_render(record, env, rst_links, categories, files)
+        return [record.caption for record in records]
+
+    assert report(["A", "B", "C"], "plain.rst") == ["<p>plain.rst</p>"] * 3
+    assert rendered == ["A"]
+    assert report(["D", "E"], "plain.rst") == ["<p>plain.rst</p>"] * 2  # another report: rendered anew
+    assert rendered == ["A", "D"]
+    report(["F", "G"], "per_file.rst")
+    assert rendered == ["A", "D", "F", "G"]

@@ -172,7 +172,7 @@ def test_every_other_dataset_trains_and_the_results_are_written(bad_entries_run)
     for dataset in trained:
         load_model(workdir / "models" / f"{dataset}.pt")
         assert summary[dataset]["status"] == "ok"
-        assert (workdir / "results" / "loss_curves" / f"{dataset}.png").stat().st_size > 0
+        assert (workdir / "results" / "loss_curves" / f"{dataset}.svg").stat().st_size > 0
     for figure in ("metrics.html", "skill.png"):
         assert (workdir / "results" / figure).stat().st_size > 0
     assert sorted((workdir / "results" / "not_done.txt").read_text().split()) == sorted(failing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -83,3 +84,19 @@ def test_fleet_tests_bench_prints_each_tests_share_against_its_level():
     assert result.returncode == 0, result.stderr
     assert "5 series of 300 windows, lag 60" in result.stdout
     assert len(re.findall(r"ratio to (the level|0\.025) \d+\.\d\d", result.stdout)) == 4
+
+
+def test_report_bench_builds_both_reports_opens_them_and_prints_the_ratios(tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if not browser:
+        pytest.skip("no Chromium on this machine: bench/bench_report.py opens each report in it")
+    command = [sys.executable, str(REPO / "bench" / "bench_report.py"), "--sizes", "3", "--trained", "2"]
+    command += ["--rows", "600", "--reps", "1", "--baseline", "HEAD", "--browser", browser, "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "3 datasets (2 trained, the others copies)" in result.stdout and "new / today: size " in result.stdout
+    (record,) = [json.loads(line) for line in (tmp_path / "report.jsonl").read_text().splitlines()]
+    (fleet,) = record["fleets"]
+    assert fleet["new"]["table_rows"] == 3  # the unpacked zip's table, read in the browser
+    assert fleet["new"]["files_in_zip"] > 3 and fleet["today"]["report_mb"] > fleet["new"]["report_mb"] > 0
+    assert all(fleet[side]["start_page_s"] > 0 and fleet[side]["table_s"] > 0 for side in ("today", "new"))

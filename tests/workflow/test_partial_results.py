@@ -153,13 +153,13 @@ def test_fixing_the_broken_file_trains_only_it_and_redraws_the_figures(failed_ru
     assert {name: mtime for name, mtime in mtimes(workdir, "models/*.pt").items() if name in models} == models
     rows = table(workdir)
     assert rows[BROKEN]["status"] == "ok" and rows[CRASHING]["status"] == "failed"
-    assert sorted(path.stem for path in (workdir / "results/loss_curves").glob("*.png")) == sorted([*GOOD, BROKEN])
+    assert sorted(path.stem for path in (workdir / "results/loss_curves").glob("*.svg")) == sorted([*GOOD, BROKEN])
     redrawn = mtimes(workdir, "results/*.*")
     assert all(redrawn[name] != figures[name] for name in ("metrics.html", "skill.png"))
 
     snakemake(workdir)  # the crash has passed: Snakemake's own summarize and plots take over
     assert {row["status"] for row in table(workdir).values()} == {"ok"}
-    assert len(list((workdir / "results/loss_curves").glob("*.png"))) == 6
+    assert len(list((workdir / "results/loss_curves").glob("*.svg"))) == 6
     assert "not done" not in (workdir / "results/metrics.html").read_text()
     assert not (workdir / "results/not_done.txt").exists()
     assert "Nothing to be done" in snakemake(workdir, "-n").stdout

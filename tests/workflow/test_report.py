@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import csv
+import json
 import re
 import shutil
+import subprocess
+import sys
+import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -12,14 +16,18 @@ import pandas as pd
 import pytest
 from conftest import (
     PNG_SIGNATURE,
+    REPO,
     add_datasets,
     copy_of_run,
     decoded,
+    is_svg,
     pending_jobs,
     report_results,
     snakemake,
     write_config,
 )
+
+import rnnfleet.plots
 
 DATASETS = ["AAA_1m", "BBB_1m"]
 FORECAST_BARS = 7
@@ -74,7 +82,7 @@ def test_report_has_a_labelled_loss_curve_per_dataset(run):
     curves = {path: entry for path, entry in results.items() if "loss_curves" in path}
     assert sorted(entry["labels"]["dataset"] for entry in curves.values()) == DATASETS
     for entry in curves.values():
-        assert entry["mime_type"] == "image/png" and decoded(entry).startswith(PNG_SIGNATURE)
+        assert entry["mime_type"] == "image/svg+xml" and is_svg(decoded(entry))
 
 
 def test_report_has_the_summary_table_skill_overview_and_description(run):
@@ -94,11 +102,79 @@ def test_report_has_the_summary_table_skill_overview_and_description(run):
     assert re.search(r"hidden_size = <tt[^>]*>8</tt>", text)
 
 
+def test_a_zip_report_holds_the_start_page_and_every_result_and_opens_in_a_browser(run, tmp_path):
+    # The large fleet's report (docs/running.md): a page that loads each result from the
+    # files beside it, when it is shown. bench/bench_report.py measures it at 10,000 datasets.
+    snakemake(run, "--report", "report.zip")
+    with zipfile.ZipFile(run / "report.zip") as archive:
+        names = set(archive.namelist())
+        archive.extractall(tmp_path)
+    page = tmp_path / "report" / "report.html"
+    text = page.read_text()
+    assert "one RNN per dataset" in text
+    results = report_results(text)
+    assert {f"report/{entry['data_uri']}" for entry in results.values()} <= names  # files, not data: URIs
+    curves = {entry["labels"]["dataset"]: entry for path, entry in results.items() if "loss_curves" in path}
+    assert sorted(curves) == DATASETS
+    for entry in curves.values():
+        assert entry["mime_type"] == "image/svg+xml" and is_svg((page.parent / entry["data_uri"]).read_bytes())
+    (table,) = [entry for entry in results.values() if entry["labels"].get("figure") == "summary table"]
+    table_html = (page.parent / table["data_uri"]).read_text()
+    assert all(f"<td>{dataset}</td>" in table_html for dataset in DATASETS)
+    assert '<input id="search"' in table_html and "<script>" in table_html  # searchable, sortable
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if not browser:
+        pytest.skip("no Chromium on this machine: the report was not opened in a browser")
+    command = [sys.executable, str(REPO / "bench" / "bench_report.py"), "--open", str(page), "--reps", "1"]
+    opened = subprocess.run([*command, "--browser", browser], capture_output=True, text=True, timeout=300)
+    assert opened.returncode == 0, opened.stderr[-3000:]
+    figures = json.loads(opened.stdout)
+    assert figures["table_rows"] == len(DATASETS)  # the table's frame shows every dataset
+    assert 0 < figures["start_page_s"] < 60 and 0 < figures["table_s"] < 60
+
+
+def test_the_table_shows_a_page_of_rows_and_searches_and_sorts_them_all(tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if not browser:
+        pytest.skip("no Chromium on this machine: the table page was not opened in a browser")
+    page_rows = rnnfleet.plots.TABLE_PAGE_ROWS
+    names = [f"D{number:05d}_1m" for number in range(2 * page_rows + 100)]
+    rows = [{"dataset": name, "test_skill": f"{-number / 1e4:.4f}"} for number, name in enumerate(names)]
+    rnnfleet.plots.write_table_html(rows, ["dataset", "test_skill"], tmp_path / "table.html")
+    program = [sys.executable, str(REPO / "tests" / "programs" / "table_in_browser.py"), browser]
+    opened = subprocess.run([*program, str(tmp_path / "table.html")], capture_output=True, text=True, timeout=120)
+    assert opened.returncode == 0, opened.stderr[-3000:]
+    shown = json.loads(opened.stdout)
+    assert shown["opened"]["rows"] == names[:page_rows]  # best first, a page of them
+    assert shown["opened"]["count"] == f"{len(names)} dataset(s), {page_rows} shown."
+    assert shown["searched"]["rows"] == names[10:20]  # any row, also those not shown yet
+    assert shown["searched"]["count"] == f"10 of {len(names)} dataset(s) match, 10 shown."
+    assert shown["cleared"] == shown["opened"]
+    assert shown["more"]["rows"] == names[: 2 * page_rows]
+    assert shown["sorted by dataset"]["rows"] == names[::-1][:page_rows]  # descending first
+    assert shown["sorted by dataset, reversed"]["rows"] == names[:page_rows]
+    assert shown["best first"] == shown["opened"] and shown["all"]["rows"] == names
+
+
+def test_the_report_speed_up_gives_every_file_the_caption_stock_snakemake_gives(run, tmp_path):
+    # rnnfleet.hooks.snakemake_speedups renders a caption the same for every file once per
+    # report (stock Snakemake: once per file, quadratic in the files)
+    copy = copy_of_run(run, tmp_path)
+    snakemake(copy, "--report", "stock.html", env={"RNNFLEET_STOCK_SNAKEMAKE": "1"})
+    stock = report_results((copy / "stock.html").read_text())
+    faster = report_results((run / "report.html").read_text())
+    assert {path: entry["caption"] for path, entry in faster.items()} == {
+        path: entry["caption"] for path, entry in stock.items()
+    }
+    assert all(entry["caption"].startswith("<p>") for entry in faster.values())
+
+
 def curve_stamps(workdir: Path) -> dict[str, tuple[int, int]]:
     """{dataset: (inode, mtime in ns)} of the loss curves: a redrawn curve is a new file."""
     return {
         path.stem: (path.stat().st_ino, path.stat().st_mtime_ns)
-        for path in (workdir / "results" / "loss_curves").glob("*.png")
+        for path in (workdir / "results" / "loss_curves").glob("*.svg")
     }
 
 
@@ -132,7 +208,7 @@ def test_a_copy_of_the_curves_left_by_a_killed_run_does_not_stop_the_next_one(ru
     add_datasets(copy, ["CCC_1m"])
     snakemake(copy)
     assert not left_over.exists()
-    assert sorted(path.stem for path in (copy / "results" / "loss_curves").glob("*.png")) == [*DATASETS, "CCC_1m"]
+    assert sorted(path.stem for path in (copy / "results" / "loss_curves").glob("*.svg")) == [*DATASETS, "CCC_1m"]
 
 
 def test_training_log_has_a_line_per_epoch_and_ends_with_the_verdict(run):

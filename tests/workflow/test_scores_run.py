@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import PNG_SIGNATURE, decoded, report_results, snakemake, write_bars_of_returns, write_config
+from conftest import decoded, is_svg, report_results, snakemake, write_bars_of_returns, write_config
 
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.training import TEST_SERIES_POINTS
@@ -94,5 +94,5 @@ def test_each_datasets_page_in_the_report_shows_its_test_period(scored_run):
         series = metrics["test_series"]
         assert len(series["window"]) == min(metrics["test_windows"], TEST_SERIES_POINTS)
         assert len(series["actual"]) == len(series["forecast"]) == len(series["window"])
-        (entry,) = [entry for path, entry in entries.items() if path.endswith(f"loss_curves/{dataset}.png")]
-        assert decoded(entry).startswith(PNG_SIGNATURE)
+        (entry,) = [entry for path, entry in entries.items() if path.endswith(f"loss_curves/{dataset}.svg")]
+        assert is_svg(decoded(entry))

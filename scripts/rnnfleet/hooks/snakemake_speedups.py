@@ -25,6 +25,12 @@ What it promises:
   6. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
      job while a dry-run prints it). The replacement keeps the command with the params and
      resources it was formatted from, and formats again when those are new (a retry).
+  7. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
+     target for every file of the report appended, and parsed as reStructuredText once per
+     file: quadratic in the files (bench/README.md: hours at 10,000 datasets). A caption
+     that does not use `snakemake` (the job's wildcards, params, ...) is the same text for
+     every file it captions: the replacement renders and parses it once and gives every such
+     file the same HTML; a caption that uses `snakemake` is rendered per file as before.
 - It also raises the thresholds of Python's cyclic garbage collector in the Snakemake
   process and freezes the objects that exist after the Snakefile is parsed (modules, rules,
   config): stock collection re-scans the growing heap of jobs again and again while the DAG
@@ -61,6 +67,7 @@ STOCK_SOURCE_SHA256 = {
     "snakemake.common:get_function_params": "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",
     "snakemake.jobs:Job.conda_env_spec": "4a98328beadaf1b9407bc162ac57a5921fb0fb9fc9159f0a5961ef14d4db6c21",
     "snakemake.jobs:Job.shellcmd": "73ec1b845055ac7d4543163126d00a44741a93444c82d70a8a7ffe8bad196618",
+    "snakemake.report:FileRecord.render": "6b7bc19ee387fcd6435c4c39b1de0c2c3c221f2b7ba9347ea2ac4d7ca58d0041",
 }
 
 # Private names of Snakemake that the replacements read or write: each class's stock source
@@ -241,6 +248,35 @@ def job_shellcmd(self):
     return command
 
 
+# A report's captions as HTML, per caption source: (rst_links, categories, files, html), or
+# PER_FILE where the caption uses `snakemake` (rendered per file, as stock Snakemake does).
+_rendered_captions: dict[str, tuple] = {}
+PER_FILE = ()
+
+
+def file_record_render(self, env, rst_links, categories, files):
+    """FileRecord.render, a caption that does not use `snakemake` rendered once per report."""
+    if self.raw_caption is None:
+        return _stock_file_record_render(self, env, rst_links, categories, files)
+    source = self.workflow.sourcecache.open(self.raw_caption).read()
+    known = _rendered_captions.get(source)
+    # the same report: the same objects (auto_report makes them once per report)
+    if known and known[0] is rst_links and known[1] is categories and known[2] is files:
+        self.caption = known[3]
+        return None
+    if known is PER_FILE:
+        return _stock_file_record_render(self, env, rst_links, categories, files)
+    from jinja2 import TemplateSyntaxError, meta
+
+    try:
+        per_file = "snakemake" in meta.find_undeclared_variables(env.parse(source + rst_links))
+    except TemplateSyntaxError:
+        per_file = True  # stock rendering raises its own error
+    _stock_file_record_render(self, env, rst_links, categories, files)
+    _rendered_captions[source] = PER_FILE if per_file else (rst_links, categories, files, self.caption)
+    return None
+
+
 # Generation 0 is collected after this many new container objects (Python's default: 700).
 GC_FIRST_THRESHOLD = 20_000
 
@@ -258,6 +294,7 @@ def tune_garbage_collection() -> None:
 _stock_process_job = None
 _stock_get_function_params = None
 _stock_shellcmd = None
+_stock_file_record_render = None
 
 REPLACEMENTS = {
     "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": schedule_reevaluation,
@@ -266,13 +303,14 @@ REPLACEMENTS = {
     "snakemake.common:get_function_params": get_function_params,
     "snakemake.jobs:Job.conda_env_spec": job_conda_env_spec,
     "snakemake.jobs:Job.shellcmd": job_shellcmd,
+    "snakemake.report:FileRecord.render": file_record_render,
 }
 
 
 def apply(warn: bool = True) -> list[str]:
     """Replace the functions (see the module docstring); returns the names replaced, [] when
     Snakemake is left as it is. `warn`: print the one warning line when they do not fit."""
-    global _stock_process_job, _stock_get_function_params, _stock_shellcmd
+    global _stock_process_job, _stock_get_function_params, _stock_shellcmd, _stock_file_record_render
     if os.environ.get(DISABLE_VARIABLE, "") not in ("", "0"):
         return []
     problems = stock_differences()
@@ -293,6 +331,7 @@ def apply(warn: bool = True) -> list[str]:
     _stock_process_job = script_processor_process_job.__rnnfleet_stock__
     _stock_get_function_params = get_function_params.__rnnfleet_stock__
     _stock_shellcmd = job_shellcmd.__rnnfleet_stock__
+    _stock_file_record_render = file_record_render.__rnnfleet_stock__
     # rules.py imported get_function_params by name: replace it where it is looked up too.
     snakemake.rules.get_function_params = get_function_params
     tune_garbage_collection()
