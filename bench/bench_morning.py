@@ -136,7 +136,7 @@ def noop_morning(args, work: Path) -> dict:
         "data_dir": "data",
         "model": {"cell": "gru", "hidden_size": 4, "num_layers": 1, "dropout": 0.0},
         "train": {"seq_len": 8, "batch_size": 64, "epochs": 1, "threads": 1},
-        "evaluate": {"bootstrap": 20},
+        "evaluate": {"bootstrap": 100},
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     first = snakemake(folder, args.cores)
