@@ -154,9 +154,9 @@ def test_after_an_unlock_a_second_run_is_refused_while_the_first_works_and_the_f
     resume(workdir, "epoch")
     assert run.wait(timeout=300) == 0, (workdir.parent / "snakemake-output.txt").read_text()[-3000:]
     assert_everything_trained_and_loads(workdir)
-    for figure in ("results/metrics.html", "results/skill.png", "results/loss_curves/A_1m.png"):
+    for figure in ("results/metrics.html", "results/skill.png", "results/loss_curves/A_1m.svg"):
         assert (workdir / figure).exists(), figure
-    assert (workdir / "results/loss_curves/B_1m.png").exists()
+    assert (workdir / "results/loss_curves/B_1m.svg").exists()
 
 
 def test_ctrl_c_while_the_results_after_failures_are_written_does_not_cut_them_short(with_new_dataset, monkeypatch):
