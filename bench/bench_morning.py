@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import re
 import shutil
@@ -35,7 +34,7 @@ import time
 from pathlib import Path
 
 import yaml
-from bench_update import BARS_PER_DAY, run_summary, snakemake, workflow_config, write_day
+from bench_update import BARS_PER_DAY, append_record, run_summary, snakemake, workflow_config, write_day
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "scripts"))
@@ -184,10 +183,7 @@ def main() -> None:
             )
     finally:
         shutil.rmtree(work)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "morning.jsonl", "a") as lines:
-        lines.write(json.dumps(result) + "\n")
+    append_record(args.out, "morning", result)
 
 
 if __name__ == "__main__":

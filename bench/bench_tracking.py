@@ -14,7 +14,6 @@ Appends one JSON line to bench/out/tracking.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 import yaml
+from bench_update import append_record
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "scripts"))
@@ -90,10 +90,7 @@ def main() -> None:
             f"{variant} / off: {seconds[variant] / seconds['off']:.3f} run wall; logging "
             f"{1 + logging[variant] / seconds['off']:.3f} of the untracked run (target < {TARGET})"
         )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "tracking.jsonl", "a") as lines:
-        lines.write(json.dumps({"datasets": args.datasets, "seconds": seconds, "logging_seconds": logging}) + "\n")
+    append_record(args.out, "tracking", {"datasets": args.datasets, "seconds": seconds, "logging_seconds": logging})
 
 
 if __name__ == "__main__":

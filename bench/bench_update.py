@@ -88,6 +88,14 @@ def snakemake(folder: Path, cores: int) -> float:
     return seconds
 
 
+def append_record(out: str, name: str, record: dict) -> None:
+    """One JSON line appended to <out>/<name>.jsonl: the benches' history of figures."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name}.jsonl", "a") as lines:
+        lines.write(json.dumps(record) + "\n")
+
+
 def train_job_seconds(folder: Path) -> float:
     """The summed wall time of the run's train jobs (Snakemake's benchmark files)."""
     return sum(
@@ -166,10 +174,7 @@ def main() -> None:
         f"test skill, update - full: mean {result['skill_difference_mean']:+.4f}, worst dataset "
         f"{result['skill_difference_worst']:+.4f} (target within {SKILL_TARGET})"
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "update.jsonl", "a") as lines:
-        lines.write(json.dumps(result) + "\n")
+    append_record(args.out, "update", result)
     if args.keep:
         print(f"work folder: {work}")
     else:
