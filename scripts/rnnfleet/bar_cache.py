@@ -156,12 +156,11 @@ class BarCache:
         self.tables.pop(path, None)
         self.changed = True
 
-    def keep_only(self, paths: list[str]) -> list[str]:
-        """Drop the files no longer in the dataset; the ones dropped."""
-        gone = [path for path in self.entries if path not in set(paths)]
-        for path in gone:
+    def keep_only(self, paths: list[str]) -> None:
+        """Drop the files no longer in the dataset."""
+        kept = set(paths)
+        for path in [path for path in self.entries if path not in kept]:
             self.drop(path)
-        return gone
 
     def save(self) -> None:
         """Write the cache (atomically) when anything was read or dropped."""

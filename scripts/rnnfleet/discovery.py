@@ -250,6 +250,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
     else:
         regex, max_depth = None, 0
     members: dict[str, list[os.DirEntry]] = {}
+    member_sources: dict[str, str] = {}  # dataset name -> the exporter its first file came from, or ""
     other_names, same_name, folder_names = [], [], []
     found_names: dict[str, str] = {}  # path -> how an exporter's file name became a dataset name
     checksum_entries: dict[str, os.DirEntry] = {}  # data file path -> its .CHECKSUM
@@ -274,7 +275,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
                 continue
             if source:
                 found_names[entry.path] = f"{source}: dataset {name}"
-            if name in members and not (source in PERIOD_EXPORTERS and found_names.get(members[name][0].path)):
+            if name in members and not (source in PERIOD_EXPORTERS and member_sources[name] == source):
                 same_name.append(f"{members[name][0].path!r} and {entry.path!r}")
                 continue
         else:
@@ -287,6 +288,7 @@ def discover_datasets(data_dir: str, pattern: str, files_pattern: str = "") -> D
             found_problems[entry.path] = problem
             continue
         members.setdefault(name, []).append(entry)
+        member_sources.setdefault(name, source if regex is None else "")
     if not members:
         message = no_match_message(data_dir, pattern, files_pattern, other_names, folder_names)
         if files_pattern or not set(folder_names) & set(LEAN_ASSET_FOLDERS):

@@ -51,25 +51,27 @@ def test_timeline_bench_sees_every_job_its_warm_child_and_the_phases():
         assert phase in result.stdout
 
 
-def test_update_bench_updates_every_model_and_reports_ratios_against_a_full_retrain(tmp_path):
-    command = [sys.executable, str(REPO / "bench" / "bench_update.py"), "--datasets", "2", "--days", "4"]
+def day_files_bench(tmp_path, name: str, days: str) -> tuple[str, dict]:
+    """bench_<name>.py on 2 datasets of `days` day files, 2 epochs: its output and its one record."""
+    command = [sys.executable, str(REPO / "bench" / f"bench_{name}.py"), "--datasets", "2", "--days", days]
     command += ["--epochs", "2", "--cores", "2", "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "update / full: run " in result.stdout and "test skill, update - full" in result.stdout
-    (record,) = [json.loads(line) for line in (tmp_path / "update.jsonl").read_text().splitlines()]
+    (record,) = [json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+    return result.stdout, record
+
+
+def test_update_bench_updates_every_model_and_reports_ratios_against_a_full_retrain(tmp_path):
+    output, record = day_files_bench(tmp_path, "update", "4")
+    assert "update / full: run " in output and "test skill, update - full" in output
     assert record["runs"]["update"]["made"] == ["update 1"] and record["runs"]["full"]["made"] == ["full"]
     assert record["runs"]["update"]["train_windows"] < record["runs"]["full"]["train_windows"]
     assert record["cost_ratio_train_jobs"] > 0 and abs(record["skill_difference_mean"]) < 1
 
 
 def test_morning_bench_reads_only_the_new_day_and_reports_its_share_of_a_full_retrain(tmp_path):
-    command = [sys.executable, str(REPO / "bench" / "bench_morning.py"), "--datasets", "2", "--days", "3"]
-    command += ["--epochs", "2", "--cores", "2", "--out", str(tmp_path)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "morning / full: " in result.stdout and "no-op morning" in result.stdout
-    (record,) = [json.loads(line) for line in (tmp_path / "morning.jsonl").read_text().splitlines()]
+    output, record = day_files_bench(tmp_path, "morning", "3")
+    assert "morning / full: " in output and "no-op morning" in output
     (history,) = record["histories"]
     morning, full = history["runs"]["morning"], history["runs"]["full"]
     assert morning["made"] == ["update 1"] and full["made"] == ["full"]

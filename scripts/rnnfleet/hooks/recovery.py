@@ -31,6 +31,7 @@ from typing import IO
 
 from rnnfleet.errors import STOP_SIGNALS, UserError
 from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
+from rnnfleet.runner.job_client import room_left
 
 SNAKEMAKE_DIR = Path(".snakemake")
 RUNS_DIR = SNAKEMAKE_DIR / "rnnfleet-runs"  # two locked files per live run, one per working job
@@ -118,16 +119,8 @@ def check_snakemake_folder_room() -> None:
     """Raise SnakemakeFolderFull when .snakemake's file system (the working folder's where it
     is not made yet) has less than SNAKEMAKE_ROOM_BYTES left for this user; nothing where the
     OS does not say (Windows)."""
-    if not hasattr(os, "statvfs"):
-        return
-    folder = SNAKEMAKE_DIR if SNAKEMAKE_DIR.is_dir() else Path(".")
-    try:
-        status = os.statvfs(folder)
-    except OSError:
-        return
-    blocks = status.f_bfree if os.geteuid() == 0 else status.f_bavail
-    room = blocks * status.f_frsize
-    if room < SNAKEMAKE_ROOM_BYTES:
+    room = room_left(SNAKEMAKE_DIR if SNAKEMAKE_DIR.is_dir() else Path("."))
+    if room is not None and room < SNAKEMAKE_ROOM_BYTES:
         import logging
 
         # Snakemake's log file is there too: each line its handler cannot write would print a traceback.

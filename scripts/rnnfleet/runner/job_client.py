@@ -115,12 +115,13 @@ def job_arguments(options: SimpleNamespace) -> tuple[dict, bool]:
 LOG_ROOM_BYTES = 16 * 1024
 
 
-def log_folder_room(path: str) -> int | None:
-    """Bytes this process may still write in path's file system; None where the OS does not say."""
-    if not hasattr(os, "statvfs"):  # Windows: a full disk shows when the log is written
+def room_left(folder: str | os.PathLike) -> int | None:
+    """Bytes this process may still write in folder's file system (root: all free blocks);
+    None where the OS does not say (Windows: a full disk shows when a file is written)."""
+    if not hasattr(os, "statvfs"):
         return None
     try:
-        status = os.statvfs(os.path.dirname(os.path.abspath(path)))
+        status = os.statvfs(folder)
     except OSError:
         return None
     blocks = status.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else status.f_bavail
@@ -134,7 +135,7 @@ def open_log(path: str):
         log = open(path, "w", buffering=1)
     except OSError as error:
         raise SystemExit(f"rnnfleet: ERROR: {path}: the job's log cannot be written ({error.strerror})") from None
-    room = log_folder_room(path)
+    room = room_left(os.path.dirname(os.path.abspath(path)))
     if room is not None and room < LOG_ROOM_BYTES:
         log.close()
         raise SystemExit(
