@@ -153,13 +153,14 @@ def test_the_mlflow_server_lists_the_fleets_runs(server_port):
 
 
 def test_a_store_that_cannot_be_written_is_one_warning_and_the_fleet_trains(tracked, tmp_path):
+    """Tracking turned on from the command line (--config hands its values over as text)."""
     workdir = copy_of_run(tracked, tmp_path)
     (workdir / "not_a_folder").write_text("a file, where the store's folder would be\n")
-    broken = {"mlflow": {"enabled": True, "tracking_uri": f"sqlite:///{workdir / 'not_a_folder' / 'runs.db'}"}}
-    write_config(workdir, data_dir="data", tracking=broken, train={"lr": 0.003})
-    result = snakemake(workdir)
+    write_config(workdir, data_dir="data", train={"lr": 0.003})  # tracking as the repo's config.yaml: off
+    broken = f"sqlite:///{workdir / 'not_a_folder' / 'runs.db'}"
+    result = snakemake(workdir, "--config", f"tracking={{mlflow: {{enabled: true, tracking_uri: '{broken}'}}}}")
     warnings = [line for line in result.stderr.splitlines() if "MLflow tracking" in line]
-    assert len(warnings) == 1 and warnings[0].startswith("rnnfleet: WARNING: MLflow tracking (sqlite:///")
+    assert len(warnings) == 1 and warnings[0].startswith(f"rnnfleet: WARNING: MLflow tracking ({broken}): ")
     assert "not logged" in warnings[0] and "Traceback" not in result.stderr
     assert {row["status"] for row in table(workdir).values()} == {"ok"}
     assert table(workdir)["A_1m"]["test_skill"] != table(tracked)["A_1m"]["test_skill"]  # trained again
