@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -34,23 +35,27 @@ class PreparedArrays:
 
     features[t] describes bar t (of the bars after the features' warm-up); targets[t] is the
     target (rnnfleet.targets) from bar t to bar t + horizon, as (value - target_mean) / target_std.
-    A window ending at bar t predicts targets[t].
+    A window ending at bar t predicts targets[t]. With several horizons (train.horizons),
+    targets[t, k] is the target over horizons[k] bars, target_mean and target_std hold one
+    value per horizon, and `horizon` is the longest (it sizes the embargoes and the gaps).
     Windows ending in [seq_len - 1, train_end) train, in [val_start, val_end) validate (early
     stopping only), in [test_start, rows) test, except those that span a gap
     (rnnfleet.gaps.window_numbers); normalisation statistics come from the training part.
     """
 
     features: np.ndarray  # (rows, n_features) float32, normalised
-    targets: np.ndarray  # (rows,) float32, scaled
+    targets: np.ndarray  # (rows,) float32, scaled; (rows, horizons) with several horizons
     feature_mean: np.ndarray  # (n_features,) float32
     feature_std: np.ndarray  # (n_features,) float32
-    target_std: float
+    target_std: float | np.ndarray  # (horizons,) float64 with several horizons
     train_end: int
     val_start: int
     last_close: float
     horizon: int
     target: str = DEFAULT_TARGET
-    target_mean: float = 0.0
+    target_mean: float | np.ndarray = 0.0
+    # The horizons of train.horizons when there are several; () for the single `horizon`.
+    horizons: tuple[int, ...] = ()
     feature_definition: tuple[str, ...] = DEFAULT_FEATURES  # the config's `features:` references
     # {user feature file as written: sha256 of the bytes that computed the features}, for the model file.
     feature_sha256: dict[str, str] = field(default_factory=dict)
@@ -88,6 +93,10 @@ class PreparedArrays:
     @property
     def rows(self) -> int:
         return int(self.features.shape[0])
+
+    @property
+    def all_horizons(self) -> tuple[int, ...]:
+        return self.horizons or (self.horizon,)
 
     @property
     def split(self) -> SplitPoints:
@@ -161,16 +170,34 @@ def bar_features(bars, feature_definition=DEFAULT_FEATURES, name: str = "dataset
     return compute_feature_matrix(bars, feature_definition, name, sources)
 
 
+def horizons_setting(horizon: int | Sequence[int]) -> tuple[int, ...]:
+    """The horizons of the preprocess setting `horizon`: () for one (an int), else the list's."""
+    return () if isinstance(horizon, (int, np.integer)) else tuple(int(h) for h in horizon)
+
+
+def longest_horizon(horizon: int | Sequence[int]) -> int:
+    return max(horizons_setting(horizon) or (int(horizon),))
+
+
 def compute_features(
-    bars, horizon: int, feature_definition=DEFAULT_FEATURES, target: str = DEFAULT_TARGET, name: str = "dataset"
+    bars,
+    horizon: int | Sequence[int],
+    feature_definition=DEFAULT_FEATURES,
+    target: str = DEFAULT_TARGET,
+    name: str = "dataset",
 ):
     """Features and target of every bar that has both: bars from the features' warm-up to
-    `horizon` bars before the end. Returns (features (n, F) float64, targets (n,), the
-    FeatureMatrix of all bars, close of the last bar)."""
+    the (longest) horizon before the end. Returns (features (n, F) float64, targets (n,),
+    or (n, horizons) for a list of horizons, the FeatureMatrix of all bars, close of the last bar)."""
     matrix = bar_features(bars, feature_definition, name)
     log_close = np.log(bars["close"].to_numpy(dtype=np.float64))
-    targets = TARGETS[target].values(log_close, horizon)[matrix.warmup :]
-    features = matrix.values[matrix.warmup : matrix.warmup + len(targets)]
+    rows = max(len(log_close) - longest_horizon(horizon) - matrix.warmup, 0)
+    values = [
+        TARGETS[target].values(log_close, h)[matrix.warmup : matrix.warmup + rows]
+        for h in horizons_setting(horizon) or (int(horizon),)
+    ]
+    targets = np.column_stack(values) if horizons_setting(horizon) else values[0]
+    features = matrix.values[matrix.warmup : matrix.warmup + rows]
     return features, targets, matrix, float(bars["close"].iloc[-1])
 
 
@@ -256,7 +283,7 @@ def denormalised(arrays: PreparedArrays, rows: slice = slice(None)) -> tuple[np.
     raw_features = arrays.features[rows] * arrays.feature_std.astype(np.float64) + arrays.feature_mean.astype(
         np.float64
     )
-    raw_targets = arrays.targets[rows] * np.float64(arrays.target_std) + arrays.target_mean
+    raw_targets = arrays.targets[rows] * np.asarray(arrays.target_std, np.float64) + arrays.target_mean
     return raw_features, raw_targets
 
 
@@ -264,7 +291,7 @@ def normalised_with(
     arrays: PreparedArrays,
     raw_features: np.ndarray,
     raw_targets: np.ndarray,
-    statistics: tuple[np.ndarray, np.ndarray, float, float],
+    statistics: tuple[np.ndarray, np.ndarray, float | np.ndarray, float | np.ndarray],
     **changes,
 ) -> PreparedArrays:
     """`arrays` holding raw_features and raw_targets normalised with statistics (feature
@@ -282,23 +309,31 @@ def normalised_with(
     )
 
 
-def fit_normalisation(
-    train_features: np.ndarray, train_targets: np.ndarray, target: str
-) -> tuple[np.ndarray, np.ndarray, float, float]:
+def fit_normalisation(train_features: np.ndarray, train_targets: np.ndarray, target: str) -> tuple:
     """(feature_mean, feature_std (float32; 1 where a feature is constant), target_mean,
-    target_std) of a training part's rows."""
+    target_std) of a training part's rows; for targets of several horizons (2-D) the
+    target's statistics are float64 arrays, one per horizon."""
     feature_mean = train_features.mean(axis=0).astype(np.float32)
     feature_std = train_features.std(axis=0).astype(np.float32)
     feature_std[feature_std == 0] = 1.0
-    target_mean, target_std = TARGETS[target].scaling(train_targets)
+    if train_targets.ndim == 1:
+        target_mean, target_std = TARGETS[target].scaling(train_targets)
+    else:
+        target_mean, target_std = np.array([TARGETS[target].scaling(column) for column in train_targets.T]).T
     return feature_mean, feature_std, target_mean, target_std
+
+
+def target_statistic(value) -> float | np.ndarray:
+    """A target_mean or target_std as stored (a number, or a list / array of one per horizon)."""
+    values = np.asarray(value, dtype=np.float64)
+    return float(values) if values.ndim == 0 else values
 
 
 def split_and_normalise(
     features: np.ndarray,
     targets: np.ndarray,
     seq_len: int,
-    horizon: int,
+    horizon: int | Sequence[int],
     val_fraction: float,
     last_close: float,
     name: str = "dataset",
@@ -306,7 +341,9 @@ def split_and_normalise(
     test_fraction: float = DEFAULT_TEST_FRACTION,
     warmup: int = 1,
 ) -> PreparedArrays:
-    """Chronological split (split_points); statistics from the training part only; float32, contiguous."""
+    """Chronological split (split_points); statistics from the training part only; float32,
+    contiguous. horizon: one, or a list (train.horizons; the parts lie apart by the longest)."""
+    horizons, horizon = horizons_setting(horizon), longest_horizon(horizon)
     rows = len(targets)
     split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup)
     if not long_enough(rows, seq_len, horizon, val_fraction, test_fraction, warmup):
@@ -335,6 +372,7 @@ def split_and_normalise(
         test_start=split.test_start,
         last_close=last_close,
         horizon=horizon,
+        horizons=horizons,
         target=target,
         target_mean=target_mean,
         warmup=warmup,
@@ -420,7 +458,7 @@ def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
 def prepare_dataset(
     csv_path: str | os.PathLike | list[str],
     seq_len: int,
-    horizon: int,
+    horizon: int | Sequence[int],
     val_fraction: float,
     test_fraction: float = DEFAULT_TEST_FRACTION,
     columns: dict[str, str] | None = None,
@@ -462,7 +500,7 @@ def prepare_dataset(
         print(f"{name}: data quality measured: {measures_text(quality_row)}", file=sys.stderr)
     quality_row.pop("quality_flags")
     gap_bars = find_gaps(timestamps_ns, max_gap)
-    if len(frame) < 2 + horizon:
+    if len(frame) < 2 + longest_horizon(horizon):
         raise DataError(
             f"{name}: too few rows for one training window plus validation and test: only {len(frame)} usable rows"
         )
@@ -509,15 +547,16 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             targets=arrays.targets,
             feature_mean=arrays.feature_mean,
             feature_std=arrays.feature_std,
-            target_std=np.float64(arrays.target_std),
+            target_std=np.asarray(arrays.target_std, np.float64),
             train_end=np.int64(arrays.train_end),
             val_start=np.int64(arrays.val_start),
             val_end=np.int64(arrays.split.val_end),
             test_start=np.int64(arrays.split.test_start),
             last_close=np.float64(arrays.last_close),
             horizon=np.int64(arrays.horizon),
+            horizons=np.array(arrays.horizons, dtype=np.int64),
             target=np.str_(arrays.target),
-            target_mean=np.float64(arrays.target_mean),
+            target_mean=np.asarray(arrays.target_mean, np.float64),
             feature_definition=np.array(arrays.feature_definition, dtype=np.str_),
             feature_sha256=np.str_(json.dumps(arrays.feature_sha256)),
             feature_names=np.array(arrays.feature_names, dtype=np.str_),
@@ -547,15 +586,16 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 targets=stored["targets"],
                 feature_mean=stored["feature_mean"],
                 feature_std=stored["feature_std"],
-                target_std=float(stored["target_std"]),
+                target_std=target_statistic(stored["target_std"]),
                 train_end=int(stored["train_end"]),
                 val_start=int(stored["val_start"]),
                 val_end=int(stored["val_end"]),
                 test_start=int(stored["test_start"]),
                 last_close=float(stored["last_close"]),
                 horizon=int(stored["horizon"]),
+                horizons=tuple(int(h) for h in stored["horizons"]) if "horizons" in stored.files else (),
                 target=str(stored["target"]),
-                target_mean=float(stored["target_mean"]),
+                target_mean=target_statistic(stored["target_mean"]),
                 feature_definition=tuple(str(item) for item in stored["feature_definition"]),
                 # Files written before the hashes were recorded have none.
                 feature_sha256=json.loads(str(stored["feature_sha256"])) if "feature_sha256" in stored.files else {},

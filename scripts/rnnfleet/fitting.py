@@ -16,15 +16,14 @@ from dataclasses import dataclass
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import log
 from rnnfleet.predict import forecast_at_last_bar
+from rnnfleet.scoring import calibration_record, score_test_period
 from rnnfleet.training import (
     StartState,
     all_rows_train,
     build_checkpoint,
-    calibration_record,
     describe_training,
     plugin_hashes,
     refit_on_all_rows,
-    score_test_period,
     train_model,
     usable_windows,
 )
@@ -44,7 +43,7 @@ from rnnfleet.updating import (
 )
 from rnnfleet.walkforward import folds_metrics, walk_forward
 
-# The evaluate settings of rnnfleet.training.score_test_period.
+# The evaluate settings of rnnfleet.scoring.score_test_period.
 SCORING_KEYS = ("cost_bps", "block_bars", "bootstrap")
 
 

@@ -18,7 +18,15 @@ import sys
 
 import numpy as np
 
-from rnnfleet.data import bar_features, bars_label, features_for_bars, left_out_note, read_clean_bars, split_points
+from rnnfleet.data import (
+    bar_features,
+    bars_label,
+    features_for_bars,
+    left_out_note,
+    longest_horizon,
+    read_clean_bars,
+    split_points,
+)
 from rnnfleet.errors import UserError, one_line
 from rnnfleet.formats import NAIVE_AS_UTC, TIMEZONE_ASSUMED
 from rnnfleet.gaps import duration_text, find_gaps, window_numbers
@@ -69,7 +77,7 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
     timestamps_ns = frame["timestamp"].array.asi8
     steps = np.diff(timestamps_ns)
     gap_bars = find_gaps(timestamps_ns, settings["max_gap"])
-    seq_len, horizon = int(settings["seq_len"]), int(settings["horizon"])
+    seq_len, horizon = int(settings["seq_len"]), longest_horizon(settings["horizon"])
     feature_rows = max(len(frame) - warmup - horizon, 0)
     test_fraction = settings["test_fraction"]
     split = split_points(feature_rows, seq_len, horizon, settings["val_fraction"], test_fraction, warmup)

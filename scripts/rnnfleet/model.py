@@ -3,6 +3,8 @@ see rnnfleet.plugins), checking what a builder returns, and rebuilding one from 
 
 A builder is called as builder(input_size=..., **hyper_parameters) and returns a
 torch.nn.Module mapping windows (batch, seq_len, input_size) to outputs (batch,) or (batch, 1).
+A model of several outputs (train.horizons and train.quantiles: rnnfleet.heads) is asked
+for them with outputs=N among the hyper-parameters and maps windows to (batch, N).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
 
 class SequenceRegressor(nn.Module):
-    """LSTM or GRU over a window of bars; a linear head on the last step predicts the target."""
+    """LSTM or GRU over a window of bars; a linear head on the last step predicts the target
+    (`outputs` values: one per horizon and quantile)."""
 
-    def __init__(self, input_size: int, cell: str, hidden_size: int, num_layers: int, dropout: float):
+    def __init__(self, input_size: int, cell: str, hidden_size: int, num_layers: int, dropout: float, outputs: int = 1):
         super().__init__()
         self.rnn = CELLS[cell](
             input_size=input_size,
@@ -31,24 +34,32 @@ class SequenceRegressor(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
             batch_first=True,
         )
-        self.head = nn.Linear(hidden_size, 1)
+        self.head = nn.Linear(hidden_size, outputs)
+        self.single = outputs == 1
 
     def forward(self, windows: torch.Tensor) -> torch.Tensor:
-        """windows: (batch, seq_len, input_size) -> (batch,) predictions."""
+        """windows: (batch, seq_len, input_size) -> (batch,) predictions, or (batch, outputs)."""
         outputs, _ = self.rnn(windows)
-        return self.head(outputs[:, -1]).squeeze(-1)
+        predictions = self.head(outputs[:, -1])
+        return predictions.squeeze(-1) if self.single else predictions
 
 
 def build_rnn(
-    input_size: int, cell: str = "lstm", hidden_size: int = 64, num_layers: int = 2, dropout: float = 0.1
+    input_size: int,
+    cell: str = "lstm",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    dropout: float = 0.1,
+    outputs: int = 1,
 ) -> SequenceRegressor:
-    """The built-in builder `rnn`: an LSTM or GRU with a linear head."""
+    """The built-in builder `rnn`: an LSTM or GRU with a linear head of `outputs` values."""
     return SequenceRegressor(
         input_size=int(input_size),
         cell=str(cell),
         hidden_size=int(hidden_size),
         num_layers=int(num_layers),
         dropout=float(dropout),
+        outputs=int(outputs),
     )
 
 
@@ -61,35 +72,37 @@ def build_model(
     model_config: dict, input_size: int, seq_len: int | None = None, sources: Mapping[str, bytes] | None = None
 ) -> nn.Module:
     """The model `model_config` describes (its `builder`, default rnn, and the builder's
-    hyper-parameters), for inputs of `input_size` features. With seq_len, one tiny batch
-    checks the output shape. UserError naming the file and function when the builder fails,
+    hyper-parameters; `outputs` N > 1: its heads, rnnfleet.heads), for inputs of `input_size`
+    features. With seq_len, one tiny batch checks the output shape. UserError naming the file and function when the builder fails,
     returns something that is not an nn.Module, or gives the wrong shape. sources: as for
     rnnfleet.plugins.resolve (a model file's vetted plug-ins)."""
     reference = str(model_config.get("builder", DEFAULT_BUILDER))
     hyper_parameters = {key: value for key, value in model_config.items() if key not in NOT_HYPER_PARAMETERS}
     builder = resolve(reference, BUILDERS, "model.builder", sources)
     where = describe(reference)
+    outputs = int(hyper_parameters.get("outputs", 1))
     try:
         model = builder(input_size=int(input_size), **hyper_parameters)
     except Exception as error:
+        asked = f" (outputs={outputs}: one per train.horizons and train.quantiles)" if outputs > 1 else ""
         raise UserError(
             f"{where} failed to build the model with input_size={input_size} and the config's "
-            f"model keys {sorted(hyper_parameters)} ({type(error).__name__}: {one_line(error)})"
+            f"model keys {sorted(hyper_parameters)}{asked} ({type(error).__name__}: {one_line(error)})"
         ) from None
     if not isinstance(model, nn.Module):
         raise UserError(f"{where} returned {type(model).__name__}, not a torch.nn.Module")
     if seq_len is not None:
-        check_output_shape(model, where, input_size, seq_len)
+        check_output_shape(model, where, input_size, seq_len, outputs)
     return model
 
 
 @torch.no_grad()
-def check_output_shape(model: nn.Module, where: str, input_size: int, seq_len: int) -> None:
+def check_output_shape(model: nn.Module, where: str, input_size: int, seq_len: int, outputs: int = 1) -> None:
     windows = torch.zeros(2, seq_len, input_size)
     training = model.training
     model.eval()
     try:
-        outputs = model(windows)
+        predictions = model(windows)
     except Exception as error:
         raise UserError(
             f"{where}: the model fails on a batch of shape (2, {seq_len}, {input_size}) "
@@ -97,12 +110,17 @@ def check_output_shape(model: nn.Module, where: str, input_size: int, seq_len: i
         ) from None
     finally:
         model.train(training)
-    shape = tuple(getattr(outputs, "shape", ()))
-    if not isinstance(outputs, torch.Tensor) or shape not in ((2,), (2, 1)):
+    shape = tuple(getattr(predictions, "shape", ()))
+    expected = ((2,), (2, 1)) if outputs == 1 else ((2, outputs),)
+    if not isinstance(predictions, torch.Tensor) or shape not in expected:
+        wanted = (
+            "(2,) or (2, 1): one output per window"
+            if outputs == 1
+            else f"(2, {outputs}): {outputs} outputs per window (train.horizons x train.quantiles)"
+        )
         raise UserError(
             f"{where}: the model maps a batch of shape (2, {seq_len}, {input_size}) to "
-            f"{shape if isinstance(outputs, torch.Tensor) else type(outputs).__name__}; expected (2,) or (2, 1): "
-            "one output per window"
+            f"{shape if isinstance(predictions, torch.Tensor) else type(predictions).__name__}; expected {wanted}"
         )
 
 

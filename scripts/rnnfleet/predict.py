@@ -53,7 +53,8 @@ from rnnfleet.formats import (
     TIMEZONE_IN_FILE,
     is_time_zone,
 )
-from rnnfleet.intervals import COVERAGE, bounds, calibrated_width
+from rnnfleet.heads import Heads
+from rnnfleet.intervals import COVERAGE, bounds, calibrated_width, horizon_bands
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
@@ -71,14 +72,79 @@ def forecast_columns(target_name: str) -> tuple[str, ...]:
     return ("timestamp", "close", "horizon", TARGETS[target_name].forecast_column)
 
 
+def checkpoint_heads(checkpoint: dict) -> Heads:
+    """The heads of a model file's model (rnnfleet.heads): its horizons and quantiles."""
+    recorded = checkpoint["features"]
+    return Heads.of(recorded.get("horizons") or [int(recorded["horizon"])], recorded.get("quantiles") or [])
+
+
 @torch.no_grad()
-def predict_scaled(model: torch.nn.Module, features: np.ndarray, seq_len: int) -> np.ndarray:
+def predict_scaled(
+    model: torch.nn.Module, features: np.ndarray, seq_len: int, heads: Heads | None = None
+) -> np.ndarray:
     """The model's raw output (the scaled target, or a logit) for every window of normalised
-    features, in window order."""
+    features, in window order: (windows,), or with heads (windows, horizons, quantiles or 1)."""
+    heads = heads or Heads((1,))
     device = next(model.parameters()).device
     windows = window_view(torch.from_numpy(features).to(device), seq_len)
-    outputs = [outputs_of(model, windows[start : start + EVAL_BATCH]) for start in range(0, len(windows), EVAL_BATCH)]
+    outputs = [
+        outputs_of(model, windows[start : start + EVAL_BATCH], heads) for start in range(0, len(windows), EVAL_BATCH)
+    ]
     return torch.cat(outputs).cpu().numpy()
+
+
+def horizon_forecasts(checkpoint: dict, scaled: np.ndarray, coverage: float = COVERAGE) -> list[dict]:
+    """Per horizon of the model file's model, from its raw outputs (predict_scaled), in the
+    target's units: {"horizon", "forecast" (the point forecast), "quantiles" ({q: values}),
+    "bands" ([(coverage, low, high)]: its calibrated intervals, rnnfleet.intervals)}."""
+    heads, target = checkpoint_heads(checkpoint), TARGETS[checkpoint["features"]["target"]]
+    normalisation = checkpoint["normalisation"]
+    if heads.single:
+        offset, scale = float(normalisation["target_mean"]), float(normalisation["target_std"])
+        band = interval_bounds(checkpoint, scaled, coverage)
+        return [
+            {
+                "horizon": heads.horizons[0],
+                "forecast": target.to_units(scaled, offset, scale),
+                "quantiles": {},
+                "bands": [(coverage, band["low"], band["high"])] if band else [],
+            }
+        ]
+    offsets = np.broadcast_to(np.asarray(normalisation["target_mean"], np.float64), len(heads.horizons))
+    scales = np.broadcast_to(np.asarray(normalisation["target_std"], np.float64), len(heads.horizons))
+    scores = checkpoint.get("calibration", {}).get("scores")
+    scores = np.zeros((len(heads.horizons), 0)) if scores is None or not len(scores) else np.asarray(scores)
+    forecasts = []
+    for k, horizon in enumerate(heads.horizons):
+        outputs, offset, scale = scaled[:, k, :], float(offsets[k]), float(scales[k])
+        one = Heads((horizon,), heads.quantiles)
+        forecasts.append(
+            {
+                "horizon": horizon,
+                "forecast": target.to_units(outputs[:, heads.point], offset, scale),
+                "quantiles": {q: target.to_units(outputs[:, i], offset, scale) for i, q in enumerate(heads.quantiles)},
+                "bands": horizon_bands(
+                    outputs[:, heads.point], outputs, scores[k], one, target, offset, scale, coverage
+                ),
+            }
+        )
+    return forecasts
+
+
+def head_columns(target_name: str, forecasts: list[dict], close: np.ndarray) -> dict[str, np.ndarray]:
+    """The forecasts' columns of every horizon (horizon_forecasts), named by the target, the
+    horizon and the quantile or interval: forecast_log_return_h5, forecast_log_return_h5_q5,
+    forecast_log_return_h5_low_90, ... (for log_return also forecast_close_h5)."""
+    column, columns = TARGETS[target_name].forecast_column, {}
+    for forecast in forecasts:
+        named = f"{column}_h{forecast['horizon']}"
+        columns[named] = forecast["forecast"]
+        if target_name == "log_return":
+            columns[f"forecast_close_h{forecast['horizon']}"] = close * np.exp(forecast["forecast"])
+        columns |= {f"{named}_q{q * 100:g}": values for q, values in forecast["quantiles"].items()}
+        for coverage, low, high in forecast["bands"]:
+            columns |= {f"{named}_low_{coverage * 100:g}": low, f"{named}_high_{coverage * 100:g}": high}
+    return columns
 
 
 def interval_bounds(checkpoint: dict, scaled: np.ndarray, coverage: float = COVERAGE) -> dict[str, np.ndarray]:
@@ -125,21 +191,24 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
         np.asarray(normalisation["feature_std"], dtype=np.float32),
     )
     model.eval()
-    scaled = predict_scaled(model, features, seq_len).astype(np.float64)
-    forecast = float(
-        target.to_units(scaled, float(normalisation["target_mean"]), float(normalisation["target_std"]))[-1]
-    )
+    heads = checkpoint_heads(checkpoint)
+    scaled = predict_scaled(model, features, seq_len, heads).astype(np.float64)
+    per_horizon = horizon_forecasts(checkpoint, scaled[-1:])
+    forecast = float(per_horizon[0]["forecast"][-1])
     entries = {
         "forecast_time": str(pd.Timestamp(arrays.latest_time, tz="UTC")),
         "forecast_bar_close": arrays.last_close,
-        "forecast_horizon": arrays.horizon,
+        "forecast_horizon": heads.horizons[0],
         "forecast": forecast,
     }
     if target.name == "log_return":
         entries["forecast_close"] = arrays.last_close * float(np.exp(forecast))
-    bounds = interval_bounds(checkpoint, scaled[-1:])
-    if bounds:
-        entries |= {"forecast_low": float(bounds["low"][0]), "forecast_high": float(bounds["high"][0])}
+    if per_horizon[0]["bands"]:
+        _, low, high = min(per_horizon[0]["bands"], key=lambda band: abs(band[0] - COVERAGE))
+        entries |= {"forecast_low": float(low[0]), "forecast_high": float(high[0])}
+    if not heads.single:
+        columns = head_columns(target.name, per_horizon, np.array([arrays.last_close]))
+        entries["forecast_heads"] = {name: float(values[-1]) for name, values in columns.items()}
     return entries
 
 
@@ -159,7 +228,7 @@ def forecast_frame(
     import pandas as pd
 
     recorded = checkpoint["features"]
-    seq_len, horizon, warmup = int(recorded["seq_len"]), int(recorded["horizon"]), int(recorded["warmup"])
+    seq_len, warmup = int(recorded["seq_len"]), int(recorded["warmup"])
     target = TARGETS[recorded["target"]]
     normalisation = checkpoint["normalisation"]
     needed_rows = seq_len + warmup  # one window of features after the features' warm-up
@@ -177,21 +246,27 @@ def forecast_frame(
         np.asarray(normalisation["feature_mean"], dtype=np.float32),
         np.asarray(normalisation["feature_std"], dtype=np.float32),
     )
-    scaled = predict_scaled(model, features, seq_len).astype(np.float64)
-    forecasts = target.to_units(scaled, float(normalisation["target_mean"]), float(normalisation["target_std"]))
+    heads = checkpoint_heads(checkpoint)
+    per_horizon = horizon_forecasts(
+        checkpoint, predict_scaled(model, features, seq_len, heads).astype(np.float64), coverage
+    )
+    forecasts = per_horizon[0]["forecast"]
     # Window w ends at feature row w + seq_len - 1, which describes bar warmup + w + seq_len - 1.
     window_end_bars = bars.iloc[matrix.warmup + seq_len - 1 :]
     close = window_end_bars["close"].to_numpy(dtype=np.float64)
     columns = {
         "timestamp": window_end_bars["timestamp"].to_numpy(),
         "close": close,
-        "horizon": horizon,
+        "horizon": heads.horizons[0],
         target.forecast_column: forecasts,
     }
     if target.name == "log_return":
         columns["forecast_close"] = close * np.exp(forecasts)
     columns = {name: columns[name] for name in forecast_columns(target.name)}
-    columns |= interval_columns(target.name, coverage, interval_bounds(checkpoint, scaled, coverage), close)
+    for band_coverage, low, high in per_horizon[0]["bands"]:
+        columns |= interval_columns(target.name, band_coverage, {"low": low, "high": high}, close)
+    if not heads.single:
+        columns |= head_columns(target.name, per_horizon, close)
     return pd.DataFrame(columns)
 
 
@@ -365,8 +440,8 @@ def main(
     parser.add_argument(
         "--coverage",
         type=coverage_setting,
-        default=COVERAGE,
-        help=f"coverage of the forecast interval, calibrated on the model's validation errors (default {COVERAGE})",
+        help=f"coverage of the forecast interval, calibrated on the model's validation errors (default {COVERAGE}); "
+        "a model with quantiles (train.quantiles) has the intervals of its quantile pairs instead",
     )
     parser.add_argument(
         "--trust",
@@ -389,6 +464,7 @@ def main(
         check_command_paths(args.model, bars_files, args.out)
         check_device(args.device)
         checkpoint = load_checkpoint(args.model)
+        check_coverage_option(checkpoint, args.model, args.coverage)
         read_format, read_note = reading_settings(checkpoint, args.model, options, args.override_format)
         forecast_csv(
             args.model,
@@ -402,12 +478,24 @@ def main(
             max_bad_fraction_setting="option --max-bad-fraction",
             read_note=read_note,
             checkpoint=checkpoint,
-            coverage=args.coverage,
+            coverage=args.coverage or COVERAGE,
         )
     except (UserError, FileNotFoundError) as error:  # DataError, ModelFileError, a plug-in's problem
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def check_coverage_option(checkpoint: dict, model_path: str, coverage: float | None) -> None:
+    """UserError for --coverage with a model of quantiles: its intervals are those its quantile pairs bound."""
+    heads = checkpoint_heads(checkpoint)
+    if coverage is not None and heads.quantiles:
+        pairs = ", ".join(f"{low:g}-{high:g}" for low, high in heads.pair_quantiles()) or "none"
+        raise UserError(
+            f"--coverage {coverage:g}: {model_path} forecasts quantiles {list(heads.quantiles)}, and its intervals are "
+            f"those its quantile pairs bound (calibrated on its validation windows: {pairs}); leave --coverage out, "
+            "or train with other train.quantiles"
+        )
 
 
 def expanded_paths(given: list[str]) -> list[str]:

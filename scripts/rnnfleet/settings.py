@@ -49,12 +49,32 @@ def preprocess_settings(config: dict) -> dict:
     arguments of rnnfleet.data.prepare_dataset (and of the preprocess job). Of `quality:`
     only the fail thresholds: the warn ones change no arrays (rnnfleet.quality)."""
     settings = {name: config_value(config, key) for name, key in PREPROCESS_CONFIG_KEYS.items()}
-    return {**settings, "quality": fail_thresholds(settings["quality"])}
+    return {**settings, "horizon": horizon_setting(config["train"]), "quality": fail_thresholds(settings["quality"])}
+
+
+def horizon_setting(train: dict) -> int | list[int]:
+    """The preprocess setting `horizon`: train.horizon, or train.horizons when it is given (a
+    list of several, or its one horizon as a number: the same arrays as train.horizon would give)."""
+    horizons = list(train.get("horizons") or [])
+    if len(horizons) > 1:
+        return [int(h) for h in horizons]
+    return int(horizons[0]) if horizons else int(train["horizon"])
+
+
+# Train settings added after models were trained with their default: at the default they are
+# left out of the train rule's params and of a model's fingerprint, so that a project
+# trained before they existed re-trains and updates as before.
+LATER_TRAIN_KEYS = {"horizons": [], "quantiles": []}
 
 
 def train_hyper_parameters(config: dict) -> dict:
-    """The `train:` settings that change what a model learns (all but RUNTIME_ONLY_TRAIN_KEYS)."""
-    return {key: value for key, value in config["train"].items() if key not in RUNTIME_ONLY_TRAIN_KEYS}
+    """The `train:` settings that change what a model learns (all but RUNTIME_ONLY_TRAIN_KEYS;
+    LATER_TRAIN_KEYS only where they differ from their default)."""
+    return {
+        key: value
+        for key, value in config["train"].items()
+        if key not in RUNTIME_ONLY_TRAIN_KEYS and not (key in LATER_TRAIN_KEYS and value == LATER_TRAIN_KEYS[key])
+    }
 
 
 def train_settings(config: dict) -> dict:

@@ -19,7 +19,7 @@ SUMMARY_COLUMNS = (
     "val_loss",
     "naive_val_loss",
     "skill",  # validation skill: 1 - val_loss / naive_val_loss (the part that chose the epoch)
-    # The test period (preprocess.test_fraction), never seen in training: rnnfleet.training.score_test_period
+    # The test period (preprocess.test_fraction), never seen in training: rnnfleet.scoring.score_test_period
     "test_skill",  # 1 - test_loss / naive_test_loss
     "test_skill_low",  # its 95% block-bootstrap interval
     "test_skill_high",
@@ -43,10 +43,16 @@ SUMMARY_COLUMNS = (
     "test_sharpe_trades",
     "test_trade_skew",
     "test_trade_kurtosis",
-    "test_coverage",  # how often the 90% forecast interval held on the test period (rnnfleet.intervals),
+    "interval_coverage",  # the forecast interval's nominal coverage (90%, or the nearest quantile pair's)
+    "test_coverage",  # how often it held on the test period (rnnfleet.intervals),
     "test_coverage_low",  # its 95% block-bootstrap interval, and the interval's mean width
     "test_coverage_high",
+    "test_coverage_binomial_low",  # its 95% binomial interval (independent windows assumed: too narrow where misses cluster)
+    "test_coverage_binomial_high",
     "test_interval_width",
+    "test_pinball_skill",  # quantile heads: pinball loss against the training part's quantiles, with its interval
+    "test_pinball_skill_low",
+    "test_pinball_skill_high",
     "test_persistence_skill",  # |return| and volatility targets: skill against the last value
     "test_accuracy",  # direction target
     "test_windows",
@@ -116,6 +122,36 @@ STATUSES = ("ok", "data error", "settings error", "failed", "stopped", "previous
 SHOWN_FAILURES = 20
 
 
+# Of a model of several horizons (train.horizons) or quantiles, the scores of each horizon
+# (rnnfleet.scoring: metrics["horizons"]) become columns <score>_h<horizon> after SUMMARY_COLUMNS.
+HORIZON_SCORES = (
+    "test_skill",
+    "test_skill_low",
+    "test_skill_high",
+    "test_verdict",
+    "test_coverage",
+    "test_coverage_low",
+    "test_coverage_high",
+    "test_interval_width",
+    "test_pinball_skill",
+)
+
+
+def horizon_columns(metrics: dict) -> dict:
+    """{<score>_h<horizon>: value} of each horizon's HORIZON_SCORES; {} for a single forecast."""
+    return {
+        f"{score}_h{entry['horizon']}": entry[score]
+        for entry in metrics.get("horizons") or []
+        for score in HORIZON_SCORES
+        if score in entry
+    }
+
+
+def extra_columns(rows: list[dict], known: tuple[str, ...]) -> list[str]:
+    """The columns some rows hold beyond `known`, in the order they first appear."""
+    return list(dict.fromkeys(column for row in rows for column in row if column not in known))
+
+
 def metrics_row(
     metrics_path: str | os.PathLike, quality_thresholds: dict | None = None, dataset_quality: dict | None = None
 ) -> dict:
@@ -126,7 +162,8 @@ def metrics_row(
         metrics = json.load(handle)
     row = {column: metrics.get(column, "") for column in (*SUMMARY_COLUMNS, *FORECAST_METRICS.values())}
     thresholds = (dataset_quality or {}).get(metrics.get("dataset"), quality_thresholds)
-    return {**row, "quality_flags": quality_flags(metrics, thresholds), "status": "ok", "error": ""}
+    row |= {"quality_flags": quality_flags(metrics, thresholds), "status": "ok", "error": ""}
+    return row | horizon_columns(metrics) | {"forecast_heads": metrics.get("forecast_heads") or {}}
 
 
 def summary_rows(
@@ -142,8 +179,11 @@ def with_fleet_columns(rows: list[dict], fleet: dict) -> list[dict]:
 
 
 def table_text(rows: list[dict]) -> str:
+    """The table: SUMMARY_COLUMNS, then the horizons' columns any row has (horizon_columns)."""
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=SUMMARY_COLUMNS, lineterminator="\n", extrasaction="ignore")
+    known = (*SUMMARY_COLUMNS, *FORECAST_METRICS.values(), "forecast_heads")
+    columns = [*SUMMARY_COLUMNS, *extra_columns(rows, known)]
+    writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)
     return text.getvalue()
@@ -171,15 +211,20 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
         "status": row.get("status", "ok"),
         "model": model_pattern.format(dataset=row["dataset"]),
         "error": error,
+        **(row.get("forecast_heads") or {}),
     }
 
 
 def write_forecasts(rows: list[dict], model_pattern: str, forecasts_path: str | os.PathLike) -> None:
-    """results/forecasts.csv: every dataset of the table, its forecast or why it has none."""
+    """results/forecasts.csv: every dataset of the table, its forecast or why it has none;
+    after FORECAST_COLUMNS, the columns of each horizon and quantile of the models that have
+    them (rnnfleet.predict.head_columns)."""
+    forecasts = [forecast_row(row, model_pattern) for row in rows]
     text = io.StringIO()
-    writer = csv.DictWriter(text, fieldnames=FORECAST_COLUMNS, lineterminator="\n")
+    columns = [*FORECAST_COLUMNS, *extra_columns(forecasts, FORECAST_COLUMNS)]
+    writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(forecast_row(row, model_pattern) for row in rows)
+    writer.writerows(forecasts)
     with atomic_write(forecasts_path) as handle:
         handle.write(text.getvalue().encode())
 

@@ -42,6 +42,25 @@ def synthetic_bars(rows: int, seed: int, start_price: float = 100.0):
     )
 
 
+def ar_garch_returns(
+    rows: int, seed: int, phi: float = 0.3, omega: float = 2e-8, alpha: float = 0.1, beta: float = 0.85
+) -> tuple[np.ndarray, np.ndarray]:
+    """(returns, volatility): 1-minute log returns r[t] = phi * r[t-1] + sigma[t] * z[t], z
+    standard normal, sigma[t]^2 = omega + alpha * (r[t-1] - phi * r[t-2])^2 + beta * sigma[t-1]^2
+    (GARCH(1,1) noise). Given the past, r[t] is normal with mean phi * r[t-1] and sd sigma[t],
+    so its true quantiles are known; phi = 0: a random walk with volatility clustering."""
+    rng = np.random.default_rng(seed)
+    shocks = rng.standard_normal(rows)
+    returns, volatility = np.zeros(rows), np.empty(rows)
+    volatility[0] = np.sqrt(omega / max(1.0 - alpha - beta, 1e-6))
+    for t in range(rows):
+        if t:
+            noise = returns[t - 1] - (phi * returns[t - 2] if t >= 2 else 0.0)
+            volatility[t] = np.sqrt(omega + alpha * noise**2 + beta * volatility[t - 1] ** 2)
+        returns[t] = (phi * returns[t - 1] if t else 0.0) + volatility[t] * shocks[t]
+    return returns, volatility
+
+
 def write_synthetic_csv(path: str | os.PathLike, rows: int, seed: int) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -13,12 +13,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from rnnfleet import evaluation, fleet, intervals
+from rnnfleet import intervals
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import UserError, log, one_line
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import WindowNumbers, window_numbers
+from rnnfleet.heads import Heads, heads_of_settings, pinball
 from rnnfleet.model import DEFAULT_BUILDER, build_model
 from rnnfleet.plugins import imported_sha256
 from rnnfleet.precision import resolve_amp
@@ -41,9 +42,11 @@ class TrainingResult:
     history: list[dict] = field(default_factory=list)
     val_accuracy: float | None = None  # classification targets only
     naive_val_accuracy: float | None = None
-    naive_output: float = 0.0  # the baseline as a model output (rnnfleet.targets.Target.naive_output)
+    # The baseline as a model output (rnnfleet.targets.Target.naive_output); with heads, one
+    # per horizon and quantile (horizons, quantiles or 1): quantiles of the training targets.
+    naive_output: float | np.ndarray = 0.0
     # The test windows (rnnfleet.gaps.WindowNumbers.test) and the best model's outputs on
-    # them, computed once training and the epoch choice are over.
+    # them (heads.shaped), computed once training and the epoch choice are over.
     test_numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     test_outputs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     # The optimizer's state at the best epoch (an update starts from it), on the CPU.
@@ -51,8 +54,14 @@ class TrainingResult:
     start_val_loss: float | None = None  # an update: the validation loss of the weights it started from
     # The best model's sorted absolute errors on the validation windows, in the scaled
     # target's units: its forecast intervals' calibration (rnnfleet.intervals). Empty for
-    # classification targets and fits without a validation part.
+    # classification targets and fits without a validation part. With heads, one row per
+    # horizon (horizons, n); with quantiles, the conformity scores of each quantile pair
+    # (horizons, pairs, n) (rnnfleet.intervals.pair_scores).
     calibration: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
+    heads: Heads = Heads((1,))  # what the outputs are (rnnfleet.heads); the default: one point forecast
+    # One horizon's view of a model with quantiles (horizon_result): its (windows, quantiles) test outputs.
+    test_quantiles: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
+    naive_quantiles: np.ndarray | None = None  # and the baseline's quantiles (quantiles,)
 
     @property
     def skill(self) -> float:
@@ -65,9 +74,34 @@ def window_view(features: torch.Tensor, seq_len: int) -> torch.Tensor:
     return features.unfold(0, seq_len, 1).transpose(1, 2)
 
 
-def outputs_of(model: nn.Module, windows: torch.Tensor) -> torch.Tensor:
-    """(batch,) float outputs; a builder's model may return (batch, 1)."""
-    return model(windows).float().reshape(-1)
+SINGLE = Heads((1,))
+
+
+def outputs_of(model: nn.Module, windows: torch.Tensor, heads: Heads = SINGLE) -> torch.Tensor:
+    """Float outputs as heads.shaped gives them: (batch,) for one forecast (a builder's model
+    may return (batch, 1)), else (batch, horizons, quantiles or 1)."""
+    return heads.shaped(model(windows).float())
+
+
+def loss_of(heads: Heads, target: Target, device: torch.device):
+    """The training loss of these heads, as loss(outputs, targets, reduction="mean"): the
+    target's own (rnnfleet.targets) over every horizon, or the pinball loss over every
+    horizon and quantile; targets (batch,) or (batch, horizons)."""
+    if heads.single:
+        return target.loss
+    if not heads.quantiles:
+        return lambda outputs, targets, reduction="mean": target.loss(
+            outputs[..., 0], targets.reshape(len(targets), -1), reduction=reduction
+        )
+    quantiles = torch.tensor(heads.quantiles, device=device)
+    return lambda outputs, targets, reduction="mean": pinball(
+        outputs, targets.reshape(len(targets), -1), quantiles, reduction
+    )
+
+
+def point_of(outputs: torch.Tensor, heads: Heads) -> torch.Tensor:
+    """The point forecasts among outputs: themselves for one forecast, else (batch, horizons)."""
+    return outputs if heads.single else outputs[..., heads.point]
 
 
 @torch.no_grad()
@@ -78,31 +112,39 @@ def evaluate(
     amp_dtype,
     target: Target,
     numbers: torch.Tensor,
+    heads: Heads = SINGLE,
 ) -> tuple[float, float]:
-    """Over the windows (and their targets) numbered `numbers`: (mean loss, share of windows
-    whose output is on the target's side of 0 / 0.5)."""
+    """Over the windows (and their targets) numbered `numbers`: (mean loss, as training
+    measures it: over every window and head, share of point forecasts on the target's side
+    of 0 / 0.5)."""
     model.eval()
+    loss = loss_of(heads, target, targets.device)
     loss_sum = torch.zeros((), device=targets.device)
     hits = torch.zeros((), device=targets.device)
     for start in range(0, len(numbers), EVAL_BATCH):
         batch = numbers[start : start + EVAL_BATCH]
         with _autocast(targets.device, amp_dtype):
-            predictions = outputs_of(model, windows[batch])
+            predictions = outputs_of(model, windows[batch], heads)
         batch_targets = targets[batch]
-        loss_sum += target.loss(predictions, batch_targets, reduction="sum")
-        hits += ((predictions > 0) == (batch_targets > 0.5)).sum()
-    return loss_sum.item() / len(numbers), hits.item() / len(numbers)
+        loss_sum += loss(predictions, batch_targets, reduction="sum")
+        points = point_of(predictions, heads)
+        hits += ((points > 0) == (batch_targets.reshape(points.shape) > 0.5)).sum()
+    return loss_sum.item() / (len(numbers) * heads.count), hits.item() / (len(numbers) * len(heads.horizons))
 
 
 @torch.no_grad()
-def window_outputs(model: nn.Module, windows: torch.Tensor, amp_dtype, numbers: torch.Tensor) -> np.ndarray:
-    """(len(numbers),) float32 outputs of the windows numbered `numbers`, on the CPU."""
+def window_outputs(
+    model: nn.Module, windows: torch.Tensor, amp_dtype, numbers: torch.Tensor, heads: Heads = SINGLE
+) -> np.ndarray:
+    """float32 outputs (outputs_of) of the windows numbered `numbers`, on the CPU."""
     model.eval()
     outputs = []
     for start in range(0, len(numbers), EVAL_BATCH):
         with _autocast(windows.device, amp_dtype):
-            outputs.append(outputs_of(model, windows[numbers[start : start + EVAL_BATCH]]).cpu())
-    return torch.cat(outputs).numpy() if outputs else np.zeros(0, dtype=np.float32)
+            outputs.append(outputs_of(model, windows[numbers[start : start + EVAL_BATCH]], heads).cpu())
+    if outputs:
+        return torch.cat(outputs).numpy()
+    return np.zeros((0,) if heads.single else (0, len(heads.horizons), max(1, len(heads.quantiles))), np.float32)
 
 
 @contextlib.contextmanager
@@ -194,7 +236,9 @@ def train_model(
     validating = len(val_numbers) > 0  # else a re-fit on all rows: every epoch runs, the last is kept
 
     target = TARGETS[arrays.target]
-    model = build_model(model_hparams, features.shape[1], seq_len).to(device)
+    heads = heads_of_arrays(arrays, train_hparams)
+    model = build_model(with_outputs(model_hparams, heads), features.shape[1], seq_len).to(device)
+    loss_function = loss_of(heads, target, device)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
     if start is not None:
         model.load_state_dict(start.weights)
@@ -203,13 +247,15 @@ def train_model(
             group["lr"] = float(train_hparams["lr"])
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     val_targets = window_targets[val_numbers]
-    naive_value = target.naive_output(window_targets[all_train_numbers])
-    naive_output = torch.full_like(val_targets, naive_value)
-    naive_val_loss = target.loss(naive_output, val_targets).item() if validating else math.nan
+    naive_value = naive_outputs(heads, target, window_targets[all_train_numbers])
+    naive_output = naive_batch(naive_value, heads, val_targets)
+    naive_val_loss = loss_function(naive_output, val_targets).item() if validating else math.nan
     best_val_loss, best_epoch, best_state, best_optimizer, history = math.inf, 0, None, None, []
     start_val_loss = None
     if start is not None and validating:
-        start_val_loss = best_val_loss = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)[0]
+        start_val_loss = best_val_loss = evaluate(
+            model, windows, window_targets, amp_dtype, target, val_numbers, heads
+        )[0]
         best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
         log(f"epoch   0  val_loss {start_val_loss:.5f}  (the previous model's weights)")
     n_batches = math.ceil(n_train / batch_size)
@@ -223,8 +269,8 @@ def train_model(
         for batch_number, start in enumerate(range(0, n_train, batch_size), 1):
             batch = order[start : start + batch_size]
             with _autocast(device, amp_dtype):
-                predictions = outputs_of(model, windows[batch])
-            loss = target.loss(predictions, window_targets[batch])
+                predictions = outputs_of(model, windows[batch], heads)
+            loss = loss_function(predictions, window_targets[batch])
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -235,7 +281,9 @@ def train_model(
                 log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
         val_loss = (
-            evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)[0] if validating else math.nan
+            evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)[0]
+            if validating
+            else math.nan
         )
         seconds = time.perf_counter() - epoch_started
         history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
@@ -257,14 +305,15 @@ def train_model(
     model.eval()
     accuracies = {}
     if target.classification and validating:
-        _, accuracies["val_accuracy"] = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers)
-        naive_hits = (naive_output > 0) == (val_targets > 0.5)
+        _, accuracies["val_accuracy"] = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
+        naive_points = point_of(naive_output, heads)
+        naive_hits = (naive_points > 0) == (val_targets.reshape(naive_points.shape) > 0.5)
         accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
-    test_outputs = window_outputs(model, windows, amp_dtype, torch.from_numpy(numbers.test).to(device))
+    test_outputs = window_outputs(model, windows, amp_dtype, torch.from_numpy(numbers.test).to(device), heads)
     calibration = np.zeros(0, dtype=np.float32)
     if validating and not target.classification:
-        val_outputs = window_outputs(model, windows, amp_dtype, val_numbers)
-        calibration = intervals.calibration_scores(val_outputs, val_targets.cpu().numpy())
+        val_outputs = window_outputs(model, windows, amp_dtype, val_numbers, heads)
+        calibration = intervals.head_calibration(val_outputs, val_targets.cpu().numpy(), heads)
     return TrainingResult(
         model=model,
         val_loss=best_val_loss,
@@ -281,7 +330,43 @@ def train_model(
         optimizer_state=best_optimizer,
         start_val_loss=start_val_loss,
         calibration=calibration,
+        heads=heads,
     )
+
+
+def heads_of_arrays(arrays: PreparedArrays, train_hparams: dict) -> Heads:
+    """The heads of a model of these arrays (their horizons) and train.quantiles."""
+    return heads_of_settings(
+        {"horizons": list(arrays.all_horizons), "quantiles": train_hparams.get("quantiles") or []},
+        TARGETS[arrays.target],
+    )
+
+
+def with_outputs(model_hparams: dict, heads: Heads) -> dict:
+    """The model's settings asking the builder for one output per head (rnnfleet.model);
+    unchanged for a single forecast."""
+    return model_hparams if heads.single else {**model_hparams, "outputs": heads.count}
+
+
+def naive_outputs(heads: Heads, target: Target, train_targets: torch.Tensor) -> float | np.ndarray:
+    """The naive baseline as outputs, from the training windows' targets: one number for a
+    single forecast (Target.naive_output); else (horizons, quantiles or 1): each horizon's
+    Target.naive_output, or with quantiles the training targets' empirical quantiles."""
+    if heads.single:
+        return target.naive_output(train_targets)
+    columns = train_targets.reshape(len(train_targets), -1).double()
+    if heads.quantiles:
+        quantiles = torch.tensor(heads.quantiles, dtype=torch.float64, device=columns.device)
+        return torch.quantile(columns, quantiles, dim=0).T.cpu().numpy()
+    return np.array([[target.naive_output(column)] for column in columns.T])
+
+
+def naive_batch(naive_value: float | np.ndarray, heads: Heads, like: torch.Tensor) -> torch.Tensor:
+    """The naive outputs for as many windows as `like` (targets) holds, shaped as outputs_of's."""
+    if heads.single:
+        return torch.full_like(like, naive_value)
+    value = torch.tensor(naive_value, dtype=torch.float32, device=like.device)
+    return value.expand(len(like), *value.shape)
 
 
 def all_rows_train(arrays: PreparedArrays) -> PreparedArrays:
@@ -298,152 +383,6 @@ def refit_on_all_rows(
     dataset, test part included, without early stopping. The normalisation stays the
     training part's (the array file's), so forecasts see the inputs training saw."""
     return train_model(all_rows_train(arrays), model_hparams, {**train_hparams, "epochs": epochs}, device)
-
-
-def score_test_period(
-    arrays: PreparedArrays,
-    result: TrainingResult,
-    seq_len: int,
-    cost_bps: float,
-    block_bars: int,
-    bootstrap: int,
-    seed: int = 0,
-) -> dict:
-    """The scores of the trained model on the test windows (rnnfleet.evaluation), as
-    metrics entries: test loss, the naive baseline's, test skill with its block-bootstrap
-    interval and verdict, the Diebold-Mariano test against the baseline; return targets
-    also hit rate and sign trading net of cost_bps, |return| and volatility targets skill
-    against persistence (the value over the last `horizon` bars), classification accuracy.
-    {} when there is no test part."""
-    numbers, outputs = result.test_numbers, result.test_outputs.astype(np.float64)
-    if not len(numbers):
-        return {}
-    target = TARGETS[arrays.target]
-    ends = numbers + (seq_len - 1)
-    actual = arrays.targets[ends].astype(np.float64)
-    losses = evaluation.window_losses(outputs, actual, target.classification)
-    naive_losses = evaluation.window_losses(np.full_like(outputs, result.naive_output), actual, target.classification)
-    block = evaluation.bootstrap_block(block_bars, len(numbers))
-    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
-    statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
-    width = intervals.calibrated_width(result.calibration, target)
-    interval = interval_scores(len(result.calibration), width, outputs, actual, target, arrays, block, bootstrap, seed)
-    scores = {
-        "test_loss": float(losses.mean()),
-        "naive_test_loss": float(naive_losses.mean()),
-        "test_skill": evaluation.skill(losses, naive_losses),
-        "test_skill_low": low,
-        "test_skill_high": high,
-        "test_verdict": evaluation.verdict(low, high),
-        "test_dm_stat": statistic,
-        "test_dm_pvalue": p_value,
-        "test_windows": len(numbers),
-        "test_block_bars": block,
-        "test_start_row": arrays.split.test_start,
-        "test_series": test_series(numbers, outputs, actual, target, arrays, seq_len, width),
-        **interval,
-    }
-    if target.measures == "return":
-        forecasts = target.to_units(outputs, arrays.target_mean, arrays.target_std)
-        returns = target.to_units(actual, arrays.target_mean, arrays.target_std)
-        scores["test_hit_rate"] = evaluation.hit_rate(forecasts, returns)
-        scores["test_trade_bps"] = evaluation.sign_trading_bps(forecasts, returns, cost_bps)
-        # Sharpe ratio of trades that do not overlap (one every `horizon` windows): the
-        # fleet's deflated Sharpe ratio needs independent returns (rnnfleet.fleet).
-        spaced = slice(None, None, arrays.horizon)
-        moments = fleet.sharpe_moments(evaluation.sign_trade_returns(forecasts[spaced], returns[spaced], cost_bps))
-        scores.update(
-            test_sharpe=moments["sharpe"],
-            test_sharpe_trades=moments["trades"],
-            test_trade_skew=moments["skew"],
-            test_trade_kurtosis=moments["kurtosis"],
-        )
-    elif target.measures == "size":
-        persistence = arrays.targets[ends - arrays.horizon].astype(np.float64)  # known at the window's end
-        persistence_losses = evaluation.window_losses(persistence, actual, classification=False)
-        scores["test_persistence_skill"] = evaluation.skill(losses, persistence_losses)
-    else:
-        scores["test_accuracy"] = float(np.mean((outputs > 0) == (actual > 0.5)))
-    return scores
-
-
-def calibration_record(result: TrainingResult) -> dict:
-    """The model file's `calibration` entry: the scored model's calibration scores (a refit
-    has no held-out windows of its own and keeps those of the model that was scored)."""
-    return {"scores": torch.from_numpy(np.ascontiguousarray(result.calibration, dtype=np.float32))}
-
-
-def interval_scores(
-    windows: int, width: float | None, outputs, actual, target: Target, arrays, block: int, bootstrap: int, seed: int
-) -> dict:
-    """The test period's intervals at intervals.COVERAGE (rnnfleet.intervals), of half-width
-    `width` calibrated on `windows` validation windows: how often they held, with a
-    block-bootstrap interval, and their mean width in the target's units; or, without enough
-    validation windows to calibrate them, a note saying how many it takes. {} for
-    classification targets."""
-    if target.classification:
-        return {}
-    if width is None:
-        needed = intervals.fewest_scores(intervals.COVERAGE)
-        return {
-            "interval_note": f"{windows} validation window(s): an interval at {intervals.COVERAGE:.0%} needs at least {needed}"
-        }
-    lower, upper = intervals.bounds(outputs, width, target, arrays.target_mean, arrays.target_std)
-    held = target.to_units(actual, arrays.target_mean, arrays.target_std)
-    return {
-        "interval_coverage": intervals.COVERAGE,
-        "calibration_windows": windows,
-        **intervals.coverage_scores(lower, upper, held, block, bootstrap, seed),
-    }
-
-
-# The report's forecast-vs-actual panel: enough points to see the fit, few enough to keep
-# the metrics file and the model file small.
-TEST_SERIES_POINTS = 400
-
-
-def test_series(
-    numbers: np.ndarray,
-    outputs: np.ndarray,
-    actual: np.ndarray,
-    target: Target,
-    arrays,
-    seq_len: int,
-    interval_width: float | None = None,
-) -> dict:
-    """At most TEST_SERIES_POINTS evenly spaced test windows: their numbers, the time of the
-    bar each forecast is made at (seconds since the epoch, UTC; absent where the array file
-    keeps no times), the actual target and the forecast, in the target's own units
-    (classification: 0/1 and the probability of 1), and the forecasts' interval where the
-    model is calibrated (interval_band)."""
-    picked = np.unique(np.linspace(0, len(numbers) - 1, min(len(numbers), TEST_SERIES_POINTS)).round().astype(int))
-    forecasts = target.to_units(outputs[picked], arrays.target_mean, arrays.target_std)
-    actuals = (
-        actual[picked]
-        if target.classification
-        else target.to_units(actual[picked], arrays.target_mean, arrays.target_std)
-    )
-    times = {}
-    if len(arrays.row_times):
-        end_rows = numbers[picked] + seq_len - 1  # a window's forecast is made at its last bar
-        times = {"time": (arrays.row_times[end_rows] // 10**9).tolist()}
-    return {
-        "window": numbers[picked].tolist(),
-        **times,
-        "actual": np.asarray(actuals, dtype=np.float64).tolist(),
-        "forecast": np.asarray(forecasts, dtype=np.float64).tolist(),
-        "units": target.forecast_column.removeprefix("forecast_"),
-        **interval_band(outputs[picked], interval_width, target, arrays),
-    }
-
-
-def interval_band(outputs: np.ndarray, width: float | None, target: Target, arrays) -> dict:
-    """The forecasts' interval at these windows in the target's units ({"low", "high",
-    "coverage"}), for the report's fan chart; {} without one."""
-    if width is None:
-        return {}
-    low, high = intervals.bounds(outputs, width, target, arrays.target_mean, arrays.target_std)
-    return {"low": low.tolist(), "high": high.tolist(), "coverage": intervals.COVERAGE}
 
 
 def library_versions() -> dict:
@@ -482,15 +421,16 @@ def build_checkpoint(
         "state_dict": {key: value.detach().cpu() for key, value in result.model.state_dict().items()},
         "model_config": {
             "builder": DEFAULT_BUILDER,
-            **model_hparams,
+            **with_outputs(model_hparams, result.heads),
             "input_size": int(arrays.features.shape[1]),
         },
         "train_config": dict(train_hparams),
         "normalisation": {
             "feature_mean": arrays.feature_mean.tolist(),
             "feature_std": arrays.feature_std.tolist(),
-            "target_mean": arrays.target_mean,
-            "target_std": arrays.target_std,
+            # One per horizon with several (a list), as rnnfleet.data keeps them.
+            "target_mean": np.asarray(arrays.target_mean).tolist(),
+            "target_std": np.asarray(arrays.target_std).tolist(),
         },
         "features": {
             "definition": list(arrays.feature_definition),
@@ -499,6 +439,12 @@ def build_checkpoint(
             "warmup": arrays.warmup,
             "target": arrays.target,
             "horizon": arrays.horizon,
+            # The heads (rnnfleet.heads): absent for a single point forecast.
+            **(
+                {"horizons": list(result.heads.horizons), "quantiles": list(result.heads.quantiles)}
+                if not result.heads.single
+                else {}
+            ),
             "seq_len": int(train_hparams["seq_len"]),
             "columns": dict(columns or {}),
         },
@@ -541,7 +487,7 @@ def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
         "model": model_label(model_hparams),
         "features": " + ".join(arrays.feature_definition)
         + (f" ({', '.join(arrays.features_left_out)} left out: no volume)" if arrays.features_left_out else ""),
-        "target": f"{arrays.target} over {arrays.horizon} bar(s)",
+        "target": f"{arrays.target} over {', '.join(map(str, arrays.all_horizons))} bar(s)",
         "baseline": target.baseline,
         "loss": target.loss_name,
         "timezone": arrays.timezone,

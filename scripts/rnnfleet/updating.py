@@ -24,7 +24,7 @@ from importlib import metadata
 
 import numpy as np
 
-from rnnfleet.data import PreparedArrays, denormalised, normalised_with
+from rnnfleet.data import PreparedArrays, denormalised, normalised_with, target_statistic
 from rnnfleet.gaps import window_numbers
 from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS, full_fit_due, updates_ruled_out
 
@@ -136,8 +136,8 @@ def with_normalisation(arrays: PreparedArrays, normalisation: dict) -> PreparedA
     statistics = (
         np.asarray(normalisation["feature_mean"], np.float32),
         np.asarray(normalisation["feature_std"], np.float32),
-        float(normalisation["target_mean"]),
-        float(normalisation["target_std"]),
+        target_statistic(normalisation["target_mean"]),
+        target_statistic(normalisation["target_std"]),
     )
     return normalised_with(arrays, *denormalised(arrays), statistics)
 

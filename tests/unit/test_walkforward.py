@@ -18,8 +18,9 @@ from rnnfleet.data import embargo_rows, prepare_dataset
 from rnnfleet.errors import SettingsError
 from rnnfleet.gaps import window_numbers
 from rnnfleet.hooks.config_check import config_problems
+from rnnfleet.scoring import score_test_period
 from rnnfleet.synthetic import write_synthetic_csv
-from rnnfleet.training import all_rows_train, refit_on_all_rows, score_test_period, train_model
+from rnnfleet.training import all_rows_train, refit_on_all_rows, train_model
 from rnnfleet.walkforward import (
     absolute_rows,
     fold_arrays,

@@ -1,0 +1,255 @@
+"""A trained model's scores on its test period, per horizon (no torch).
+
+What it promises: score_test_period() turns a TrainingResult (rnnfleet.training) into the
+metrics entries of the test period: the point forecast's loss and skill against the naive
+baseline with a block-bootstrap interval, verdict and Diebold-Mariano test; the target's
+own extra measures; how the calibrated intervals held (rnnfleet.intervals); with quantile
+heads the pinball loss against the baseline's quantiles (the training part's empirical
+ones); and the points of the report's forecast-vs-actual chart. A model of several horizons
+is scored at each one alone (the first horizon's entries are the unsuffixed ones, every
+horizon's are in `horizons`), with the same code as a single forecast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from rnnfleet import evaluation, fleet, intervals
+from rnnfleet.data import PreparedArrays
+from rnnfleet.heads import Heads, pinball_losses
+from rnnfleet.targets import TARGETS, Target
+
+# The report's forecast-vs-actual panel: enough points to see the fit, few enough to keep
+# the metrics file and the model file small.
+TEST_SERIES_POINTS = 400
+
+
+def score_test_period(
+    arrays: PreparedArrays,
+    result,
+    seq_len: int,
+    cost_bps: float,
+    block_bars: int,
+    bootstrap: int,
+    seed: int = 0,
+) -> dict:
+    """The scores of the trained model on the test windows (rnnfleet.evaluation), as
+    metrics entries: test loss, the naive baseline's, test skill with its block-bootstrap
+    interval and verdict, the Diebold-Mariano test against the baseline; return targets
+    also hit rate and sign trading net of cost_bps, |return| and volatility targets skill
+    against persistence (the value over the last `horizon` bars), classification accuracy.
+    With heads (rnnfleet.heads), those of the first horizon's point forecast, and
+    `horizons`: the scores of every horizon (the first without its chart points, which are
+    the unsuffixed test_series). {} when there is no test part."""
+    if not len(result.test_numbers):
+        return {}
+    if result.heads.single:
+        return horizon_scores(arrays, result, seq_len, cost_bps, block_bars, bootstrap, seed)
+    per_horizon = [
+        horizon_scores(
+            horizon_arrays(arrays, k), horizon_result(result, k), seq_len, cost_bps, block_bars, bootstrap, seed
+        )
+        for k in range(len(result.heads.horizons))
+    ]
+    every = [{"horizon": h, **scores} for h, scores in zip(result.heads.horizons, per_horizon, strict=True)]
+    every[0].pop("test_series", None)
+    return {**per_horizon[0], "horizons": every}
+
+
+def horizon_arrays(arrays: PreparedArrays, k: int) -> PreparedArrays:
+    """The arrays of a model of several horizons as those of horizon k alone: its targets,
+    their scaling and its horizon (the windows are the model's, sized for the longest)."""
+    if not arrays.horizons:
+        return arrays
+    return replace(
+        arrays,
+        targets=np.ascontiguousarray(arrays.targets[:, k]),
+        target_mean=float(arrays.target_mean[k]),
+        target_std=float(arrays.target_std[k]),
+        horizon=arrays.horizons[k],
+        horizons=(),
+    )
+
+
+def horizon_result(result, k: int):
+    """A TrainingResult of heads as that of horizon k alone: its point forecasts as
+    test_outputs, its quantile forecasts as test_quantiles, its baseline and calibration."""
+    heads = result.heads
+    outputs = result.test_outputs[:, k, :]
+    naive = np.asarray(result.naive_output, dtype=np.float64)
+    return replace(
+        result,
+        test_outputs=np.ascontiguousarray(outputs[:, heads.point]),
+        test_quantiles=outputs if heads.quantiles else np.zeros((0, 0), np.float32),
+        naive_output=float(naive[k, heads.point]),
+        naive_quantiles=naive[k] if heads.quantiles else None,
+        calibration=result.calibration[k] if len(result.calibration) else result.calibration,
+        heads=Heads((heads.horizons[k],), heads.quantiles),
+    )
+
+
+def horizon_scores(arrays, result, seq_len, cost_bps, block_bars, bootstrap, seed) -> dict:
+    """score_test_period of one horizon's point forecast (and quantiles, where it has them)."""
+    numbers, outputs = result.test_numbers, result.test_outputs.astype(np.float64)
+    target = TARGETS[arrays.target]
+    ends = numbers + (seq_len - 1)
+    actual = arrays.targets[ends].astype(np.float64)
+    losses = evaluation.window_losses(outputs, actual, target.classification)
+    naive_losses = evaluation.window_losses(np.full_like(outputs, result.naive_output), actual, target.classification)
+    block = evaluation.bootstrap_block(block_bars, len(numbers))
+    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
+    statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
+    bands = intervals.horizon_bands(
+        outputs,
+        result.test_quantiles if result.heads.quantiles else None,
+        result.calibration,
+        result.heads,
+        target,
+        arrays.target_mean,
+        arrays.target_std,
+    )
+    scores = {
+        "test_loss": float(losses.mean()),
+        "naive_test_loss": float(naive_losses.mean()),
+        "test_skill": evaluation.skill(losses, naive_losses),
+        "test_skill_low": low,
+        "test_skill_high": high,
+        "test_verdict": evaluation.verdict(low, high),
+        "test_dm_stat": statistic,
+        "test_dm_pvalue": p_value,
+        "test_windows": len(numbers),
+        "test_block_bars": block,
+        "test_start_row": arrays.split.test_start,
+        "test_series": test_series(numbers, outputs, actual, target, arrays, seq_len, bands),
+        **interval_scores(result, bands, actual, target, arrays, block, bootstrap, seed),
+    }
+    if result.heads.quantiles:
+        scores |= pinball_scores(result, actual, block, bootstrap, seed)
+    if target.measures == "return":
+        forecasts = target.to_units(outputs, arrays.target_mean, arrays.target_std)
+        returns = target.to_units(actual, arrays.target_mean, arrays.target_std)
+        scores["test_hit_rate"] = evaluation.hit_rate(forecasts, returns)
+        scores["test_trade_bps"] = evaluation.sign_trading_bps(forecasts, returns, cost_bps)
+        # Sharpe ratio of trades that do not overlap (one every `horizon` windows): the
+        # fleet's deflated Sharpe ratio needs independent returns (rnnfleet.fleet).
+        spaced = slice(None, None, arrays.horizon)
+        moments = fleet.sharpe_moments(evaluation.sign_trade_returns(forecasts[spaced], returns[spaced], cost_bps))
+        scores.update(
+            test_sharpe=moments["sharpe"],
+            test_sharpe_trades=moments["trades"],
+            test_trade_skew=moments["skew"],
+            test_trade_kurtosis=moments["kurtosis"],
+        )
+    elif target.measures == "size":
+        persistence = arrays.targets[ends - arrays.horizon].astype(np.float64)  # known at the window's end
+        persistence_losses = evaluation.window_losses(persistence, actual, classification=False)
+        scores["test_persistence_skill"] = evaluation.skill(losses, persistence_losses)
+    else:
+        scores["test_accuracy"] = float(np.mean((outputs > 0) == (actual > 0.5)))
+    return scores
+
+
+def pinball_scores(result, actual: np.ndarray, block: int, bootstrap: int, seed: int) -> dict:
+    """The quantile forecasts' mean pinball loss over the test windows (averaged over
+    quantiles, in the scaled target's units), the naive baseline's (the training part's
+    empirical quantiles) and the skill between them with its block-bootstrap interval."""
+    quantiles = np.asarray(result.heads.quantiles)
+    losses = pinball_losses(result.test_quantiles, actual, quantiles)
+    naive = np.broadcast_to(result.naive_quantiles, (len(actual), len(quantiles)))
+    naive_losses = pinball_losses(naive, actual, quantiles)
+    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
+    return {
+        "quantiles": list(result.heads.quantiles),
+        "test_pinball_loss": float(losses.mean()),
+        "naive_test_pinball_loss": float(naive_losses.mean()),
+        "test_pinball_skill": evaluation.skill(losses, naive_losses),
+        "test_pinball_skill_low": low,
+        "test_pinball_skill_high": high,
+    }
+
+
+def interval_scores(result, bands, actual, target: Target, arrays, block: int, bootstrap: int, seed: int) -> dict:
+    """How the test period's calibrated intervals (intervals.horizon_bands) held: for the one
+    nearest intervals.COVERAGE the unsuffixed entries (how often it held, with a
+    block-bootstrap and a binomial interval, and its mean width in the target's units), and
+    with quantile pairs every interval in `intervals`; without enough validation windows to
+    calibrate one, a note saying how many it takes. {} for classification targets."""
+    if target.classification:
+        return {}
+    windows = result.calibration.shape[-1]
+    if not bands:
+        if result.heads.quantiles and not result.heads.pairs():
+            return {"interval_note": "no quantile pair q, 1 - q in train.quantiles: no central interval to calibrate"}
+        coverage = max((coverage for *_, coverage in result.heads.pairs()), default=intervals.COVERAGE)
+        needed = intervals.fewest_scores(coverage)
+        return {
+            "interval_note": f"{windows} validation window(s): an interval at {coverage:.0%} needs at least {needed}"
+        }
+    held = target.to_units(actual, arrays.target_mean, arrays.target_std)
+    every = [
+        {"coverage": coverage, **intervals.coverage_scores(lower, upper, held, block, bootstrap, seed)}
+        for coverage, lower, upper in bands
+    ]
+    primary = min(every, key=lambda entry: abs(entry["coverage"] - intervals.COVERAGE))
+    scores = {"interval_coverage": primary["coverage"], "calibration_windows": windows}
+    scores |= {key: value for key, value in primary.items() if key != "coverage"}
+    return scores | ({"intervals": every} if len(every) > 1 else {})
+
+
+def test_series(
+    numbers: np.ndarray,
+    outputs: np.ndarray,
+    actual: np.ndarray,
+    target: Target,
+    arrays,
+    seq_len: int,
+    bands: list | None = None,
+) -> dict:
+    """At most TEST_SERIES_POINTS evenly spaced test windows: their numbers, the time of the
+    bar each forecast is made at (seconds since the epoch, UTC; absent where the array file
+    keeps no times), the actual target and the forecast, in the target's own units
+    (classification: 0/1 and the probability of 1), and the forecasts' calibrated intervals
+    (bands: intervals.horizon_bands) for the fan chart: the one nearest intervals.COVERAGE
+    as low / high / coverage, and every one in `bands`."""
+    picked = np.unique(np.linspace(0, len(numbers) - 1, min(len(numbers), TEST_SERIES_POINTS)).round().astype(int))
+    forecasts = target.to_units(outputs[picked], arrays.target_mean, arrays.target_std)
+    actuals = (
+        actual[picked]
+        if target.classification
+        else target.to_units(actual[picked], arrays.target_mean, arrays.target_std)
+    )
+    times = {}
+    if len(arrays.row_times):
+        end_rows = numbers[picked] + seq_len - 1  # a window's forecast is made at its last bar
+        times = {"time": (arrays.row_times[end_rows] // 10**9).tolist()}
+    series = {
+        "window": numbers[picked].tolist(),
+        **times,
+        "actual": np.asarray(actuals, dtype=np.float64).tolist(),
+        "forecast": np.asarray(forecasts, dtype=np.float64).tolist(),
+        "units": target.forecast_column.removeprefix("forecast_"),
+    }
+    shown = [
+        {"coverage": coverage, "low": lower[picked].tolist(), "high": upper[picked].tolist()}
+        for coverage, lower, upper in bands or []
+    ]
+    if shown:
+        series |= min(shown, key=lambda band: abs(band["coverage"] - intervals.COVERAGE))
+    if len(shown) > 1:
+        series["bands"] = shown
+    return series
+
+
+def calibration_record(result) -> dict:
+    """The model file's `calibration` entry: the scored model's calibration (a refit has no
+    held-out windows of its own and keeps those of the model that was scored): `scores`
+    (rnnfleet.intervals.head_calibration) and, with quantile heads, the quantile `pairs`
+    they belong to."""
+    import torch
+
+    record = {"scores": torch.from_numpy(np.ascontiguousarray(result.calibration, dtype=np.float32))}
+    if result.heads.quantiles:
+        record["pairs"] = result.heads.pair_quantiles()
+    return record

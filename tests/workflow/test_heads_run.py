@@ -1,0 +1,166 @@
+"""Several horizons and quantiles from one model, through the real snakemake: AR(1) returns
+with GARCH noise (their true conditional quantiles are known) and a random walk train with
+train.horizons [1, 5, 15] and train.quantiles [0.05, 0.5, 0.95]; on the test period every
+horizon's calibrated 90% interval holds about 90% of the time, the median beats the
+baseline at the first horizon of the AR data, the tables and forecasts hold every column,
+`rnnfleet predict` gives the forecasts the run wrote, and an update re-calibrates."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REPO, snakemake, write_bars_of_returns, write_config
+
+from rnnfleet.checkpoint import load_checkpoint
+from rnnfleet.synthetic import ar_garch_returns
+
+pytestmark = pytest.mark.long  # a minute: started first (tests/conftest.py)
+
+ROWS = 12_000
+NEW_ROWS = 1_000  # the second run's new bars
+HORIZONS = [1, 5, 15]
+QUANTILES = [0.05, 0.5, 0.95]
+# Test windows overlap by up to 15 bars and GARCH misses cluster: a fixed data set's coverage
+# strays from 0.90 by more than a binomial interval of independent windows allows (the
+# metrics give both intervals); 0.05 is about three effective standard errors at 15 bars.
+COVERAGE_TOLERANCE = 0.05
+HEADS_CONFIG = {
+    "model": {"cell": "lstm", "hidden_size": 32, "num_layers": 1, "dropout": 0.0},
+    "train": {
+        "seq_len": 30,
+        "batch_size": 128,
+        "epochs": 8,
+        "patience": 3,
+        "lr": 0.003,
+        "horizons": HORIZONS,
+        "quantiles": QUANTILES,
+    },
+    "preprocess": {"val_fraction": 0.2, "test_fraction": 0.2},
+    "update": {"recent_bars": 2000, "max_skill_drop": 100},
+}
+
+
+def write_returns(folder: Path, rows: int) -> None:
+    """data/AR_1m.csv and data/RW_1m.csv: the first `rows` bars of each (the same bars in every run)."""
+    for name, phi, seed in (("AR_1m", 0.3, 4), ("RW_1m", 0.0, 5)):
+        every = folder / "all" / f"{name}.csv"
+        if not every.exists():
+            returns, _ = ar_garch_returns(ROWS + NEW_ROWS, seed, phi=phi)
+            write_bars_of_returns(every, returns, np.random.default_rng(seed))
+        (folder / "data").mkdir(exist_ok=True)
+        lines = every.read_text().splitlines(keepends=True)
+        (folder / "data" / f"{name}.csv").write_text("".join(lines[: rows + 1]))
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    """The folder after the first run, and what it held then (metrics, tables, calibration)."""
+    folder = tmp_path_factory.mktemp("heads")
+    write_returns(folder, ROWS)
+    write_config(folder, data_dir="data", **HEADS_CONFIG)
+    snakemake(folder)
+    first = {
+        "metrics": {name: json.loads((folder / "metrics" / f"{name}.json").read_text()) for name in ("AR_1m", "RW_1m")},
+        "table": {row["dataset"]: row for row in read_rows(folder / "results" / "metrics.csv")},
+        "forecasts": {row["dataset"]: row for row in read_rows(folder / "results" / "forecasts.csv")},
+        "calibration": load_checkpoint(folder / "models" / "AR_1m.pt")["calibration"],
+    }
+    return {"folder": folder, **first}
+
+
+def test_every_horizons_90_percent_interval_holds_about_90_percent_of_the_test_windows(run):
+    for name, metrics in run["metrics"].items():
+        assert [entry["horizon"] for entry in metrics["horizons"]] == HORIZONS
+        for entry in metrics["horizons"]:
+            assert entry["interval_coverage"] == pytest.approx(0.9)
+            assert abs(entry["test_coverage"] - 0.9) <= COVERAGE_TOLERANCE, (name, entry["horizon"], entry)
+            assert entry["test_coverage_low"] <= entry["test_coverage"] <= entry["test_coverage_high"]
+            assert entry["test_coverage_binomial_low"] <= entry["test_coverage"] <= entry["test_coverage_binomial_high"]
+            assert entry["test_interval_width"] > 0
+        # The unsuffixed scores are the first horizon's.
+        assert metrics["test_coverage"] == metrics["horizons"][0]["test_coverage"]
+        assert metrics["test_skill"] == metrics["horizons"][0]["test_skill"]
+
+
+def test_the_median_beats_the_baseline_at_the_first_horizon_of_ar_returns_and_its_quantiles_beat_the_training_quantiles(
+    run,
+):
+    ar = run["metrics"]["AR_1m"]
+    assert ar["test_verdict"] == "beats the baseline", ar["test_skill"]
+    assert ar["test_pinball_skill_low"] > 0, ar["test_pinball_skill"]
+    assert ar["quantiles"] == QUANTILES
+    # A random walk has nothing to forecast: its median does not beat the zero return.
+    assert run["metrics"]["RW_1m"]["test_verdict"] != "beats the baseline"
+
+
+def test_the_table_has_each_horizons_scores_and_the_forecasts_each_horizons_quantiles_and_interval(run):
+    table, forecasts = run["table"], run["forecasts"]
+    for name, metrics in run["metrics"].items():
+        for entry in metrics["horizons"]:
+            for score in ("test_skill", "test_verdict", "test_coverage", "test_interval_width", "test_pinball_skill"):
+                assert table[name][f"{score}_h{entry['horizon']}"] == str(entry[score])
+        row = forecasts[name]
+        assert row["status"] == "ok" and row["horizon"] == "1"
+        for horizon in HORIZONS:
+            values = [float(row[f"forecast_log_return_h{horizon}_q{q}"]) for q in (5, 50, 95)]
+            assert values == sorted(values)  # no crossing quantiles
+            low, high = (
+                float(row[f"forecast_log_return_h{horizon}_low_90"]),
+                float(row[f"forecast_log_return_h{horizon}_high_90"]),
+            )
+            assert low < values[1] < high
+            assert float(row[f"forecast_log_return_h{horizon}"]) == values[1]  # the point forecast is the median
+        assert float(row["forecast"]) == float(row["forecast_log_return_h1"])
+        bars = pd.read_csv(run["folder"] / "data" / f"{name}.csv")
+        assert pd.Timestamp(row["time"]) == pd.Timestamp(bars["timestamp"].iloc[-1], tz="UTC")
+
+
+def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverage_of_its_own(run, tmp_path):
+    folder = run["folder"]
+    command = [sys.executable, "-m", "rnnfleet.predict", "--model", "models/AR_1m.pt", "--csv", "data/AR_1m.csv"]
+    env = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
+    subprocess.run([*command, "--out", str(tmp_path / "f.csv"), "--last", "3"], cwd=folder, env=env, check=True)
+    last = pd.read_csv(tmp_path / "f.csv").iloc[-1]
+    written = run["forecasts"]["AR_1m"]
+    head_columns = [column for column in written if column.startswith("forecast_log_return_h")]
+    assert len(head_columns) == len(HORIZONS) * (1 + len(QUANTILES) + 2)
+    for column in head_columns:
+        assert last[column] == pytest.approx(float(written[column]), rel=1e-6, abs=1e-12), column
+    refused = subprocess.run(
+        [*command, "--out", str(tmp_path / "g.csv"), "--coverage", "0.8"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 1 and not (tmp_path / "g.csv").exists()
+    assert (
+        refused.stderr.strip().splitlines()[-1].startswith("error: --coverage 0.8: models/AR_1m.pt forecasts quantiles")
+    )
+
+
+def test_an_update_keeps_the_heads_and_calibrates_them_again_on_the_new_validation_part(run):
+    folder = run["folder"]
+    write_returns(folder, ROWS + NEW_ROWS)
+    snakemake(folder)
+    metrics = json.loads((folder / "metrics" / "AR_1m.json").read_text())
+    assert metrics["made"] == "update 1"
+    before, after = run["calibration"], load_checkpoint(folder / "models" / "AR_1m.pt")["calibration"]
+    assert after["pairs"] == before["pairs"] == [[0.05, 0.95]]
+    assert tuple(after["scores"].shape) == (len(HORIZONS), 1, metrics["val_windows"])
+    assert after["scores"].shape[-1] > before["scores"].shape[-1]  # the new validation part is longer
+    assert [entry["horizon"] for entry in metrics["horizons"]] == HORIZONS
+    row = {row["dataset"]: row for row in read_rows(folder / "results" / "forecasts.csv")}["AR_1m"]
+    assert row["made"] == "update 1" and row["forecast_log_return_h15_low_90"] != ""
