@@ -45,6 +45,21 @@ CASES = {
         "config key 'target' = 'price' is not allowed; allowed: one of log_return, abs_log_return, "
         "realised_volatility, direction",
     ),
+    "quantiles of a classification target": (
+        {"target": "direction", "train": {"quantiles": [0.1, 0.9]}},
+        [],
+        "config key 'train.quantiles' = [0.1, 0.9]: target direction is a classification",
+    ),
+    "quantiles of a classification target on the command line": (
+        {"target": "direction"},
+        ["--config", 'train={"quantiles": [0.1, 0.9]}'],
+        "config key 'train.quantiles' = [0.1, 0.9]: target direction is a classification",
+    ),
+    "a horizon given twice": (
+        {"train": {"horizons": [1, 5, 5]}},
+        [],
+        "config key 'train.horizons' = [1, 5, 5] is not allowed",
+    ),
     "key of the built-in model misspelled": (
         {"model": {"hiden_size": 8}},
         [],

@@ -31,7 +31,25 @@ def config_problems(config: dict, schema: dict) -> list[str]:
     problems.update(non_finite_numbers(config, schema))
     problems.update(timezone_problems(config))
     problems.update(split_problems(config, schema))
+    problems.update(quantile_problems(config))
     return sorted(problems)
+
+
+def quantile_problems(config: dict) -> list[str]:
+    """train.quantiles need a regression target (rnnfleet.heads.heads_of_settings)."""
+    from rnnfleet.errors import UserError
+    from rnnfleet.heads import heads_of_settings
+    from rnnfleet.targets import DEFAULT_TARGET, TARGETS
+
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    quantiles, target = train.get("quantiles"), config.get("target", DEFAULT_TARGET)
+    if not quantiles or not isinstance(quantiles, list) or target not in TARGETS:
+        return []  # none asked for, or a wrong type or target described above
+    try:
+        heads_of_settings({"horizon": 1, "quantiles": quantiles}, TARGETS[target])
+    except (UserError, TypeError, ValueError) as error:
+        return [str(error)]
+    return []
 
 
 def non_finite_numbers(values: object, schema: dict, key: str = "") -> list[str]:

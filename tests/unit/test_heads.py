@@ -1,0 +1,141 @@
+"""Several horizons and quantiles (rnnfleet.heads, rnnfleet.intervals, rnnfleet.scoring): the
+pinball loss, non-crossing quantiles and conformalised quantile intervals against
+hand-computed cases, the binomial interval of a coverage, the targets of several horizons,
+and the settings that keep a project without heads exactly as it was."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_ROWS
+
+from rnnfleet import intervals
+from rnnfleet.data import prepare_dataset
+from rnnfleet.errors import UserError
+from rnnfleet.heads import Heads, heads_of_settings, pinball, pinball_losses
+from rnnfleet.settings import preprocess_settings, train_hyper_parameters
+from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.targets import TARGETS
+from rnnfleet.training import train_model, usable_windows
+
+
+def test_the_pinball_loss_by_hand():
+    # q = 0.1, 0.5, 0.9; target 1.0; forecast 0.0 (below): q * 1; forecast 2.0 (above): (1 - q) * 1.
+    quantiles = torch.tensor([0.1, 0.5, 0.9])
+    below = pinball(torch.zeros(1, 1, 3), torch.ones(1, 1), quantiles, reduction="sum")
+    above = pinball(torch.full((1, 1, 3), 2.0), torch.ones(1, 1), quantiles, reduction="sum")
+    assert below.item() == pytest.approx(0.1 + 0.5 + 0.9)
+    assert above.item() == pytest.approx(0.9 + 0.5 + 0.1)
+    assert pinball(torch.zeros(1, 1, 3), torch.ones(1, 1), quantiles).item() == pytest.approx(1.5 / 3)
+    numbers = pinball_losses(
+        np.array([[0.0, 0.0, 0.0], [2.0, 2.0, 2.0]]), np.array([1.0, 1.0]), np.array([0.1, 0.5, 0.9])
+    )
+    np.testing.assert_allclose(numbers, [0.5, 0.5])
+
+
+def test_the_pinball_loss_is_least_at_the_asked_quantile():
+    values = torch.from_numpy(np.random.default_rng(0).standard_normal(20_000)).float()
+    candidates = torch.linspace(-3, 3, 601)
+    for q in (0.05, 0.5, 0.9):
+        losses = [pinball(c.expand(len(values), 1, 1), values[:, None], torch.tensor([q])).item() for c in candidates]
+        best = candidates[int(np.argmin(losses))].item()
+        assert best == pytest.approx(float(np.quantile(values.numpy(), q)), abs=0.02)
+
+
+def test_quantile_outputs_never_cross_and_the_median_is_always_a_head():
+    heads = Heads.of([1, 5], [0.95, 0.05])
+    assert heads.quantiles == (0.05, 0.5, 0.95) and heads.point == 1 and heads.count == 6
+    assert heads.pairs() == [(0, 2, 0.9)] and heads.pair_quantiles() == [[0.05, 0.95]]
+    crossed = torch.tensor([[3.0, 1.0, 2.0, -1.0, 0.0, -2.0]])  # horizon 1: 3, 1, 2; horizon 5: -1, 0, -2
+    shaped = heads.shaped(crossed)
+    assert shaped.tolist() == [[[1.0, 2.0, 3.0], [-2.0, -1.0, 0.0]]]
+    assert Heads.of([1]).single and Heads.of([1]).shaped(torch.ones(4, 1)).shape == (4,)
+    assert Heads.of([1, 5]).shaped(torch.ones(4, 2)).shape == (4, 2, 1)
+    assert Heads.of([1], [0.1, 0.5]).pairs() == []  # 0.9 not asked: no central interval
+
+
+def test_quantiles_of_a_classification_target_are_refused_naming_the_key():
+    with pytest.raises(UserError, match=r"config key 'train.quantiles' = \[0.1, 0.9\]: target direction"):
+        heads_of_settings({"horizon": 1, "quantiles": [0.1, 0.9]}, TARGETS["direction"])
+
+
+def test_conformalised_quantile_scores_and_margin_by_hand():
+    lower, upper = np.zeros(9), np.full(9, 2.0)
+    actual = np.array([-3.0, -1.0, 0.5, 1.0, 1.5, 2.5, 4.0, 1.0, 1.0])
+    scores = intervals.pair_scores(lower, upper, actual)
+    # max(lower - y, y - upper): 3, 1, -0.5, -1, -0.5, 0.5, 2, -1, -1, sorted
+    assert scores.tolist() == [-1.0, -1.0, -1.0, -0.5, -0.5, 0.5, 1.0, 2.0, 3.0]
+    assert intervals.half_width(scores, 0.8) == 2.0  # ceil(10 * 0.8) = 8th smallest
+    assert intervals.half_width(scores, 0.5) == -0.5  # 5th smallest: the raw quantiles were too wide
+    heads = Heads.of([1], [0.1, 0.5, 0.9])
+    outputs = np.column_stack([np.zeros(2), np.ones(2), np.full(2, 2.0)])
+    (coverage, low, high), *_ = intervals.horizon_bands(
+        outputs[:, 1], outputs, scores[None, :], heads, TARGETS["log_return"], 0.0, 1.0
+    )
+    assert coverage == pytest.approx(0.8) and low.tolist() == [-2.0, -2.0] and high.tolist() == [4.0, 4.0]
+
+
+def test_on_exchangeable_data_conformalised_quantiles_hold_at_least_their_coverage():
+    """CQR's promise: with n calibration windows a new window is inside with probability
+    between c and c + 1 / (n + 1), whatever the raw quantiles (here too narrow)."""
+    rng = np.random.default_rng(1)
+    held = []
+    for _ in range(400):
+        calibration, new = rng.standard_t(4, 40), rng.standard_t(4, 500)
+        scores = intervals.pair_scores(np.full(40, -0.5), np.full(40, 0.5), calibration)
+        margin = intervals.half_width(scores, 0.9)
+        held.append(np.mean((new >= -0.5 - margin) & (new <= 0.5 + margin)))
+    assert 0.9 <= np.mean(held) <= 0.9 + 1 / 41 + 0.005
+
+
+def test_the_binomial_interval_of_a_coverage_is_wilsons():
+    low, high = intervals.wilson_interval(90, 100)
+    assert low == pytest.approx(0.8256, abs=1e-4) and high == pytest.approx(0.9448, abs=1e-4)
+    assert intervals.wilson_interval(100, 100)[1] == 1.0 and math.isnan(intervals.wilson_interval(0, 0)[0])
+
+
+def test_several_horizons_give_each_horizon_the_targets_one_horizon_gives(tmp_path):
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS * 2, 3)
+    several, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5, 15], val_fraction=0.2)
+    assert several.horizons == (1, 5, 15) and several.horizon == 15 and several.targets.shape == (several.rows, 3)
+    longest, _ = prepare_dataset(csv_path, seq_len=16, horizon=15, val_fraction=0.2)
+    assert several.split == longest.split  # embargoes and parts sized for the longest
+    for k, horizon in enumerate((1, 5, 15)):
+        alone, _ = prepare_dataset(csv_path, seq_len=16, horizon=horizon, val_fraction=0.2)
+        raw = several.targets[:, k] * np.float64(several.target_std[k]) + several.target_mean[k]
+        alone_raw = alone.targets * np.float64(alone.target_std) + alone.target_mean
+        np.testing.assert_allclose(raw, alone_raw[: several.rows], rtol=1e-5, atol=1e-7)
+
+
+def test_a_model_of_heads_trains_and_its_test_outputs_have_ordered_quantiles(tmp_path):
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS * 3, 4)
+    arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5], val_fraction=0.2)
+    model = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
+    train = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.01, "patience": 2, "seed": 0, "amp": "off"}
+    result = train_model(arrays, model, {**train, "quantiles": [0.1, 0.9]}, torch.device("cpu"))
+    assert result.test_outputs.shape == (len(result.test_numbers), 2, 3)
+    assert np.all(np.diff(result.test_outputs, axis=-1) >= 0)
+    assert result.calibration.shape == (2, 1, len(usable_windows(arrays, 16).val))  # per horizon, per pair
+    assert result.naive_output.shape == (2, 3) and np.all(np.diff(result.naive_output, axis=-1) >= 0)
+
+
+def test_without_heads_the_params_and_arrays_are_those_of_before_heads_existed():
+    config = {
+        "train": {"horizon": 5, "horizons": [], "quantiles": [], "seq_len": 16, "threads": 2},
+        "columns": {},
+        "format": {},
+        "preprocess": {"max_bad_fraction": 0, "max_gap": "off", "val_fraction": 0.2, "test_fraction": 0.1},
+        "features": ["ohlc_returns"],
+        "target": "log_return",
+        "quality": {},
+    }
+    assert train_hyper_parameters(config) == {"horizon": 5, "seq_len": 16}
+    assert preprocess_settings(config)["horizon"] == 5
+    config["train"] |= {"horizons": [15], "quantiles": [0.5]}
+    assert preprocess_settings(config)["horizon"] == 15  # one horizon in the list: the arrays of train.horizon 15
+    assert train_hyper_parameters(config)["quantiles"] == [0.5]
+    config["train"]["horizons"] = [1, 15]
+    assert preprocess_settings(config)["horizon"] == [1, 15]
