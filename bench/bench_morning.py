@@ -5,6 +5,7 @@ and the morning's cost at two history lengths (it should follow the new bars, no
     .venv/bin/python bench/bench_morning.py                                 # 8 datasets, 30 and 90 days
     .venv/bin/python bench/bench_morning.py --datasets 64 --days 90         # the issue's size (long)
     .venv/bin/python bench/bench_morning.py --noop-datasets 1000 --days     # a no-op morning only
+    .venv/bin/python bench/bench_morning.py --days 30 180 --fixed-parts 5 4  # parts of 5 and 4 days
 
 For each --days D: N datasets of D day files (data/<dataset>-1m-<day>.csv, 1,440 bars a day,
 datasets.files) are trained by one real run; one more day is written for each; the folder is
@@ -16,6 +17,8 @@ copied twice and both copies run `snakemake` on the same bars:
 Then the morning folder runs `snakemake` once more with nothing new (a no-op morning).
 Prints wall times, the train and preprocess jobs' summed times, the mean test skill of each,
 the ratios, and the morning's wall time at the longest history over that at the shortest.
+--fixed-parts V T: both runs with preprocess.val_bars and test_bars of V and T days (parts that
+do not grow with the history) instead of the default fractions.
 --noop-datasets K: K tiny datasets (one 200-bar file each) trained, then the wall time of a run
 with nothing new. Appends one JSON line to bench/out/morning.jsonl.
 """
@@ -52,6 +55,9 @@ def parse_args():
     parser.add_argument("--days", type=int, nargs="*", default=[30, 90], help="history lengths, in days")
     parser.add_argument("--epochs", type=int, default=10, help="train.epochs of a full fit (early stopping on)")
     parser.add_argument("--noop-datasets", type=int, default=0, help="also time a no-op morning of this many")
+    parser.add_argument(
+        "--fixed-parts", type=int, nargs=2, metavar=("VAL_DAYS", "TEST_DAYS"), help="validation and test parts in days"
+    )
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args()
@@ -84,6 +90,9 @@ def one_history(args, work: Path, days: int) -> dict:
     data = base / "data"
     data.mkdir(parents=True)
     config = workflow_config(args)
+    if args.fixed_parts:
+        val_days, test_days = args.fixed_parts
+        config["preprocess"] = {"val_bars": val_days * BARS_PER_DAY, "test_bars": test_days * BARS_PER_DAY}
     (base / "config.yaml").write_text(yaml.safe_dump(config))
     names = [f"S{index:03d}" for index in range(args.datasets)]
     history = {name: synthetic_bars(BARS_PER_DAY * (days + 1), 1000 + index) for index, name in enumerate(names)}
@@ -147,7 +156,12 @@ def noop_morning(args, work: Path) -> dict:
 def main() -> None:
     args = parse_args()
     work = Path(tempfile.mkdtemp(prefix="rnnfleet-bench-morning-"))
-    result: dict = {"datasets": args.datasets, "cores": args.cores, "histories": []}
+    result: dict = {
+        "datasets": args.datasets,
+        "cores": args.cores,
+        "fixed_parts_days": args.fixed_parts,
+        "histories": [],
+    }
     try:
         for days in args.days:
             history = one_history(args, work, days)

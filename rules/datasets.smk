@@ -67,6 +67,7 @@ METRICS = f"{PATHS['metrics']}/{{dataset}}.json"
 SUMMARY = f"{PATHS['results']}/metrics.csv"
 SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
+COVERAGE_PLOT = f"{PATHS['results']}/coverage.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 # SVG, text as text and coordinates to a tenth of a point: much smaller than a PNG in a .zip
 # report (bench/bench_report.py), and sharp at any zoom

@@ -153,6 +153,7 @@ onerror:
             table=SUMMARY,
             table_html=SUMMARY_HTML,
             skill_plot=SKILL_PLOT,
+            coverage_plot=COVERAGE_PLOT,
             loss_curves=LOSS_CURVES,
             loss_curve_format=LOSS_CURVE_FORMAT,
             not_done=NOT_DONE,

@@ -26,6 +26,12 @@ rule plots:
             category="All datasets",
             labels={"figure": "skill by dataset"},
         ),
+        coverage_plot=report(
+            COVERAGE_PLOT,
+            caption="../report/coverage.rst",
+            category="All datasets",
+            labels={"figure": "interval coverage"},
+        ),
         loss_curves=report(
             update(directory(LOSS_CURVES)),
             patterns=[f"{{dataset}}.{LOSS_CURVE_FORMAT}"],

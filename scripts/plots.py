@@ -11,6 +11,7 @@ with run_job_guard("report figures"):
         metrics_paths=snakemake.input.metrics,
         loss_curves_folder=snakemake.output.loss_curves,
         skill_plot_path=snakemake.output.skill_plot,
+        coverage_plot_path=snakemake.output.coverage_plot,
         table_html_path=snakemake.output.table_html,
         start_template_path=snakemake.input.start_template,
         start_page_path=snakemake.output.start_page,

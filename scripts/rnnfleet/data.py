@@ -240,20 +240,38 @@ def embargo_rows(seq_len: int, horizon: int, warmup: int) -> int:
 
 
 def split_points(
-    rows: int, seq_len: int, horizon: int, val_fraction: float, test_fraction: float, warmup: int = 1
+    rows: int,
+    seq_len: int,
+    horizon: int,
+    val_fraction: float,
+    test_fraction: float,
+    warmup: int = 1,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
 ) -> SplitPoints:
     """The three chronological parts of `rows` feature rows: the test part is the last
     test_fraction (none at 0), validation the val_fraction before it, training the rest;
-    an embargo (embargo_rows) before validation and before the test part."""
-    if val_fraction + test_fraction >= 1:
+    an embargo (embargo_rows) before validation and before the test part. val_bars and
+    test_bars (preprocess.val_bars, test_bars), where given, size those parts in rows
+    instead of fractions: parts that do not grow with the history."""
+    if val_fraction + test_fraction >= 1 and not (val_bars and test_bars):
         raise UserError(
             f"preprocess.val_fraction ({val_fraction}) + preprocess.test_fraction ({test_fraction}) "
             "must be below 1: nothing is left to train on"
         )
     embargo = embargo_rows(seq_len, horizon, warmup)
-    test_start = int(round(rows * (1.0 - test_fraction))) if test_fraction > 0 else rows
-    val_end = test_start - embargo if test_fraction > 0 else rows
-    val_start = int(round(rows * (1.0 - test_fraction - val_fraction)))
+    testing = bool(test_bars) or test_fraction > 0
+    if test_bars:
+        test_start = rows - int(test_bars)
+    else:
+        test_start = int(round(rows * (1.0 - test_fraction))) if test_fraction > 0 else rows
+    val_end = test_start - embargo if testing else rows
+    if val_bars:
+        val_start = val_end - int(val_bars)
+    elif test_bars:
+        val_start = val_end - int(round(rows * val_fraction))
+    else:
+        val_start = int(round(rows * (1.0 - test_fraction - val_fraction)))
     return SplitPoints(val_start - embargo, val_start, val_end, test_start)
 
 
@@ -262,18 +280,37 @@ def part_sizes(rows: int, split: SplitPoints, seq_len: int) -> tuple[int, int, i
     return split.train_end - (seq_len - 1), split.val_end - split.val_start, rows - split.test_start
 
 
-def long_enough(rows: int, seq_len: int, horizon: int, val_fraction: float, test_fraction: float, warmup: int) -> bool:
-    """Whether `rows` feature rows give each part (the test part only when test_fraction > 0) a window."""
-    split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup)
+def long_enough(
+    rows: int,
+    seq_len: int,
+    horizon: int,
+    val_fraction: float,
+    test_fraction: float,
+    warmup: int,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
+) -> bool:
+    """Whether `rows` feature rows give each part (the test part only when there is one) a window."""
+    split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup, val_bars, test_bars)
     n_train, n_val, n_test = part_sizes(rows, split, seq_len)
-    return n_train >= 1 and n_val >= 1 and (n_test >= 1 or test_fraction == 0)
+    return n_train >= 1 and n_val >= 1 and (n_test >= 1 or (test_fraction == 0 and not test_bars))
 
 
-def rows_needed(seq_len: int, horizon: int, val_fraction: float, test_fraction: float, warmup: int) -> int:
+def rows_needed(
+    seq_len: int,
+    horizon: int,
+    val_fraction: float,
+    test_fraction: float,
+    warmup: int,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
+) -> int:
     """The fewest feature rows that give each part a window."""
-    embargo = embargo_rows(seq_len, horizon, warmup)
-    rows = int(np.ceil((seq_len + embargo) / (1.0 - val_fraction - test_fraction)))
-    while not long_enough(rows, seq_len, horizon, val_fraction, test_fraction, warmup):
+    if val_bars or test_bars:
+        rows = seq_len + (val_bars or 0) + (test_bars or 0)  # fewer rows cannot hold the parts
+    else:
+        rows = int(np.ceil((seq_len + embargo_rows(seq_len, horizon, warmup)) / (1.0 - val_fraction - test_fraction)))
+    while not long_enough(rows, seq_len, horizon, val_fraction, test_fraction, warmup, val_bars, test_bars):
         rows += 1
     return rows
 
@@ -340,22 +377,27 @@ def split_and_normalise(
     target: str = DEFAULT_TARGET,
     test_fraction: float = DEFAULT_TEST_FRACTION,
     warmup: int = 1,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
 ) -> PreparedArrays:
     """Chronological split (split_points); statistics from the training part only; float32,
     contiguous. horizon: one, or a list (train.horizons; the parts lie apart by the longest)."""
     horizons, horizon = horizons_setting(horizon), longest_horizon(horizon)
     rows = len(targets)
-    split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup)
-    if not long_enough(rows, seq_len, horizon, val_fraction, test_fraction, warmup):
+    parts = (val_fraction, test_fraction, warmup, val_bars, test_bars)
+    split = split_points(rows, seq_len, horizon, *parts)
+    if not long_enough(rows, seq_len, horizon, *parts):
         extra = warmup + horizon  # bars without features or without a target
-        needed = rows_needed(seq_len, horizon, val_fraction, test_fraction, warmup) + extra
-        parts = "plus validation and test" if test_fraction > 0 else "plus validation"
+        needed = rows_needed(seq_len, horizon, *parts) + extra
+        described = "plus validation and test" if test_fraction > 0 or test_bars else "plus validation"
+        val_key = f"preprocess.val_bars={val_bars}" if val_bars else f"preprocess.val_fraction={val_fraction}"
+        test_key = f"preprocess.test_bars={test_bars}" if test_bars else f"preprocess.test_fraction={test_fraction}"
         raise DataError(
-            f"{name}: too few rows for one training window {parts}: {rows + extra} usable rows, "
-            f"train.seq_len={seq_len} with train.horizon={horizon}, preprocess.val_fraction={val_fraction} and "
-            f"preprocess.test_fraction={test_fraction} need at least {needed} (the parts lie "
+            f"{name}: too few rows for one training window {described}: {rows + extra} usable rows, "
+            f"train.seq_len={seq_len} with train.horizon={horizon}, {val_key} and "
+            f"{test_key} need at least {needed} (the parts lie "
             f"{embargo_rows(seq_len, horizon, warmup)} bars apart); lower train.seq_len or "
-            "preprocess.test_fraction, or give this dataset more rows"
+            f"{test_key.partition('=')[0]}, or give this dataset more rows"
         )
     feature_mean, feature_std, target_mean, target_std = fit_normalisation(
         features[: split.train_end], targets[: split.train_end], target
@@ -470,13 +512,16 @@ def prepare_dataset(
     dataset: str = "",
     quality: dict | None = None,
     bars_cache: str | os.PathLike | None = None,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
 ) -> tuple[PreparedArrays, list[str]]:
     """Bars file(s) -> PreparedArrays, plus notes on what was cleaned and split (for the log);
     says on stderr how each file was read and which times it holds, and each data-quality
     warning (quality: the `quality:` thresholds; a failing flag is a DataError). dataset: its
     name, for the lines about a dataset of several files. bars_cache: where the bars of each
     of several files are kept between runs (read_clean_bars), so that only new or changed
-    files are read; the arrays are the same either way."""
+    files are read; the arrays are the same either way. val_bars, test_bars: the validation
+    and test parts' sizes in rows instead of val_fraction and test_fraction (split_points)."""
     name = bars_label(csv_path, dataset)
     frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, cache_path=bars_cache, dataset=dataset)
     for line in frame.attrs["read_sources"] + frame.attrs.get("reading", []):
@@ -509,7 +554,18 @@ def prepare_dataset(
     latest_features = np.array(matrix.values[warmup:][-seq_len:], dtype=np.float64)
     del frame, matrix  # from here on only the numbers are held (a large file is in memory once)
     arrays = split_and_normalise(
-        feature_matrix, targets, seq_len, horizon, val_fraction, last_close, name, target, test_fraction, warmup
+        feature_matrix,
+        targets,
+        seq_len,
+        horizon,
+        val_fraction,
+        last_close,
+        name,
+        target,
+        test_fraction,
+        warmup,
+        val_bars,
+        test_bars,
     )
     arrays = replace(
         arrays,

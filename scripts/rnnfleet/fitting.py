@@ -77,6 +77,16 @@ class Fitted:
                 f"{test_scores['test_skill']:+.4f}, 95% interval [{test_scores['test_skill_low']:+.4f}, "
                 f"{test_scores['test_skill_high']:+.4f}]: {test_scores['test_verdict']}"
             )
+        notes = [
+            (entry["horizon"], entry["interval_note"])
+            for entry in test_scores.get("horizons", [])
+            if "interval_note" in entry
+        ]
+        if "interval_note" in test_scores and not notes:
+            notes = [(None, test_scores["interval_note"])]
+        for horizon, note in notes:
+            at = f" at horizon {horizon}" if horizon is not None else ""
+            lines.append(f"{dataset}: no forecast interval{at}: {note}")
         if self.folds:
             sd = metrics["folds_skill_sd"]
             lines.append(

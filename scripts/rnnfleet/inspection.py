@@ -79,10 +79,11 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
     gap_bars = find_gaps(timestamps_ns, settings["max_gap"])
     seq_len, horizon = int(settings["seq_len"]), longest_horizon(settings["horizon"])
     feature_rows = max(len(frame) - warmup - horizon, 0)
-    test_fraction = settings["test_fraction"]
-    split = split_points(feature_rows, seq_len, horizon, settings["val_fraction"], test_fraction, warmup)
+    test_fraction, test_bars = settings["test_fraction"], settings.get("test_bars")
+    fractions = (settings["val_fraction"], test_fraction, warmup, settings.get("val_bars"), test_bars)
+    split = split_points(feature_rows, seq_len, horizon, *fractions)
     train, val, test = window_numbers(feature_rows, split, gap_bars, seq_len, horizon, warmup)
-    long_enough = bool(len(train) and len(val) and (len(test) or not test_fraction))
+    long_enough = bool(len(train) and len(val) and (len(test) or not (test_fraction or test_bars)))
     return {
         **row,
         "status": "ok" if long_enough else "too short",

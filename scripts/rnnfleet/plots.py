@@ -416,12 +416,13 @@ def draw_test_period(test_axes, actual, forecast, metrics: dict) -> None:
     forecast.set_data(positions, series["forecast"])
     for band in [artist for artist in test_axes.collections if artist.get_gid() == "interval"]:
         band.remove()  # the previous dataset's (one figure draws every curve)
-    if "low" in series:
-        band = test_axes.fill_between(
-            positions, series["low"], series["high"], color="tab:red", alpha=0.15, linewidth=0,
-            label=f"{series['coverage']:.0%} interval",
+    bands = series.get("bands") or ([series] if "low" in series else [])
+    for band in sorted(bands, key=lambda band: -band["coverage"]):  # the widest underneath
+        filled = test_axes.fill_between(
+            positions, band["low"], band["high"], color="tab:red", alpha=0.12, linewidth=0,
+            label=f"{band['coverage']:.0%} interval",
         )  # fmt: skip
-        band.set_gid("interval")
+        filled.set_gid("interval")
     test_axes.relim()
     test_axes.autoscale_view()
     title = "test period: forecast vs actual" if series["window"] else "no test period"
@@ -825,6 +826,95 @@ restores the order above.</p>
         handle.write(page.encode())
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """One interval of one dataset on its test period (the table's columns)."""
+
+    dataset: str
+    horizon: str  # "" for a model of one horizon
+    nominal: float
+    held: float
+    low: float
+    high: float
+
+    @property
+    def off(self) -> bool:
+        """Its 95% block-bootstrap interval excludes the nominal coverage."""
+        return not self.low <= self.nominal <= self.high
+
+
+def coverage_points(rows: list[dict[str, str]]) -> list[Coverage]:
+    """Every dataset's calibrated intervals: one per horizon (test_coverage_h<h> columns), or
+    its one interval; datasets without (classification, too few validation windows) left out."""
+    points = []
+    for row in rows:
+        nominal = as_number(row.get("interval_coverage")) if row.get("interval_coverage") else COVERAGE
+        horizons = [
+            column.removeprefix("test_coverage_h") for column in row if re.fullmatch(r"test_coverage_h\d+", column)
+        ]
+        for horizon in horizons or [""]:
+            suffix = f"_h{horizon}" if horizon else ""
+            held = as_number(row.get(f"test_coverage{suffix}"))
+            if not math.isnan(held):
+                low, high = (as_number(row.get(f"test_coverage_{side}{suffix}")) for side in ("low", "high"))
+                points.append(Coverage(row["dataset"], horizon, nominal, held, low, high))
+    return points
+
+
+def draw_coverage_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> None:
+    """How every dataset's forecast intervals held on its test period: the share of test
+    windows inside, with its 95% block-bootstrap interval, against the nominal coverage (a
+    forest chart, one colour per horizon; past MAX_FOREST_ROWS datasets a histogram per
+    horizon); the title counts the intervals whose interval excludes the nominal coverage."""
+    plt = pyplot()
+    points = coverage_points(rows)
+    horizons = list(dict.fromkeys(point.horizon for point in points))
+    datasets = list(dict.fromkeys(point.dataset for point in points))
+    named = len(datasets) <= MAX_NAMED_BARS
+    forest = len(datasets) <= MAX_FOREST_ROWS
+    height = 2.0 + 0.25 * len(datasets) if named and forest else 5.0
+    figure, axes = plt.subplots(figsize=(7.0, height), layout="constrained")
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for number, horizon in enumerate(horizons):
+        chosen = [point for point in points if point.horizon == horizon]
+        label = f"horizon {horizon}" if horizon else "test coverage"
+        colour = colours[number % len(colours)]
+        if forest:
+            places = [datasets.index(point.dataset) + 0.12 * (number - (len(horizons) - 1) / 2) for point in chosen]
+            spread = [
+                [max(point.held - point.low, 0.0) for point in chosen],
+                [max(point.high - point.held, 0.0) for point in chosen],
+            ]
+            held = [point.held for point in chosen]
+            axes.errorbar(held, places, xerr=spread, fmt="o", color=colour, label=label, capsize=2, markersize=4)
+        else:
+            axes.hist([point.held for point in chosen], bins=40, histtype="step", color=colour, label=label)
+    for nominal in sorted({point.nominal for point in points}):
+        axes.axvline(nominal, color="black", linewidth=0.8)
+    if forest:
+        axes.invert_yaxis()
+        if named:
+            axes.set_yticks(range(len(datasets)), datasets)
+        else:
+            axes.set_yticks([])
+            axes.set_ylabel("datasets")
+    else:
+        axes.set_ylabel("datasets")
+    axes.set_xlabel("share of test windows inside the forecast interval (black: its nominal coverage)")
+    if points:
+        off = sum(point.off for point in points)
+        title = (
+            f"Forecast intervals on the test period: {len(points) - off} of {len(points)} held their nominal "
+            f"coverage within a 95% interval, {off} clearly off"
+        )
+        figure.legend(loc="outside lower center", ncols=min(len(horizons), 4), fontsize="small")
+    else:
+        title = "No calibrated forecast intervals (classification targets, or too few validation windows)"
+    axes.set_title(title, fontsize="medium", wrap=True)
+    save_figure(figure, path, dpi=100)
+    plt.close(figure)
+
+
 def draw_report_figures(
     table_path: str | os.PathLike,
     metrics_paths: list[str],
@@ -835,6 +925,7 @@ def draw_report_figures(
     start_page_path: str | os.PathLike,
     loss_curve_format: str,
     processes: int = 1,
+    coverage_plot_path: str | os.PathLike | None = None,
 ) -> list[Path]:
     """The plots job: everything the report shows besides what Snakemake adds itself. The
     loss curves folder is updated in place (only new or re-trained datasets are drawn);
@@ -842,5 +933,7 @@ def draw_report_figures(
     columns, rows = read_table(table_path)
     write_table_html(rows, columns, table_html_path)
     draw_skill_overview(rows, skill_plot_path)
+    if coverage_plot_path is not None:
+        draw_coverage_overview(rows, coverage_plot_path)
     write_start_page(start_template_path, rows, start_page_path)
     return refresh_loss_curves(metrics_paths, loss_curves_folder, loss_curve_format, processes)

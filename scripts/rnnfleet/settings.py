@@ -26,10 +26,17 @@ PREPROCESS_CONFIG_KEYS = {
     "horizon": "train.horizon",
     "val_fraction": "preprocess.val_fraction",
     "test_fraction": "preprocess.test_fraction",
+    "val_bars": "preprocess.val_bars",
+    "test_bars": "preprocess.test_bars",
     "features": "features",
     "target": "target",
     "quality": "quality",
 }
+
+# Preprocess settings added after array files were made without them: left out while unset
+# (None), so that the preprocess rule's params and the array files' settings hash stay as they
+# were and a project made before they existed re-runs nothing.
+LATER_PREPROCESS_KEYS = ("val_bars", "test_bars")
 
 # The config section of each param of the train rule (named after its section); the
 # train section without RUNTIME_ONLY_TRAIN_KEYS.
@@ -48,7 +55,14 @@ def preprocess_settings(config: dict) -> dict:
     """What reading, cleaning, featurising and splitting a dataset depend on, as the keyword
     arguments of rnnfleet.data.prepare_dataset (and of the preprocess job). Of `quality:`
     only the fail thresholds: the warn ones change no arrays (rnnfleet.quality)."""
-    settings = {name: config_value(config, key) for name, key in PREPROCESS_CONFIG_KEYS.items()}
+    settings = {
+        name: config_value(config, key)
+        for name, key in PREPROCESS_CONFIG_KEYS.items()
+        if name not in LATER_PREPROCESS_KEYS
+    }
+    settings |= {
+        name: value for name in LATER_PREPROCESS_KEYS if (value := config.get("preprocess", {}).get(name)) is not None
+    }
     return {**settings, "horizon": horizon_setting(config["train"]), "quality": fail_thresholds(settings["quality"])}
 
 

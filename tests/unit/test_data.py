@@ -108,3 +108,19 @@ def test_each_feature_row_keeps_its_bars_time_and_the_test_chart_the_forecasts_t
     outputs = np.zeros(len(numbers), np.float32)
     series = test_series(numbers, outputs, outputs, TARGETS[arrays.target], arrays, 16)
     assert series["time"][0] == times[arrays.warmup + numbers[0] + 15] // 10**9  # the window's last bar
+
+
+def test_parts_of_a_fixed_size_keep_their_size_whatever_the_history_and_need_the_fewest_rows():
+    from rnnfleet.data import embargo_rows, long_enough, part_sizes, rows_needed, split_points
+
+    embargo = embargo_rows(30, 1, 1)
+    for rows in (5_000, 10_000, 50_000):
+        split = split_points(rows, 30, 1, 0.2, 0.15, 1, val_bars=1_000, test_bars=500)
+        assert part_sizes(rows, split, 30)[1:] == (1_000, 500)
+        assert split.test_start - split.val_end == split.val_start - split.train_end == embargo
+    fewest = rows_needed(30, 1, 0.2, 0.15, 1, 1_000, 500)
+    assert fewest == 30 + embargo + 1_000 + embargo + 500  # one training window
+    assert long_enough(fewest, 30, 1, 0.2, 0.15, 1, 1_000, 500)
+    assert not long_enough(fewest - 1, 30, 1, 0.2, 0.15, 1, 1_000, 500)
+    # Without them, the fractions as before.
+    assert split_points(1_000, 30, 1, 0.2, 0.15, 1) == (618, 650, 818, 850)

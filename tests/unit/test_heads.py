@@ -10,11 +10,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_ROWS
+from conftest import TINY_ROWS, schema_defaults
 
 from rnnfleet import intervals
 from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
+from rnnfleet.fitting import Settings, fit_dataset
 from rnnfleet.heads import Heads, heads_of_settings, pinball, pinball_losses
 from rnnfleet.settings import preprocess_settings, train_hyper_parameters
 from rnnfleet.synthetic import write_synthetic_csv
@@ -139,3 +140,29 @@ def test_without_heads_the_params_and_arrays_are_those_of_before_heads_existed()
     assert train_hyper_parameters(config)["quantiles"] == [0.5]
     config["train"]["horizons"] = [1, 15]
     assert preprocess_settings(config)["horizon"] == [1, 15]
+
+
+def test_walk_forward_folds_and_a_refit_score_and_calibrate_every_horizon(tmp_path):
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS * 3, 5)
+    arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5], val_fraction=0.2, test_fraction=0.2)
+    train = {**schema_defaults("train"), "seq_len": 16, "batch_size": 64, "epochs": 1, "amp": "off"}
+    settings = Settings(
+        {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0},
+        {**train, "horizons": [1, 5], "quantiles": [0.1, 0.9]},
+        {**schema_defaults("evaluate"), "folds": 2, "production": "refit", "bootstrap": 200},
+        schema_defaults("update"),
+    )
+    fitted = fit_dataset("A_1m", arrays, (None, "no previous model"), settings, torch.device("cpu"), {})
+    assert fitted.folds == 2 and fitted.refitted
+    assert [entry["horizon"] for entry in fitted.metrics["horizons"]] == [1, 5]
+    for fold in fitted.metrics["folds"]:  # each fold scored at every horizon, the first unsuffixed
+        assert [entry["horizon"] for entry in fold["horizons"]] == [1, 5]
+        assert fold["test_skill"] == fold["horizons"][0]["test_skill"]
+    # The refit has no validation part of its own: the calibration is the scored model's.
+    assert tuple(fitted.checkpoint["calibration"]["scores"].shape) == (2, 1, fitted.metrics["val_windows"])
+    assert fitted.checkpoint["model_config"]["outputs"] == 6
+    heads = fitted.metrics["forecast_heads"]
+    for horizon in (1, 5):
+        assert heads[f"forecast_log_return_h{horizon}_q10"] <= heads[f"forecast_log_return_h{horizon}"]
+        assert heads[f"forecast_log_return_h{horizon}"] <= heads[f"forecast_log_return_h{horizon}_q90"]
+        assert heads[f"forecast_log_return_h{horizon}_low_80"] < heads[f"forecast_log_return_h{horizon}_high_80"]

@@ -11,7 +11,7 @@ CASES = {
     "misspelled key": (
         {"train": {"lrr": 0.01}},
         [],
-        "unknown config key 'train.lrr' (did you mean 'lr'?); allowed under 'train': seq_len, horizon, batch_size",
+        "unknown config key 'train.lrr' (did you mean 'lr'?); allowed under 'train': seq_len, horizon, horizons, quantiles, batch_size",
     ),
     "misspelled section": ({"modle": {"cell": "gru"}}, [], "unknown config key 'modle' (did you mean 'model'?)"),
     "wrong type": (

@@ -80,6 +80,16 @@ def test_morning_bench_reads_only_the_new_day_and_reports_its_share_of_a_full_re
     assert history["cost_ratio"] > 0 and history["noop_seconds"] > 0
 
 
+def test_heads_bench_times_heads_the_single_forecast_and_another_checkouts_and_prints_the_ratios(tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "bench_heads.py"), "--rows", "1200", "--epochs", "1"]
+    command += ["--reps", "1", "--amp", "off", "--before", str(REPO / "scripts"), "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"heads / single: \d+\.\d{3}", result.stdout) and "single / before: " in result.stdout
+    record = json.loads((tmp_path / "heads.jsonl").read_text())
+    assert set(record["median"]) == {"single", "heads", "before"} and all(v > 0 for v in record["median"].values())
+
+
 def test_fleet_tests_bench_prints_each_tests_share_against_its_level():
     command = [sys.executable, str(REPO / "bench" / "bench_fleet_tests.py"), "--series", "5", "--windows", "300"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)

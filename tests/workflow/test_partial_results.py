@@ -109,7 +109,7 @@ def test_the_report_holds_every_good_loss_curve_and_lists_the_failures(failed_ru
     curves = sorted(entry["labels"]["dataset"] for path, entry in results.items() if "loss_curves" in path)
     assert curves == GOOD
     overview = {entry["labels"]["figure"]: entry for entry in results.values() if "figure" in entry["labels"]}
-    assert set(overview) == {"summary table", "skill by dataset"}
+    assert set(overview) == {"summary table", "skill by dataset", "interval coverage"}
     table_html = decoded(overview["summary table"]).decode()
     assert "2 dataset(s) not done" in table_html
     rows = table(workdir)

@@ -89,7 +89,7 @@ def test_report_has_the_summary_table_skill_overview_and_description(run):
     text = (run / "report.html").read_text()
     results = report_results(text)
     overview = {entry["labels"]["figure"]: entry for entry in results.values() if "figure" in entry["labels"]}
-    assert set(overview) == {"summary table", "skill by dataset"}
+    assert set(overview) == {"summary table", "skill by dataset", "interval coverage"}
     assert decoded(overview["skill by dataset"]).startswith(PNG_SIGNATURE)
     table_html = decoded(overview["summary table"]).decode()
     with open(run / "results" / "metrics.csv") as handle:

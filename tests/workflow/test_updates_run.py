@@ -214,6 +214,18 @@ def test_a_changed_setting_trains_from_scratch(run, bars):
         assert "epoch   0" not in train_log(run, dataset)
 
 
+def test_parts_of_fixed_size_keep_their_size_as_days_are_added_and_updates_go_on(run, bars):
+    fixed = ("--config", 'preprocess={"val_bars": 300, "test_bars": 200}')
+    snakemake(run, *fixed)  # the parts changed: preprocessed and trained again
+    first = metrics(run, "DAYS")
+    assert (first["made"], first["val_windows"], first["test_windows"]) == ("full", 300, 200)
+    appended(run, bars)
+    snakemake(run, *fixed)
+    after = metrics(run, "DAYS")
+    assert (after["made"], after["val_windows"], after["test_windows"]) == ("update 1", 300, 200)
+    assert after["rows"] == first["rows"] + DAY and after["train_windows"] == first["train_windows"] + DAY
+
+
 def test_a_changed_earlier_bar_trains_from_scratch(run, bars, tmp_path):
     appended(run, bars)
     first_day = run / "data" / "DAYS-1m-00.csv"

@@ -36,7 +36,13 @@ from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
 from rnnfleet.hooks.previous_models import KEPT_STATUS
-from rnnfleet.plots import draw_skill_overview, refresh_loss_curves, write_start_page, write_table_html
+from rnnfleet.plots import (
+    draw_coverage_overview,
+    draw_skill_overview,
+    refresh_loss_curves,
+    write_start_page,
+    write_table_html,
+)
 from rnnfleet.summary import (
     SUMMARY_COLUMNS,
     failure_report,
@@ -56,6 +62,7 @@ class ResultPaths:
     table: str
     table_html: str
     skill_plot: str
+    coverage_plot: str
     loss_curves: str
     loss_curve_format: str  # svg, png
     not_done: str  # the datasets not done, one a line, written with the table
@@ -104,7 +111,8 @@ def write_results_after_failures(
     text = table_text(rows)
     try:
         unchanged = read_text_or_none(paths.table) == text and all(
-            os.path.exists(path) for path in (paths.table_html, paths.skill_plot, paths.loss_curves, paths.forecasts)
+            os.path.exists(path)
+            for path in (paths.table_html, paths.skill_plot, paths.coverage_plot, paths.loss_curves, paths.forecasts)
         )
         if not unchanged:
             write_table(rows, paths.table)
@@ -113,6 +121,7 @@ def write_results_after_failures(
             as_read_back = list(csv.DictReader(io.StringIO(text)))  # what the plots job sees
             write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
             draw_skill_overview(as_read_back, paths.skill_plot)
+            draw_coverage_overview(as_read_back, paths.coverage_plot)
             write_start_page(paths.start_template, as_read_back, paths.start_page)
             refresh_loss_curves(ok_metrics, paths.loss_curves, paths.loss_curve_format)
             with atomic_write(paths.not_done) as handle:  # written after the table: newer than it
