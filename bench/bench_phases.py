@@ -297,9 +297,11 @@ def run_workload(workload: str, args, root: Path, clock: PhaseClock) -> dict:
     per_dataset = run_in_process(config, names, data_dir, work, clock)[1:]  # the first warms up
     (work / "metrics" / f"{names[0]}.json").unlink()
     end = run_end_seconds(config, work, clock)
-    print(f"\n{workload}: {args.datasets} datasets x {ROWS} bars, {config['model']['cell']} "
-          f"{config['model']['num_layers']}x{config['model']['hidden_size']}, {config['train']['epochs']} epochs "
-          f"(patience {config['train']['patience']}), bootstrap {config['evaluate']['bootstrap']}; load {load_text()}")
+    print(
+        f"\n{workload}: {args.datasets} datasets x {ROWS} bars, {config['model']['cell']} "
+        f"{config['model']['num_layers']}x{config['model']['hidden_size']}, {config['train']['epochs']} epochs "
+        f"(patience {config['train']['patience']}), bootstrap {config['evaluate']['bootstrap']}; load {load_text()}"
+    )
     medians = breakdown(per_dataset)
     record = {"workload": workload, "datasets": args.datasets, "phases": dict(medians), "run_end": end}
     record |= print_breakdown(medians, end, args.datasets)
