@@ -14,9 +14,10 @@ thing:
   mkldnn-off          torch.backends.mkldnn off (the native LSTM kernels)
   sync-every-step     loss.item() every step (what rnnfleet avoids)
   compile             torch.compile of the model (its compile time is printed apart)
-Milliseconds per step: the median of `rounds` rounds of `steps` steps, candidates
-interleaved within each round; each candidate's loss after the first round's steps from the
-same seed and batch order, against the baseline's (float32: the same to float tolerance?).
+Milliseconds per step: the median over `rounds` rounds of `steps` steps (after 5 warm-up
+steps), the candidates interleaved step by step so that each sees the same load; each
+candidate's loss after the first round, from the same seed, batch order and dropout masks,
+against the baseline's (float32: the same to float tolerance?).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 
@@ -60,6 +61,7 @@ class Trainer:
 
     step: Callable[[torch.Tensor], torch.Tensor]  # a batch's window numbers -> the step's loss (no sync)
     compile_seconds: float = 0.0
+    rng_state: torch.Tensor = field(default_factory=lambda: torch.manual_seed(0).get_state())
 
 
 def make_trainer(candidate: str, features: torch.Tensor, targets: torch.Tensor, amp: bool) -> Trainer:
@@ -99,13 +101,14 @@ def make_trainer(candidate: str, features: torch.Tensor, targets: torch.Tensor, 
     return Trainer(step, compile_seconds)
 
 
-def run_steps(trainer: Trainer, orders: list[torch.Tensor]) -> tuple[list[float], float]:
-    """Seconds of each step over the batches of `orders`, and the last step's loss."""
-    seconds, loss = [], torch.zeros(())
-    for batch in orders:
-        started = time.perf_counter()
-        loss = trainer.step(batch)
-        seconds.append(time.perf_counter() - started)
+def timed_step(trainer: Trainer, batch: torch.Tensor) -> tuple[float, float]:
+    """Seconds of one step of `trainer` on `batch`, and its loss, on the trainer's own
+    random stream (its dropout masks do not depend on the other candidates)."""
+    torch.set_rng_state(trainer.rng_state)
+    started = time.perf_counter()
+    loss = trainer.step(batch)
+    seconds = time.perf_counter() - started
+    trainer.rng_state = torch.get_rng_state()
     return seconds, float(loss)
 
 
@@ -129,23 +132,20 @@ def measure(amp: bool, candidates: list[str], steps: int, rounds: int) -> dict[s
         except Exception as error:  # a candidate this torch or CPU cannot run is reported, not fatal
             print(f"  {name}: failed to set up ({type(error).__name__}: {str(error).splitlines()[0][:120]})")
     generator = torch.Generator().manual_seed(0)
-    warm_up = batches(generator, train_windows, 5)
-    for trainer in trainers.values():
-        torch.manual_seed(0)
-        run_steps(trainer, warm_up)
     per_step: dict[str, list[float]] = {name: [] for name in trainers}
     losses: dict[str, float] = {}
-    for round_number in range(rounds):
-        orders = batches(generator, train_windows, steps)
-        for name, trainer in trainers.items():
-            torch.manual_seed(round_number)  # the same dropout masks for every candidate
-            seconds, loss = run_steps(trainer, orders)
-            per_step[name].append(statistics.median(seconds))
-            losses.setdefault(name, loss)
+    for round_number in range(rounds + 1):  # round 0 warms up
+        for batch in batches(generator, train_windows, steps if round_number else 5):
+            for name, trainer in trainers.items():  # interleaved step by step: the same load for each
+                seconds, losses[name] = timed_step(trainer, batch)
+                if round_number:
+                    per_step[name].append(seconds)
+        if round_number == 1:
+            first_losses = dict(losses)
     return {
         name: {
             "ms": 1000 * statistics.median(per_step[name]),
-            "loss": losses[name],
+            "loss": first_losses[name],
             "compile_seconds": trainers[name].compile_seconds,
         }
         for name in trainers
