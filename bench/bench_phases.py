@@ -16,8 +16,9 @@ process) are made once over every dataset, as a run's end makes them, and shown 
 The first dataset warms the process up and is not counted. With --run-datasets N a real
 `snakemake --cores <cores>` run of N datasets adds what the jobs cost beyond their work: a
 train job's wall time (Snakemake's benchmark file) less the time inside train_one (its
-metrics), and the run's wall per dataset. Appends one JSON line per workload to
-bench/out/phases.jsonl.
+metrics), and the run's wall per dataset. Last, what a figure's file costs to write synced
+to the disk and not (the report's figures are not synced). Appends one JSON line per
+workload to bench/out/phases.jsonl.
 """
 
 from __future__ import annotations
@@ -313,6 +314,22 @@ def run_workload(workload: str, args, root: Path, clock: PhaseClock) -> dict:
     return record
 
 
+def figure_write_ms(folder: Path, writes: int = 60) -> dict[str, float]:
+    """Median milliseconds of atomic_write of a loss curve's size (30 KB), synced to the disk
+    (model, metrics and array files) and not (the report's figures), interleaved."""
+    from rnnfleet.checkpoint import atomic_write
+
+    payload, seconds = os.urandom(30_000), {"synced": [], "not synced": []}
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(writes):
+        for how in ("synced", "not synced") if index % 2 else ("not synced", "synced"):
+            started = time.perf_counter()
+            with atomic_write(folder / f"curve{index % 10}.svg", durable=how == "synced") as handle:
+                handle.write(payload)
+            seconds[how].append(time.perf_counter() - started)
+    return {how: 1000 * statistics.median(values) for how, values in seconds.items()}
+
+
 def load_text() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
@@ -333,9 +350,15 @@ def main() -> None:
     wrap_run_end_phases(clock)
     with tempfile.TemporaryDirectory(prefix="rnnfleet-phases-") as root:
         records = [run_workload(workload, args, Path(root), clock) for workload in args.workloads.split(",")]
+        writes = figure_write_ms(Path(root) / "writes")
+    print(
+        f"\nwriting a 30 KB figure: {writes['synced']:.2f} ms synced to the disk, {writes['not synced']:.2f} ms not "
+        f"({writes['synced'] / writes['not synced']:.1f}x)"
+    )
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with open(Path(args.out) / "phases.jsonl", "a") as handle:
         for record in records:
+            record |= {"figure_write_ms": writes}
             handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "load": load_text(), **record}) + "\n")
 
 
