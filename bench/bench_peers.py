@@ -44,6 +44,7 @@ from bench_speed import metrics_of, timed  # noqa: E402
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
 ROWS = 1440
+PEER = "neuralforecast"
 NEURALFORECAST = "neuralforecast==3.3.0"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
@@ -53,9 +54,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--datasets", type=int, default=24)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--patience", type=int, default=3)
-    parser.add_argument("--variants", default="snakemake,fp32", help="rnnfleet's sides: snakemake (amp auto), fp32")
+    parser.add_argument(
+        "--variants",
+        default=f"snakemake,{PEER},fp32",
+        help=f"the sides in the order run: snakemake (amp auto), fp32 (amp off), {PEER} (after a side of rnnfleet's)",
+    )
     parser.add_argument("--cores", type=int, default=os.cpu_count())
-    parser.add_argument("--no-peer", action="store_true", help="rnnfleet's side and the arrays' export only")
+    parser.add_argument(
+        "--no-peer", action="store_true", help=f"rnnfleet's sides and the arrays' export only, no {PEER}"
+    )
     parser.add_argument("--peers-venv", default=str(BENCH / "out" / "peers-venv"))
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args(argv)
@@ -166,9 +173,9 @@ def print_comparison(args: argparse.Namespace, results: dict[str, dict]) -> dict
         skill = statistics.mean(outcome["test_skill"].values())
         summary["sides"][name] = {**outcome, "models_per_min": per_min, "mean_test_skill": skill}
         print(f"{name:<16}{outcome['seconds']:9.1f}{per_min:12.1f}{skill:+17.4f}")
-    peer = summary["sides"].get("neuralforecast")
+    peer = summary["sides"].get(PEER)
     for name, side in summary["sides"].items():
-        if peer and name != "neuralforecast":
+        if peer and name != PEER:
             ratio = side["models_per_min"] / peer["models_per_min"]
             difference = side["mean_test_skill"] - peer["mean_test_skill"]
             summary[f"{name}_vs_neuralforecast"] = {"ratio": ratio, "test_skill_difference": difference}
@@ -187,16 +194,20 @@ def main(argv=None) -> None:
         f"{args.datasets} datasets x {ROWS} bars, LSTM 64x2, seq 60, batch 128, {args.epochs} epochs, "
         f"patience {args.patience}, {args.cores} cores; load {load_text()}"
     )
-    results = {}
+    results: dict[str, dict] = {}
     amps = {"snakemake": "auto", "fp32": "off"}
-    for name in args.variants.split(","):
-        results[name] = run_rnnfleet(args, data_dir, root / name, amps[name])
-        print(f"  {name:<14}{results[name]['seconds']:7.1f} s  amp {','.join(results[name]['amp'])}", flush=True)
-    first = root / args.variants.split(",")[0]
-    tests = export_arrays(first / "prep", root / "peer-arrays", seq_len=60)
-    if python is not None:
-        results["neuralforecast"] = run_peer(args, python, root / "peer-arrays", root / "peer", tests)
-        print(f"  {'neuralforecast':<14}{results['neuralforecast']['seconds']:7.1f} s", flush=True)
+    sides = [name for name in args.variants.split(",") if name in amps or python is not None]
+    if sides[0] == PEER:
+        raise SystemExit(f"{PEER} trains on rnnfleet's arrays: name a side of rnnfleet's before it in --variants")
+    tests: dict[str, dict] = {}
+    for name in sides:
+        if name == PEER:
+            results[name] = run_peer(args, python, root / "peer-arrays", root / "peer", tests)
+        else:
+            results[name] = run_rnnfleet(args, data_dir, root / name, amps[name])
+            if len(results) == 1:  # the peer trains on the arrays of the first side
+                tests = export_arrays(root / name / "prep", root / "peer-arrays", seq_len=60)
+        print(f"  {name:<14}{results[name]['seconds']:7.1f} s  load {load_text()}", flush=True)
     summary = print_comparison(args, results)
     summary["load_after"] = load_text()
     Path(args.out).mkdir(parents=True, exist_ok=True)
