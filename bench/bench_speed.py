@@ -9,6 +9,8 @@ Workloads (generated synthetic minute bars; --datasets/--rows/--epochs override 
   many-small  1,000 datasets x 1,440 rows (one day each), 2 epochs
 Variants (interleaved per repetition; models/min is the median over repetitions):
   naive      bench/naive_loop.py: sequential pandas + DataLoader loop, torch default threads, float32
+  tight      bench/tight_loop.py: the limit, a tight hand-written loop, <cores> processes x 1 thread, bf16
+  tight-fp32 the same in float32: the limit of the fp32 variant
   snakemake  the workflow: snakemake --cores <all> in a fresh folder (warm workers on, train.amp auto)
   fp32       the same with train.amp off: the float32 reference for the validation loss
   cold       the workflow with warm_workers off: every job imports torch itself
@@ -45,7 +47,10 @@ WORKLOADS = {
     "large": {"datasets": 12, "rows": 5000, "epochs": 3},
     "many-small": {"datasets": 1000, "rows": 1440, "epochs": 2},
 }
-DEFAULT_VARIANTS = {"large": "naive,snakemake,fp32,cold,one-proc", "many-small": "naive,snakemake,fp32"}
+DEFAULT_VARIANTS = {
+    "large": "naive,snakemake,fp32,cold,one-proc",
+    "many-small": "naive,tight,snakemake,tight-fp32,fp32",
+}
 
 
 def parse_args():
@@ -104,6 +109,14 @@ def run_naive(args, data_dir: Path, work: Path) -> dict:
     seconds, stdout = timed(
         [sys.executable, str(BENCH / "naive_loop.py"), str(data_dir), str(work), "--epochs", str(args.epochs)]
     )
+    losses = [json.loads(line)["val_loss"] for line in stdout.splitlines() if line.startswith("{")]
+    return {"seconds": seconds, "val_loss": statistics.mean(losses)}
+
+
+def run_tight(args, data_dir: Path, work: Path, fp32: bool) -> dict:
+    command = [sys.executable, str(BENCH / "tight_loop.py"), str(data_dir), str(work), "--epochs", str(args.epochs)]
+    command += ["--processes", str(args.cores)] + (["--fp32"] if fp32 else [])
+    seconds, stdout = timed(command)
     losses = [json.loads(line)["val_loss"] for line in stdout.splitlines() if line.startswith("{")]
     return {"seconds": seconds, "val_loss": statistics.mean(losses)}
 
@@ -186,6 +199,8 @@ def run_workload(args, workload: str) -> dict:
         write_synthetic_csv(data_dir / f"S{index:04d}_1m.csv", args.rows, 1000 + index)
     runners = {
         "naive": lambda work: run_naive(args, data_dir, work),
+        "tight": lambda work: run_tight(args, data_dir, work, fp32=False),
+        "tight-fp32": lambda work: run_tight(args, data_dir, work, fp32=True),
         "snakemake": lambda work: run_workflow(args, data_dir, work, warm=True),
         "fp32": lambda work: run_workflow(args, data_dir, work, warm=True, amp="off"),
         "cold": lambda work: run_workflow(args, data_dir, work, warm=False),
@@ -232,6 +247,10 @@ def run_workload(args, workload: str) -> dict:
             difference = val_loss["snakemake"] / val_loss[reference] - 1
             summary[f"val_loss_vs_{reference}"] = difference
             print(f"snakemake's validation loss vs {reference} (float32): {difference:+.2%}")
+    for workflow, limit in (("snakemake", "tight"), ("fp32", "tight-fp32")):
+        if workflow in per_min and limit in per_min:
+            summary[f"{workflow}_vs_{limit}"] = per_min[workflow] / per_min[limit]
+            print(f"{workflow} / {limit} (models/min): {summary[f'{workflow}_vs_{limit}']:.2f}")
     one_proc = [name for name in per_min if name.startswith("one-proc")]
     if "snakemake" in per_min and one_proc:
         best = max(one_proc, key=per_min.get)

@@ -32,6 +32,28 @@ class Net(nn.Module):
         return self.fc(out[:, -1]).squeeze(-1)
 
 
+def read_features(path: str, val_fraction: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """The bars of a CSV file -> (normalised features, scaled next-bar log return, first
+    validation row): rnnfleet's default features, normalised by the training part."""
+    df = pd.read_csv(path)
+    df = df.sort_values("timestamp").drop_duplicates("timestamp")
+    prev_close = df["close"].shift(1)
+    feats = pd.DataFrame(
+        {
+            "o": np.log(df["open"] / prev_close),
+            "h": np.log(df["high"] / prev_close),
+            "l": np.log(df["low"] / prev_close),
+            "c": np.log(df["close"] / prev_close),
+            "v": np.log1p(df["volume"]),
+        }
+    )
+    target = np.log(df["close"].shift(-1) / df["close"])
+    feats, target = feats.iloc[1:-1].to_numpy(), target.iloc[1:-1].to_numpy()
+    split = int(round(len(target) * (1 - val_fraction)))
+    mean, std = feats[:split].mean(0), feats[:split].std(0)
+    return (feats - mean) / std, target / target[: split - 1].std(), split
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("data_dir")
@@ -52,25 +74,7 @@ def main():
 
     for path in sorted(glob.glob(os.path.join(args.data_dir, "*1m*.csv"))):
         started = time.time()
-        df = pd.read_csv(path)
-        df = df.sort_values("timestamp").drop_duplicates("timestamp")
-        prev_close = df["close"].shift(1)
-        feats = pd.DataFrame(
-            {
-                "o": np.log(df["open"] / prev_close),
-                "h": np.log(df["high"] / prev_close),
-                "l": np.log(df["low"] / prev_close),
-                "c": np.log(df["close"] / prev_close),
-                "v": np.log1p(df["volume"]),
-            }
-        )
-        target = np.log(df["close"].shift(-1) / df["close"])
-        feats, target = feats.iloc[1:-1].to_numpy(), target.iloc[1:-1].to_numpy()
-        split = int(round(len(target) * (1 - args.val_fraction)))
-        mean, std = feats[:split].mean(0), feats[:split].std(0)
-        feats = (feats - mean) / std
-        target = target / target[: split - 1].std()
-
+        feats, target, split = read_features(path, args.val_fraction)
         xs, ys = [], []
         for end in range(args.seq_len - 1, len(target)):
             xs.append(feats[end - args.seq_len + 1 : end + 1])

@@ -62,12 +62,14 @@ class _WriteRecorder:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+def atomic_write(path: str | os.PathLike, durable: bool = True) -> Iterator[IO[bytes]]:
     """Yield a binary handle to a hidden temporary file beside `path`; on success flush,
     fsync and rename it over `path`, so readers see the old file or the whole new one,
     never a part. On failure the temporary file is removed; a failure to write (see the
     module doc) raises WriteError. The rename happens inside the publish guard (see
-    guard_publishing): in a job whose run is gone it renames nothing and raises."""
+    guard_publishing): in a job whose run is gone it renames nothing and raises.
+    durable=False: neither the file nor its folder is synced to the disk, for files made
+    again from others (the report's figures): after a power cut such a file may be empty."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
             handle.flush()
             if hasattr(os, "fchmod"):  # not on Windows, where the file gets the folder's ACL anyway
                 os.fchmod(handle.fileno(), FILE_MODE)
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         with _publish_guard(target):
             os.replace(handle.name, target)
     except BaseException as error:
@@ -94,7 +97,8 @@ def atomic_write(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         if isinstance(error, Exception) and recorder.write_failure is not None:
             raise write_error(target, recorder.write_failure) from None
         raise
-    _sync_folder(target.parent)
+    if durable:
+        _sync_folder(target.parent)
 
 
 def guard_publishing(guard: Callable[[Path], contextlib.AbstractContextManager]) -> None:

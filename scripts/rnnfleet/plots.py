@@ -250,13 +250,14 @@ def pyplot():
 
 
 def save_figure(figure, path: str | os.PathLike, dpi: int) -> None:
+    """The figure written atomically, not synced to the disk: a figure is drawn again from
+    its metrics, and refresh_loss_curves draws an empty loss curve (a power cut's) again."""
     image_format = Path(path).suffix.lstrip(".")
-    if image_format == "svg":
-        with atomic_write(path) as handle:
+    with atomic_write(path, durable=False) as handle:
+        if image_format == "svg":
             handle.write(compact_svg(figure))
-        return
-    with atomic_write(path) as handle:
-        figure.savefig(handle, format=image_format, dpi=dpi)
+        else:
+            figure.savefig(handle, format=image_format, dpi=dpi)
 
 
 # The SVG attributes that hold coordinates only (not opacities, dashes or font sizes).
@@ -461,7 +462,7 @@ def refresh_loss_curves(
     metrics_paths: list[str], folder: str | os.PathLike, image_format: str, processes: int = 1
 ) -> list[Path]:
     """Make `folder` hold the loss curves of exactly the datasets of metrics_paths, drawing
-    only those that are missing or older than their metrics, in up to `processes`
+    only those that are missing, empty or older than their metrics, in up to `processes`
     processes: a run that re-trains one dataset of a thousand draws one curve. Returns the
     curves drawn."""
     folder = Path(folder)
@@ -474,8 +475,12 @@ def refresh_loss_curves(
                 curve.unlink()
     stale = []
     for dataset, metrics_path in wanted.items():
-        curve = loss_curve_path(folder, dataset, image_format)
-        if not curve.exists() or curve.stat().st_mtime_ns < os.stat(metrics_path).st_mtime_ns:
+        try:
+            drawn = loss_curve_path(folder, dataset, image_format).stat()
+        except FileNotFoundError:
+            stale.append(metrics_path)
+            continue
+        if drawn.st_size == 0 or drawn.st_mtime_ns < os.stat(metrics_path).st_mtime_ns:
             stale.append(metrics_path)
     return draw_loss_curves_in_processes(stale, folder, image_format, processes)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import PNG_SIGNATURE, REPO
 
+import rnnfleet.checkpoint
 import rnnfleet.plots
 from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures
 
@@ -85,6 +86,20 @@ def test_curves_of_another_format_are_drawn_again_in_the_one_asked_for(tmp_path)
     (svg,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg")
     assert [path.name for path in (tmp_path / "curves").iterdir()] == ["D.svg"]
     assert svg.read_bytes().startswith(b"<?xml") and b"<dc:date>" not in svg.read_bytes()
+
+
+def test_loss_curves_are_not_synced_to_the_disk_and_an_empty_one_is_drawn_again(tmp_path, monkeypatch):
+    metrics = {"dataset": "D", "naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 1, "val_loss": 0.9}
+    metrics["history"] = [{"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "seconds": 1}]
+    (tmp_path / "D.json").write_text(json.dumps(metrics))
+    synced = []
+    monkeypatch.setattr(rnnfleet.checkpoint.os, "fsync", synced.append)
+    (curve,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg")
+    assert synced == [] and curve.stat().st_size > 0
+    assert rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg") == []
+    curve.write_bytes(b"")  # what a power cut after the rename may leave of a file not synced
+    assert rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg") == [curve]
+    assert curve.read_bytes().startswith(b"<?xml")
 
 
 def test_compact_paths_are_the_rounded_points_as_relative_steps():

@@ -89,6 +89,17 @@ def test_atomic_write_gives_normal_file_permissions(tmp_path):
     assert (tmp_path / "metrics.json").stat().st_mode == (tmp_path / "plain.json").stat().st_mode
 
 
+def test_atomic_write_syncs_the_file_and_its_folder_unless_told_it_need_not(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr("rnnfleet.checkpoint.os.fsync", synced.append)
+    with atomic_write(tmp_path / "model.pt") as handle:
+        handle.write(b"weights")
+    assert len(synced) == 2  # the file, then the folder that holds its new name
+    with atomic_write(tmp_path / "figure.svg", durable=False) as handle:
+        handle.write(b"<svg/>")
+    assert len(synced) == 2 and (tmp_path / "figure.svg").read_bytes() == b"<svg/>"
+
+
 def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "model.pt"
     target.write_bytes(b"old")

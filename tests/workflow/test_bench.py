@@ -17,15 +17,18 @@ pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 def test_speed_bench_runs_both_workloads_and_reports_ratios(tmp_path):
     command = [sys.executable, str(REPO / "bench" / "bench_speed.py"), "--workloads", "large,many-small"]
     command += ["--datasets", "2", "--rows", "600", "--epochs", "1", "--reps", "1", "--cores", "2"]
-    command += ["--variants", "naive,snakemake,fp32,one-proc", "--out", str(tmp_path)]
+    command += ["--variants", "naive,tight,snakemake,tight-fp32,fp32,one-proc", "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "x naive" in result.stdout and "snakemake / best one-process" in result.stdout
     assert "Snakemake's own CPU" in result.stdout and "vs fp32 (float32)" in result.stdout
+    assert "snakemake / tight (models/min)" in result.stdout and "fp32 / tight-fp32" in result.stdout
     records = [json.loads(line) for line in (tmp_path / "speed.jsonl").read_text().splitlines()]
     assert [record["workload"] for record in records] == ["large", "many-small"]
     for record in records:
-        assert set(record["models_per_min"]) == {"naive", "snakemake", "fp32", "one-proc-1t", "one-proc-2t"}
+        variants = {"naive", "tight", "snakemake", "tight-fp32", "fp32", "one-proc-1t", "one-proc-2t"}
+        assert set(record["models_per_min"]) == variants
+        assert record["snakemake_vs_tight"] > 0 and record["fp32_vs_tight-fp32"] > 0
         assert all(value > 0 for value in record["models_per_min"].values())
         assert record["snakemake_split_seconds"]["train_seconds"] > 0
         assert record["snakemake_snakemake_cpu_per_job_s"] > 0
@@ -49,6 +52,40 @@ def test_timeline_bench_sees_every_job_its_warm_child_and_the_phases():
     }
     for phase in ("first warm child", "first training starts", "last training ends", "plots starts", "exits"):
         assert phase in result.stdout
+
+
+def test_phases_bench_times_every_phase_of_a_dataset_in_process(tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "bench_phases.py"), "--workloads", "one-day", "--datasets", "1"]
+    result = subprocess.run([*command, "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "beyond the optimizer steps" in result.stdout
+    (record,) = [json.loads(line) for line in (tmp_path / "phases.jsonl").read_text().splitlines()]
+    phases = record["phases"]
+    for phase in ("read and clean the bars", "validation (every epoch)", "bootstrap: test skill", "model file written"):
+        assert phases[phase] > 0, phase
+    assert record["run_end"]["figures: loss curves"] > 0 and 0 < record["overhead_share"] < 1
+
+
+def test_peers_bench_without_the_peer_scores_rnnfleet_and_exports_its_arrays(tmp_path):
+    """neuralforecast is not installed here (the bench installs it in a venv of its own);
+    the rest of the bench runs: rnnfleet's side, the arrays the peer would read, the table."""
+    command = [sys.executable, str(REPO / "bench" / "bench_peers.py"), "--datasets", "2", "--epochs", "1"]
+    command += ["--variants", "snakemake", "--no-peer", "--cores", "2", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"^snakemake\s+[\d.]+\s+[\d.]+\s+[+-]\d\.\d{4}$", result.stdout, re.MULTILINE), result.stdout
+    (record,) = [json.loads(line) for line in (tmp_path / "peers.jsonl").read_text().splitlines()]
+    assert set(record["sides"]["snakemake"]["test_skill"]) == {"S0000_1m", "S0001_1m"}
+
+
+def test_peer_skill_scores_forecasts_on_rnnfleets_test_windows():
+    sys.path.insert(0, str(REPO / "bench"))
+    import numpy as np
+    from bench_peers import peer_skill
+
+    test = {"rows": np.array([1, 2]), "actual": np.array([1.0, -2.0])}
+    # rows 1 and 2 of the forecasts: errors 0.5 and 1 against the naive zero's 1 and 2
+    assert peer_skill([9.0, 0.5, -1.0], test) == 1 - (0.25 + 1.0) / (1.0 + 4.0)
 
 
 def day_files_bench(tmp_path, name: str, days: str) -> tuple[str, dict]:
