@@ -87,24 +87,9 @@ class PhaseClock:
         return taken
 
 
-def module_holding(name: str, *modules: str):
-    """The first of `modules` (importable names) that has `name`: a function that moved from
-    one module to another is timed where it is."""
-    import importlib
-
-    for module in modules:
-        try:
-            imported = importlib.import_module(module)
-        except ModuleNotFoundError:
-            continue
-        if hasattr(imported, name):
-            return imported
-    raise SystemExit(f"none of {', '.join(modules)} has {name}: the phases of bench_phases.py need updating")
-
-
 def wrap_job_phases(clock: PhaseClock) -> None:
     """The clocks of the breakdown: every function a preprocess and a train job spend time in."""
-    from rnnfleet import data, evaluation, fitting, intervals, training
+    from rnnfleet import data, evaluation, fitting, intervals, scoring, training
     from rnnfleet.runner import jobs
 
     phases = [
@@ -131,11 +116,13 @@ def wrap_job_phases(clock: PhaseClock) -> None:
         (training, "on_cpu", "best epoch's state copied"),
         (training, "window_outputs", "test and validation outputs"),
         (intervals, "calibration_scores", "interval calibration"),
+        (intervals, "head_calibration", "interval calibration"),
         (fitting, "score_test_period", "test scoring's own"),
         (evaluation, "bootstrap_skill_interval", "bootstrap: test skill"),
         (intervals, "bootstrap_skill_interval", "bootstrap: interval coverage"),
         (evaluation, "diebold_mariano", "Diebold-Mariano"),
-        (module_holding("test_series", "rnnfleet.scoring", "rnnfleet.training"), "test_series", "test series"),
+        (scoring, "test_series", "test series"),
+        (scoring, "pinball_scores", "pinball scores"),
         (fitting, "refit_on_all_rows", "refit"),
         (fitting, "scored_metrics", "metrics"),
         (fitting, "build_checkpoint", "model file contents"),
