@@ -114,6 +114,12 @@ def horizon_bands(
     return bands
 
 
+def nearest_coverage(items: list, coverage_of):
+    """Of the intervals `items`, the one whose coverage (coverage_of(item)) is nearest
+    COVERAGE: the one the unsuffixed entries and columns are about."""
+    return min(items, key=lambda item: abs(coverage_of(item) - COVERAGE))
+
+
 def bounds(scaled: np.ndarray, width: float, target: Target, offset: float, scale: float) -> tuple:
     """(lower, upper): the interval scaled +- width in the target's units, the lower bound
     raised to the least the target can take (Target.within_range)."""

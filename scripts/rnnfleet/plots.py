@@ -875,6 +875,7 @@ def draw_coverage_overview(rows: list[dict[str, str]], path: str | os.PathLike) 
     points = coverage_points(rows)
     horizons = list(dict.fromkeys(point.horizon for point in points))
     datasets = list(dict.fromkeys(point.dataset for point in points))
+    row_of = {dataset: row for row, dataset in enumerate(datasets)}
     named = len(datasets) <= MAX_NAMED_BARS
     forest = len(datasets) <= MAX_FOREST_ROWS
     height = 2.0 + 0.25 * len(datasets) if named and forest else 5.0
@@ -885,7 +886,7 @@ def draw_coverage_overview(rows: list[dict[str, str]], path: str | os.PathLike) 
         label = f"horizon {horizon}" if horizon else "test coverage"
         colour = colours[number % len(colours)]
         if forest:
-            places = [datasets.index(point.dataset) + 0.12 * (number - (len(horizons) - 1) / 2) for point in chosen]
+            places = [row_of[point.dataset] + 0.12 * (number - (len(horizons) - 1) / 2) for point in chosen]
             spread = [
                 [max(point.held - point.low, 0.0) for point in chosen],
                 [max(point.high - point.held, 0.0) for point in chosen],
@@ -925,12 +926,12 @@ def draw_report_figures(
     metrics_paths: list[str],
     loss_curves_folder: str | os.PathLike,
     skill_plot_path: str | os.PathLike,
+    coverage_plot_path: str | os.PathLike,
     table_html_path: str | os.PathLike,
     start_template_path: str | os.PathLike,
     start_page_path: str | os.PathLike,
     loss_curve_format: str,
     processes: int = 1,
-    coverage_plot_path: str | os.PathLike | None = None,
 ) -> list[Path]:
     """The plots job: everything the report shows besides what Snakemake adds itself. The
     loss curves folder is updated in place (only new or re-trained datasets are drawn);
@@ -938,7 +939,6 @@ def draw_report_figures(
     columns, rows = read_table(table_path)
     write_table_html(rows, columns, table_html_path)
     draw_skill_overview(rows, skill_plot_path)
-    if coverage_plot_path is not None:
-        draw_coverage_overview(rows, coverage_plot_path)
+    draw_coverage_overview(rows, coverage_plot_path)
     write_start_page(start_template_path, rows, start_page_path)
     return refresh_loss_curves(metrics_paths, loss_curves_folder, loss_curve_format, processes)

@@ -54,7 +54,7 @@ from rnnfleet.formats import (
     is_time_zone,
 )
 from rnnfleet.heads import Heads
-from rnnfleet.intervals import COVERAGE, bounds, calibrated_width, horizon_bands
+from rnnfleet.intervals import COVERAGE, horizon_bands, nearest_coverage
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
@@ -99,21 +99,13 @@ def horizon_forecasts(checkpoint: dict, scaled: np.ndarray, coverage: float = CO
     "bands" ([(coverage, low, high)]: its calibrated intervals, rnnfleet.intervals)}."""
     heads, target = checkpoint_heads(checkpoint), TARGETS[checkpoint["features"]["target"]]
     normalisation = checkpoint["normalisation"]
-    if heads.single:
-        offset, scale = float(normalisation["target_mean"]), float(normalisation["target_std"])
-        band = interval_bounds(checkpoint, scaled, coverage)
-        return [
-            {
-                "horizon": heads.horizons[0],
-                "forecast": target.to_units(scaled, offset, scale),
-                "quantiles": {},
-                "bands": [(coverage, band["low"], band["high"])] if band else [],
-            }
-        ]
-    offsets = np.broadcast_to(np.asarray(normalisation["target_mean"], np.float64), len(heads.horizons))
-    scales = np.broadcast_to(np.asarray(normalisation["target_std"], np.float64), len(heads.horizons))
+    horizons = len(heads.horizons)
+    offsets = np.broadcast_to(np.asarray(normalisation["target_mean"], np.float64), horizons)
+    scales = np.broadcast_to(np.asarray(normalisation["target_std"], np.float64), horizons)
     scores = checkpoint.get("calibration", {}).get("scores")
-    scores = np.zeros((len(heads.horizons), 0)) if scores is None or not len(scores) else np.asarray(scores)
+    scores = np.zeros((horizons, 0)) if scores is None or not len(scores) else np.asarray(scores)
+    if heads.single:  # one horizon of one output, as the heads of several have them
+        scaled, scores = scaled.reshape(-1, 1, 1), scores.reshape(1, -1)
     forecasts = []
     for k, horizon in enumerate(heads.horizons):
         outputs, offset, scale = scaled[:, k, :], float(offsets[k]), float(scales[k])
@@ -147,29 +139,18 @@ def head_columns(target_name: str, forecasts: list[dict], close: np.ndarray) -> 
     return columns
 
 
-def interval_bounds(checkpoint: dict, scaled: np.ndarray, coverage: float = COVERAGE) -> dict[str, np.ndarray]:
-    """The forecasts' interval at `coverage` from the model file's calibration scores
-    (rnnfleet.intervals), in the target's units: {"low": ..., "high": ...}; {} for a
-    classification target, a model file without calibration, or too few scores for it."""
-    target = TARGETS[checkpoint["features"]["target"]]
-    scores = checkpoint.get("calibration", {}).get("scores")
-    width = None if scores is None else calibrated_width(scores, target, coverage)
-    if width is None:
-        return {}
-    normalisation = checkpoint["normalisation"]
-    low, high = bounds(scaled, width, target, float(normalisation["target_mean"]), float(normalisation["target_std"]))
-    return {"low": low, "high": high}
-
-
-def interval_columns(target_name: str, coverage: float, bounds: dict, close: np.ndarray) -> dict[str, np.ndarray]:
+def interval_columns(
+    target_name: str, coverage: float, low: np.ndarray, high: np.ndarray, close: np.ndarray
+) -> dict[str, np.ndarray]:
     """The forecasts' interval columns, named by the target and the coverage
     (forecast_log_return_low_90, ...; for log_return also the closes they imply)."""
-    if not bounds:
-        return {}
     column, percent = TARGETS[target_name].forecast_column, f"{coverage * 100:g}"
-    columns = {f"{column}_{side}_{percent}": bounds[side] for side in ("low", "high")}
+    columns = {f"{column}_low_{percent}": low, f"{column}_high_{percent}": high}
     if target_name == "log_return":
-        columns |= {f"forecast_close_{side}_{percent}": close * np.exp(bounds[side]) for side in ("low", "high")}
+        columns |= {
+            f"forecast_close_low_{percent}": close * np.exp(low),
+            f"forecast_close_high_{percent}": close * np.exp(high),
+        }
     return columns
 
 
@@ -204,7 +185,7 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
     if target.name == "log_return":
         entries["forecast_close"] = arrays.last_close * float(np.exp(forecast))
     if per_horizon[0]["bands"]:
-        _, low, high = min(per_horizon[0]["bands"], key=lambda band: abs(band[0] - COVERAGE))
+        _, low, high = nearest_coverage(per_horizon[0]["bands"], lambda band: band[0])
         entries |= {"forecast_low": float(low[0]), "forecast_high": float(high[0])}
     if not heads.single:
         columns = head_columns(target.name, per_horizon, np.array([arrays.last_close]))
@@ -264,7 +245,7 @@ def forecast_frame(
         columns["forecast_close"] = close * np.exp(forecasts)
     columns = {name: columns[name] for name in forecast_columns(target.name)}
     for band_coverage, low, high in per_horizon[0]["bands"]:
-        columns |= interval_columns(target.name, band_coverage, {"low": low, "high": high}, close)
+        columns |= interval_columns(target.name, band_coverage, low, high, close)
     if not heads.single:
         columns |= head_columns(target.name, per_horizon, close)
     return pd.DataFrame(columns)

@@ -12,7 +12,7 @@ horizon's are in `horizons`), with the same code as a single forecast.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,10 +46,13 @@ def score_test_period(
     if not len(result.test_numbers):
         return {}
     if result.heads.single:
-        return horizon_scores(arrays, result, seq_len, cost_bps, block_bars, bootstrap, seed)
+        one = HorizonOutputs(
+            result.test_numbers, result.test_outputs, result.naive_output, result.calibration, result.heads
+        )
+        return horizon_scores(arrays, one, seq_len, cost_bps, block_bars, bootstrap, seed)
     per_horizon = [
         horizon_scores(
-            horizon_arrays(arrays, k), horizon_result(result, k), seq_len, cost_bps, block_bars, bootstrap, seed
+            horizon_arrays(arrays, k), horizon_outputs(result, k), seq_len, cost_bps, block_bars, bootstrap, seed
         )
         for k in range(len(result.heads.horizons))
     ]
@@ -73,37 +76,52 @@ def horizon_arrays(arrays: PreparedArrays, k: int) -> PreparedArrays:
     )
 
 
-def horizon_result(result, k: int):
-    """A TrainingResult of heads as that of horizon k alone: its point forecasts as
-    test_outputs, its quantile forecasts as test_quantiles, its baseline and calibration."""
+@dataclass(frozen=True)
+class HorizonOutputs:
+    """What a trained model (rnnfleet.training.TrainingResult) gives one of its horizons to
+    score: the test windows, their point forecasts and the baseline's (scaled), the
+    horizon's calibration (rnnfleet.intervals.horizon_bands) and, with quantile heads, the
+    quantile forecasts (windows, quantiles) and the baseline's quantiles (quantiles,)."""
+
+    numbers: np.ndarray
+    point: np.ndarray
+    naive: float
+    calibration: np.ndarray
+    heads: Heads  # of this horizon alone
+    quantiles: np.ndarray | None = None
+    naive_quantiles: np.ndarray | None = None
+
+
+def horizon_outputs(result, k: int) -> HorizonOutputs:
+    """Horizon k's outputs of a TrainingResult of heads."""
     heads = result.heads
     outputs = result.test_outputs[:, k, :]
     naive = np.asarray(result.naive_output, dtype=np.float64)
-    return replace(
-        result,
-        test_outputs=np.ascontiguousarray(outputs[:, heads.point]),
-        test_quantiles=outputs if heads.quantiles else np.zeros((0, 0), np.float32),
-        naive_output=float(naive[k, heads.point]),
-        naive_quantiles=naive[k] if heads.quantiles else None,
+    return HorizonOutputs(
+        numbers=result.test_numbers,
+        point=np.ascontiguousarray(outputs[:, heads.point]),
+        naive=float(naive[k, heads.point]),
         calibration=result.calibration[k] if len(result.calibration) else result.calibration,
         heads=Heads((heads.horizons[k],), heads.quantiles),
+        quantiles=outputs if heads.quantiles else None,
+        naive_quantiles=naive[k] if heads.quantiles else None,
     )
 
 
-def horizon_scores(arrays, result, seq_len, cost_bps, block_bars, bootstrap, seed) -> dict:
+def horizon_scores(arrays, result: HorizonOutputs, seq_len, cost_bps, block_bars, bootstrap, seed) -> dict:
     """score_test_period of one horizon's point forecast (and quantiles, where it has them)."""
-    numbers, outputs = result.test_numbers, result.test_outputs.astype(np.float64)
+    numbers, outputs = result.numbers, result.point.astype(np.float64)
     target = TARGETS[arrays.target]
     ends = numbers + (seq_len - 1)
     actual = arrays.targets[ends].astype(np.float64)
     losses = evaluation.window_losses(outputs, actual, target.classification)
-    naive_losses = evaluation.window_losses(np.full_like(outputs, result.naive_output), actual, target.classification)
+    naive_losses = evaluation.window_losses(np.full_like(outputs, result.naive), actual, target.classification)
     block = evaluation.bootstrap_block(block_bars, len(numbers))
     low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
     statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
     bands = intervals.horizon_bands(
         outputs,
-        result.test_quantiles if result.heads.quantiles else None,
+        result.quantiles,
         result.calibration,
         result.heads,
         target,
@@ -151,12 +169,12 @@ def horizon_scores(arrays, result, seq_len, cost_bps, block_bars, bootstrap, see
     return scores
 
 
-def pinball_scores(result, actual: np.ndarray, block: int, bootstrap: int, seed: int) -> dict:
+def pinball_scores(result: HorizonOutputs, actual: np.ndarray, block: int, bootstrap: int, seed: int) -> dict:
     """The quantile forecasts' mean pinball loss over the test windows (averaged over
     quantiles, in the scaled target's units), the naive baseline's (the training part's
     empirical quantiles) and the skill between them with its block-bootstrap interval."""
     quantiles = np.asarray(result.heads.quantiles)
-    losses = pinball_losses(result.test_quantiles, actual, quantiles)
+    losses = pinball_losses(result.quantiles, actual, quantiles)
     naive = np.broadcast_to(result.naive_quantiles, (len(actual), len(quantiles)))
     naive_losses = pinball_losses(naive, actual, quantiles)
     low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
@@ -170,7 +188,9 @@ def pinball_scores(result, actual: np.ndarray, block: int, bootstrap: int, seed:
     }
 
 
-def interval_scores(result, bands, actual, target: Target, arrays, block: int, bootstrap: int, seed: int) -> dict:
+def interval_scores(
+    result: HorizonOutputs, bands, actual, target: Target, arrays, block: int, bootstrap: int, seed: int
+) -> dict:
     """How the test period's calibrated intervals (intervals.horizon_bands) held: for the one
     nearest intervals.COVERAGE the unsuffixed entries (how often it held, with a
     block-bootstrap and a binomial interval, and its mean width in the target's units), and
@@ -192,7 +212,7 @@ def interval_scores(result, bands, actual, target: Target, arrays, block: int, b
         {"coverage": coverage, **intervals.coverage_scores(lower, upper, held, block, bootstrap, seed)}
         for coverage, lower, upper in bands
     ]
-    primary = min(every, key=lambda entry: abs(entry["coverage"] - intervals.COVERAGE))
+    primary = intervals.nearest_coverage(every, lambda entry: entry["coverage"])
     scores = {"interval_coverage": primary["coverage"], "calibration_windows": windows}
     scores |= {key: value for key, value in primary.items() if key != "coverage"}
     return scores | ({"intervals": every} if len(every) > 1 else {})
@@ -236,7 +256,7 @@ def test_series(
         for coverage, lower, upper in bands or []
     ]
     if shown:
-        series |= min(shown, key=lambda band: abs(band["coverage"] - intervals.COVERAGE))
+        series |= intervals.nearest_coverage(shown, lambda band: band["coverage"])
     if len(shown) > 1:
         series["bands"] = shown
     return series

@@ -33,10 +33,10 @@ PREPROCESS_CONFIG_KEYS = {
     "quality": "quality",
 }
 
-# Preprocess settings added after array files were made without them: left out while unset
-# (None), so that the preprocess rule's params and the array files' settings hash stay as they
-# were and a project made before they existed re-runs nothing.
-LATER_PREPROCESS_KEYS = ("val_bars", "test_bars")
+# Settings added after projects were made without them, and their defaults: at the default
+# they are left out of the rules' params, the array files' settings hash and a model's
+# fingerprint, so that a project made before they existed re-runs and updates as before.
+LATER_KEYS = {"preprocess.val_bars": None, "preprocess.test_bars": None, "train.horizons": [], "train.quantiles": []}
 
 # The config section of each param of the train rule (named after its section); the
 # train section without RUNTIME_ONLY_TRAIN_KEYS.
@@ -44,11 +44,21 @@ TRAIN_PARAM_CONFIG_KEYS = {"model": "model", "train": "train", "columns": "colum
 
 
 def config_value(config: dict, key: str):
-    """The value of a dotted config key (train.seq_len)."""
+    """The value of a dotted config key (train.seq_len); a LATER_KEYS key a config lacks has its default."""
     value = config
-    for part in key.split("."):
-        value = value[part]
+    try:
+        for part in key.split("."):
+            value = value[part]
+    except KeyError:
+        if key in LATER_KEYS:
+            return LATER_KEYS[key]
+        raise
     return value
+
+
+def at_later_default(key: str, value) -> bool:
+    """Whether the dotted config key is one of LATER_KEYS and holds its default."""
+    return key in LATER_KEYS and value == LATER_KEYS[key]
 
 
 def preprocess_settings(config: dict) -> dict:
@@ -56,12 +66,9 @@ def preprocess_settings(config: dict) -> dict:
     arguments of rnnfleet.data.prepare_dataset (and of the preprocess job). Of `quality:`
     only the fail thresholds: the warn ones change no arrays (rnnfleet.quality)."""
     settings = {
-        name: config_value(config, key)
+        name: value
         for name, key in PREPROCESS_CONFIG_KEYS.items()
-        if name not in LATER_PREPROCESS_KEYS
-    }
-    settings |= {
-        name: value for name in LATER_PREPROCESS_KEYS if (value := config.get("preprocess", {}).get(name)) is not None
+        if not at_later_default(key, value := config_value(config, key))
     }
     return {**settings, "horizon": horizon_setting(config["train"]), "quality": fail_thresholds(settings["quality"])}
 
@@ -75,19 +82,13 @@ def horizon_setting(train: dict) -> int | list[int]:
     return int(horizons[0]) if horizons else int(train["horizon"])
 
 
-# Train settings added after models were trained with their default: at the default they are
-# left out of the train rule's params and of a model's fingerprint, so that a project
-# trained before they existed re-trains and updates as before.
-LATER_TRAIN_KEYS = {"horizons": [], "quantiles": []}
-
-
 def train_hyper_parameters(config: dict) -> dict:
     """The `train:` settings that change what a model learns (all but RUNTIME_ONLY_TRAIN_KEYS;
-    LATER_TRAIN_KEYS only where they differ from their default)."""
+    LATER_KEYS only where they differ from their default)."""
     return {
         key: value
         for key, value in config["train"].items()
-        if key not in RUNTIME_ONLY_TRAIN_KEYS and not (key in LATER_TRAIN_KEYS and value == LATER_TRAIN_KEYS[key])
+        if key not in RUNTIME_ONLY_TRAIN_KEYS and not at_later_default(f"train.{key}", value)
     }
 
 

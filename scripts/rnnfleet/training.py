@@ -59,9 +59,6 @@ class TrainingResult:
     # (horizons, pairs, n) (rnnfleet.intervals.pair_scores).
     calibration: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     heads: Heads = Heads((1,))  # what the outputs are (rnnfleet.heads); the default: one point forecast
-    # One horizon's view of a model with quantiles (horizon_result): its (windows, quantiles) test outputs.
-    test_quantiles: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
-    naive_quantiles: np.ndarray | None = None  # and the baseline's quantiles (quantiles,)
 
     @property
     def skill(self) -> float:

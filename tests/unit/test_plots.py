@@ -122,6 +122,7 @@ def test_figures_tolerate_datasets_without_a_model(tmp_path):
         [str(tmp_path / "GOOD_1m.json"), str(tmp_path / "BAD_1m.json")],
         tmp_path / "curves",
         tmp_path / "skill.png",
+        tmp_path / "coverage.png",
         tmp_path / "table.html",
         REPO / "report" / "workflow.rst",
         tmp_path / "start.rst",
@@ -129,6 +130,7 @@ def test_figures_tolerate_datasets_without_a_model(tmp_path):
     )
     assert [path.name for path in (tmp_path / "curves").iterdir()] == ["GOOD_1m.svg"]
     assert (tmp_path / "skill.png").read_bytes().startswith(PNG_SIGNATURE)
+    assert (tmp_path / "coverage.png").read_bytes().startswith(PNG_SIGNATURE)  # no intervals: the chart says so
     table_html = (tmp_path / "table.html").read_text()
     assert table_html.index("GOOD_1m") < table_html.index("BAD_1m") and "<td>diverged</td>" in table_html
     # no test scores, no fleet verdicts: the start page has the fleet's numbers alone
