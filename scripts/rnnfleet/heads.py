@@ -63,12 +63,14 @@ class Heads:
 
     def pairs(self) -> list[tuple[int, int, float]]:
         """(index of q, index of 1 - q, the interval's coverage 1 - 2q) for each q below the median
-        whose partner was asked for too, widest first."""
-        return [
-            (low, self.quantiles.index(1.0 - q), round(1.0 - 2.0 * q, 12))
+        whose partner was asked for too (within float rounding: 1 - 0.07 is not 0.93), widest first."""
+        partner = {
+            low: high
             for low, q in enumerate(self.quantiles)
-            if q < MEDIAN and any(abs(other - (1.0 - q)) < 1e-12 for other in self.quantiles)
-        ]
+            for high, other in enumerate(self.quantiles)
+            if q < MEDIAN and abs(other - (1.0 - q)) < 1e-12
+        }
+        return [(low, high, round(1.0 - 2.0 * self.quantiles[low], 12)) for low, high in partner.items()]
 
     def pair_quantiles(self) -> list[list[float]]:
         return [[self.quantiles[low], self.quantiles[high]] for low, high, _ in self.pairs()]

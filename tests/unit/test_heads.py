@@ -56,6 +56,7 @@ def test_quantile_outputs_never_cross_and_the_median_is_always_a_head():
     assert Heads.of([1]).single and Heads.of([1]).shaped(torch.ones(4, 1)).shape == (4,)
     assert Heads.of([1, 5]).shaped(torch.ones(4, 2)).shape == (4, 2, 1)
     assert Heads.of([1], [0.1, 0.5]).pairs() == []  # 0.9 not asked: no central interval
+    assert Heads.of([1], [0.07, 0.93]).pairs() == [(0, 2, 0.86)]  # 1 - 0.07 != 0.93 in floats
 
 
 def test_quantiles_of_a_classification_target_are_refused_naming_the_key():
