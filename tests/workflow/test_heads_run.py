@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO, snakemake, write_bars_of_returns, write_config
+import yaml
+from conftest import REPO, planned_rules, snakemake, write_bars_of_returns, write_config
 
 from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.synthetic import ar_garch_returns
@@ -147,6 +148,16 @@ def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverag
     assert (
         refused.stderr.strip().splitlines()[-1].startswith("error: --coverage 0.8: models/AR_1m.pt forecasts quantiles")
     )
+
+
+def test_the_same_heads_given_on_the_command_line_re_run_nothing(run):
+    """--config hands nested values over as text: typed as config.yaml types them, the same
+    horizons and quantiles are the same params. (The whole train section, in config.yaml's
+    order: a re-ordered section is other params to Snakemake, which re-runs every job.)"""
+    train = yaml.safe_load((run["folder"] / "config.yaml").read_text())["train"]
+    assert train["horizons"] == HORIZONS and train["quantiles"] == QUANTILES
+    result = snakemake(run["folder"], "-n", "--config", f"train={json.dumps(train)}")
+    assert not {"preprocess", "train"} & set(planned_rules(result.stdout)), result.stdout
 
 
 def test_an_update_keeps_the_heads_and_calibrates_them_again_on_the_new_validation_part(run):
