@@ -114,7 +114,7 @@ def wrap_job_phases(clock: PhaseClock) -> None:
         (training, "build_model", "model built"),
         (training, "evaluate", "validation (every epoch)"),
         (training, "on_cpu", "best epoch's state copied"),
-        (training, "window_outputs", "test and validation outputs"),
+        (training, "window_outputs", "test outputs"),
         (intervals, "calibration_scores", "interval calibration"),
         (intervals, "head_calibration", "interval calibration"),
         (fitting, "score_test_period", "test scoring's own"),

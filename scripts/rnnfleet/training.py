@@ -8,6 +8,7 @@ import math
 import platform
 import time
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -101,6 +102,12 @@ def point_of(outputs: torch.Tensor, heads: Heads) -> torch.Tensor:
     return outputs if heads.single else outputs[..., heads.point]
 
 
+class Evaluation(NamedTuple):
+    loss: float  # mean, as training measures it: over every window and head
+    hit_share: float  # share of point forecasts on the target's side of 0 / 0.5
+    outputs: np.ndarray  # float32, as window_outputs gives them: what the calibration reads
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -110,14 +117,13 @@ def evaluate(
     target: Target,
     numbers: torch.Tensor,
     heads: Heads = SINGLE,
-) -> tuple[float, float]:
-    """Over the windows (and their targets) numbered `numbers`: (mean loss, as training
-    measures it: over every window and head, share of point forecasts on the target's side
-    of 0 / 0.5)."""
+) -> Evaluation:
+    """The model over the windows (and their targets) numbered `numbers`, in one pass."""
     model.eval()
     loss = loss_of(heads, target, targets.device)
     loss_sum = torch.zeros((), device=targets.device)
     hits = torch.zeros((), device=targets.device)
+    outputs = []
     for start in range(0, len(numbers), EVAL_BATCH):
         batch = numbers[start : start + EVAL_BATCH]
         with _autocast(targets.device, amp_dtype):
@@ -126,7 +132,12 @@ def evaluate(
         loss_sum += loss(predictions, batch_targets, reduction="sum")
         points = point_of(predictions, heads)
         hits += ((points > 0) == (batch_targets.reshape(points.shape) > 0.5)).sum()
-    return loss_sum.item() / (len(numbers) * heads.count), hits.item() / (len(numbers) * len(heads.horizons))
+        outputs.append(predictions)
+    return Evaluation(
+        loss_sum.item() / (len(numbers) * heads.count),
+        hits.item() / (len(numbers) * len(heads.horizons)),
+        torch.cat(outputs).cpu().numpy() if outputs else no_outputs(heads),
+    )
 
 
 @torch.no_grad()
@@ -139,8 +150,11 @@ def window_outputs(
     for start in range(0, len(numbers), EVAL_BATCH):
         with _autocast(windows.device, amp_dtype):
             outputs.append(outputs_of(model, windows[numbers[start : start + EVAL_BATCH]], heads).cpu())
-    if outputs:
-        return torch.cat(outputs).numpy()
+    return torch.cat(outputs).numpy() if outputs else no_outputs(heads)
+
+
+def no_outputs(heads: Heads) -> np.ndarray:
+    """The outputs of no window, shaped as those of some."""
     return np.zeros((0,) if heads.single else (0, len(heads.horizons), max(1, len(heads.quantiles))), np.float32)
 
 
@@ -248,11 +262,11 @@ def train_model(
     naive_output = naive_batch(naive_value, heads, val_targets)
     naive_val_loss = loss_function(naive_output, val_targets).item() if validating else math.nan
     best_val_loss, best_epoch, best_state, best_optimizer, history = math.inf, 0, None, None, []
-    start_val_loss = None
+    # The best epoch's validation pass: its outputs calibrate the intervals (no pass of their own).
+    best_pass = start_val_loss = None
     if start is not None and validating:
-        start_val_loss = best_val_loss = evaluate(
-            model, windows, window_targets, amp_dtype, target, val_numbers, heads
-        )[0]
+        best_pass = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
+        start_val_loss = best_val_loss = best_pass.loss
         best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
         log(f"epoch   0  val_loss {start_val_loss:.5f}  (the previous model's weights)")
     n_batches = math.ceil(n_train / batch_size)
@@ -277,11 +291,10 @@ def train_model(
                 last_progress = time.perf_counter()
                 log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
-        val_loss = (
-            evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)[0]
-            if validating
-            else math.nan
+        val_pass = (
+            evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads) if validating else None
         )
+        val_loss = val_pass.loss if val_pass else math.nan
         seconds = time.perf_counter() - epoch_started
         history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
         log(
@@ -292,7 +305,7 @@ def train_model(
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"training diverged at epoch {epoch} (train loss {train_loss})")
         if not validating or val_loss < best_val_loss:
-            best_val_loss, best_epoch = val_loss, epoch
+            best_val_loss, best_epoch, best_pass = val_loss, epoch, val_pass
             best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
         elif epoch - best_epoch >= int(train_hparams["patience"]):
             log(f"early stop: no val_loss improvement for {train_hparams['patience']} epochs")
@@ -302,15 +315,14 @@ def train_model(
     model.eval()
     accuracies = {}
     if target.classification and validating:
-        _, accuracies["val_accuracy"] = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
+        accuracies["val_accuracy"] = best_pass.hit_share
         naive_points = point_of(naive_output, heads)
         naive_hits = (naive_points > 0) == (val_targets.reshape(naive_points.shape) > 0.5)
         accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
     test_outputs = window_outputs(model, windows, amp_dtype, torch.from_numpy(numbers.test).to(device), heads)
     calibration = np.zeros(0, dtype=np.float32)
     if validating and not target.classification:
-        val_outputs = window_outputs(model, windows, amp_dtype, val_numbers, heads)
-        calibration = intervals.head_calibration(val_outputs, val_targets.cpu().numpy(), heads)
+        calibration = intervals.head_calibration(best_pass.outputs, val_targets.cpu().numpy(), heads)
     return TrainingResult(
         model=model,
         val_loss=best_val_loss,

@@ -20,7 +20,7 @@ from rnnfleet.heads import Heads, heads_of_settings, pinball, pinball_losses
 from rnnfleet.settings import preprocess_settings, train_hyper_parameters
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import train_model, usable_windows
+from rnnfleet.training import train_model, usable_windows, window_outputs, window_view
 
 
 def test_the_pinball_loss_by_hand():
@@ -122,6 +122,25 @@ def test_a_model_of_heads_trains_and_its_test_outputs_have_ordered_quantiles(tmp
     assert np.all(np.diff(result.test_outputs, axis=-1) >= 0)
     assert result.calibration.shape == (2, 1, len(usable_windows(arrays, 16).val))  # per horizon, per pair
     assert result.naive_output.shape == (2, 3) and np.all(np.diff(result.naive_output, axis=-1) >= 0)
+
+
+@pytest.mark.parametrize("quantiles", [[], [0.1, 0.9]])
+def test_the_calibration_is_the_best_epochs_as_a_pass_of_its_own_after_training_gives_it(tmp_path, quantiles):
+    """The intervals are calibrated on the outputs the best epoch's validation pass kept (not
+    those of the last epoch, and without a pass of their own): the same scores as the kept
+    model's outputs computed afresh."""
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS * 3, 4)
+    arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5], val_fraction=0.2)
+    model = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
+    train = {"seq_len": 16, "batch_size": 32, "epochs": 6, "lr": 0.05, "patience": 6, "seed": 0, "amp": "off"}
+    result = train_model(arrays, model, {**train, "quantiles": quantiles}, torch.device("cpu"))
+    assert result.best_epoch < result.epochs_run  # the kept model is not the last epoch's
+    val_numbers = torch.from_numpy(usable_windows(arrays, 16).val)
+    afresh = window_outputs(
+        result.model, window_view(torch.from_numpy(arrays.features), 16), None, val_numbers, result.heads
+    )
+    val_targets = arrays.targets[16 - 1 :][usable_windows(arrays, 16).val]
+    np.testing.assert_array_equal(result.calibration, intervals.head_calibration(afresh, val_targets, result.heads))
 
 
 def test_without_heads_the_params_and_arrays_are_those_of_before_heads_existed():
