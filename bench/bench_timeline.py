@@ -31,7 +31,7 @@ import yaml
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "scripts"))
 
-from bench_speed import REPO, workflow_config  # noqa: E402
+from bench_speed import REPO, own_warm_server_env, workflow_config  # noqa: E402
 
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
@@ -79,7 +79,7 @@ def run_and_watch(command: list[str], workdir: Path) -> tuple[float, float, dict
     """Run `command`; return its wall time, Snakemake's own CPU time and the processes seen."""
     started = time.time()
     log = open(workdir / "snakemake.log", "w+")  # noqa: SIM115 - a pipe read only at the end would fill and block
-    snakemake = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=log)
+    snakemake = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=log, env=own_warm_server_env())
     main = psutil.Process(snakemake.pid)
     seen: dict[int, Seen] = {}
     servers: set[int] = set()

@@ -59,7 +59,7 @@ def test_a_socket_folder_another_account_prepared_gets_nothing_from_a_run(tmp_pa
     write_config(tmp_path, data_dir="data")
     record_path = shared_tmp / "intruder.json"
     hijack_folder = shared_tmp / f"rnnfleet-warm-{os.getuid()}"
-    hijacker = as_intruder(intruder, HIJACKER, str(hijack_folder), socket_name(tmp_path), str(record_path))
+    hijacker = as_intruder(intruder, HIJACKER, str(hijack_folder), socket_name(), str(record_path))
     try:
         wait_for(record_path.exists, what="the other account's listener")
         run = snakemake(
@@ -81,7 +81,7 @@ def test_a_socket_folder_another_account_prepared_gets_nothing_from_a_run(tmp_pa
 
         # Control: the listener does catch a client that trusts the folder (so 0 above means something).
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as trusting_client:
-            trusting_client.connect(str(hijack_folder / socket_name(tmp_path)))
+            trusting_client.connect(str(hijack_folder / socket_name()))
             trusting_client.sendall(f'{{"env": {{"{SECRET}": "leaked"}}}}'.encode())
             wait_for(lambda: "leaked" in read_record(record_path)["data"], what="the control's bytes")
     finally:

@@ -58,6 +58,23 @@ def test_concurrent_jobs_share_one_server(tmp_path):
     assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)  # not four cold runs
 
 
+def test_jobs_of_two_project_folders_share_one_server_and_each_child_runs_in_its_jobs_folder(tmp_path):
+    """One server per user (and Python and code version), not per folder: the next project's
+    run finds torch imported."""
+    folders = [tmp_path / "project-a", tmp_path / "project-b"]
+    facts = []
+    for folder in folders:
+        folder.mkdir()
+        client = start_client(
+            folder, "warm_targets:report_and_exit", {"report_path": str(folder / "r.json"), "exit_status": 0}
+        )
+        assert client.wait(timeout=120) == 0
+        facts.append(json.loads((folder / "r.json").read_text()))
+    assert [fact["cwd"] for fact in facts] == [str(folder) for folder in folders]
+    assert facts[0]["parent"] == facts[1]["parent"] and facts[0]["pid"] != facts[1]["pid"]
+    assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)
+
+
 def run_client(workdir: Path, exit_status: int, marker: str = "m") -> tuple[dict, subprocess.CompletedProcess]:
     """One job of warm_targets:report_and_exit, run to its end with its stdout and stderr read
     to end of file (so a child that kept them open after the job would hang it)."""

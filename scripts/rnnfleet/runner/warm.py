@@ -3,7 +3,7 @@ imported torch and pandas, and reused from job to job.
 
 A fresh interpreter per job pays `import torch` (and torch._dynamo, which torch.optim
 pulls in) and pandas: for small models that costs more than the training. Instead, each
-job's process (a thin client, rnnfleet.runner.warm_client) hands the work to a per-folder server
+job's process (a thin client, rnnfleet.runner.warm_client) hands the work to a per-user server
 that imported them once and runs the job in a child of its own. For Snakemake nothing
 changes: the job is still one process that runs while the job runs and exits with its
 status, so scheduling, resources, triggers, dry-runs and per-job failures behave as before.
@@ -26,11 +26,12 @@ status, so scheduling, resources, triggers, dry-runs and per-job failures behave
   takes a job of another run (the runs' environments differ: RNNFLEET_RUN).
 - The server is started (rnnfleet.runner.warm_client) when a run with trainings starts
   (prestart) or by the first job that finds none, under a file lock the server holds until it listens, so only one
-  starts; it and its idle children exit after IDLE_SECONDS without jobs. Its key includes
-  the code's modification times, so a server never runs code older than the files on disk.
+  starts. It exits after SERVER_IDLE_SECONDS without jobs, its idle children after
+  CHILD_IDLE_SECONDS. One server serves every project folder of this user, Python and code
+  version (its key includes the code's modification times, so a server never runs code
+  older than the files on disk).
 - The server never touches CUDA or torch's thread pools, so forking it is safe.
-- The shared folder holds a socket, a start lock and a log per working folder and code
-  version; a server that starts removes those of servers that are gone (no server answers at
+- The shared folder holds a socket, a start lock and a log per Python and code version; a server that starts removes those of servers that are gone (no server answers at
   the socket, none is starting: the lock is free) and that no one touched for STALE_SECONDS,
   so the folder does not grow with every project and every code change. Another live
   server's files are never touched.
@@ -60,7 +61,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rnnfleet.runner.device import WORKER_VARIABLE, can_take_another_job, tune_cpu_allocator
-from rnnfleet.runner.warm_client import IDLE_SECONDS, call, peer_uid, receive_message, send_message
+from rnnfleet.runner.warm_client import (
+    CHILD_IDLE_SECONDS,
+    SERVER_IDLE_SECONDS,
+    call,
+    peer_uid,
+    receive_message,
+    send_message,
+)
 
 # The files of a server that is gone are removed once none of them changed for this long.
 STALE_SECONDS = 24 * 3600
@@ -122,7 +130,7 @@ def serve(address: Path, start_lock_fd: int) -> None:
     children: dict[int, Child] = {}
     last_activity = time.monotonic()
     try:
-        while _busy(children) or time.monotonic() - last_activity < IDLE_SECONDS:
+        while _busy(children) or time.monotonic() - last_activity < SERVER_IDLE_SECONDS:
             for key, _ in selector.select(timeout=1.0):
                 event, subject = key.data
                 if event == "accept":
@@ -298,7 +306,7 @@ def _close_channel(child: Child, selector: selectors.BaseSelector) -> None:
 def _retire_idle_children(children: dict[int, Child], selector: selectors.BaseSelector) -> None:
     now = time.monotonic()
     for child in children.values():
-        if child.client is None and child.channel is not None and now - child.idle_since > IDLE_SECONDS:
+        if child.client is None and child.channel is not None and now - child.idle_since > CHILD_IDLE_SECONDS:
             _close_channel(child, selector)
 
 

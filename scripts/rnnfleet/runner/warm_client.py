@@ -33,7 +33,11 @@ if TYPE_CHECKING:
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rnnfleet/
 SUB_PACKAGES = ("runner", "hooks")
-IDLE_SECONDS = 10.0  # a server, and each of its children, exits after this long without jobs
+# A server exits after this long without jobs: long enough that the next run (the `-n` then
+# the run, a fixed config, the next project) finds torch imported; it never touches CUDA, so
+# it holds host memory only. Its idle children, which may hold a CUDA context, go sooner.
+SERVER_IDLE_SECONDS = 60.0
+CHILD_IDLE_SECONDS = 10.0
 CONNECT_TIMEOUT_SECONDS = 120.0
 _HEADER = struct.Struct("!I")
 _LINUX_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -128,20 +132,21 @@ def private_folder() -> str:
     return folder
 
 
-def socket_name(workdir: str | os.PathLike) -> str:
-    """One server per working folder, Python, code version and user. Short: AF_UNIX limits the path to ~100 bytes."""
+def socket_name() -> str:
+    """One server per Python, code version and user, whichever project folder its jobs run in
+    (each child runs in its job's folder). Short: AF_UNIX limits the path to ~100 bytes."""
     code_stamp = sorted(
         (os.path.join(folder, entry.name), entry.stat().st_mtime_ns)
         for folder in ("", *SUB_PACKAGES)
         for entry in os.scandir(os.path.join(PACKAGE_DIR, folder))
         if entry.name.endswith(".py")
     )
-    key = json.dumps([os.path.realpath(workdir), sys.executable, code_stamp, os.getuid()])
+    key = json.dumps([sys.executable, code_stamp, os.getuid()])
     return hashlib.sha1(key.encode()).hexdigest()[:16] + ".sock"
 
 
-def server_address(workdir: str | os.PathLike) -> str:
-    return os.path.join(private_folder(), socket_name(workdir))
+def server_address() -> str:
+    return os.path.join(private_folder(), socket_name())
 
 
 def send_message(connection: socket.socket, payload: dict, fds: list[int] | None = None) -> None:
@@ -224,7 +229,7 @@ def run_warm(target: str, kwargs: dict, log_file) -> int:
     reason = connection_unsupported_reason()
     if reason:
         raise WarmUnavailable(reason)
-    address = server_address(os.getcwd())
+    address = server_address()
     try:
         connection = connect(address)
     except WarmUnavailable:
@@ -277,8 +282,8 @@ def _start_server(address: str | os.PathLike, lock) -> subprocess.Popen:
         )
 
 
-def prestart(workdir: str | os.PathLike = ".") -> None:
-    """Start the folder's server in the background, if none runs or is starting, and return
+def prestart() -> None:
+    """Start this user's server in the background, if none runs or is starting, and return
     at once: by the time the first training arrives it has imported torch. The workflow
     calls this when a run with trainings starts."""
     if unsupported_reason():
@@ -286,7 +291,7 @@ def prestart(workdir: str | os.PathLike = ".") -> None:
     from rnnfleet.runner.file_locks import try_lock
 
     try:
-        address = server_address(workdir)
+        address = server_address()
     except OSError:
         return  # no private folder: each job says why in its log
     lock = try_lock(_lock_path(address))
