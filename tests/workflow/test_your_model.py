@@ -308,29 +308,40 @@ TARGET_CASES = {
 }
 
 
-@pytest.mark.parametrize("target", TARGET_CASES)
-def test_each_target_trains_reports_its_baseline_and_forecasts_in_its_units(tmp_path, target):
-    baseline, loss, forecast_column = TARGET_CASES[target]
-    add_datasets(tmp_path, DATASETS[:1])
-    write_config(tmp_path, data_dir="data", target=target, predict={"datasets": "all", "last": FORECAST_BARS})
+def test_each_target_trains_reports_its_baseline_and_forecasts_in_its_units(tmp_path):
+    # One run: a datasets sheet gives each dataset one of the targets.
+    names = {target: f"{target.upper().replace('_', '')}_1m" for target in TARGET_CASES}
+    add_datasets(tmp_path, list(names.values()))
+    sheet = ["dataset\tfiles\ttarget", *(f"{name}\t{name}.csv\t{target}" for target, name in names.items())]
+    (tmp_path / "datasets.tsv").write_text("\n".join(sheet) + "\n")
+    write_config(
+        tmp_path,
+        data_dir="data",
+        datasets={"sheet": "datasets.tsv"},
+        predict={"datasets": "all", "last": FORECAST_BARS},
+    )
     snakemake(tmp_path)
-    row = read_summary(tmp_path)[DATASETS[0]]
-    assert (row["target"], row["baseline"], row["loss"]) == (f"{target} over 1 bar(s)", baseline, loss)
-    assert float(row["naive_val_loss"]) > 0 and np.isfinite(float(row["skill"]))
-    assert (row["val_accuracy"] != "") == (target == "direction")
-    forecasts = pd.read_csv(tmp_path / "predictions" / f"{DATASETS[0]}.csv")
-    intervals = () if target == "direction" else (f"{forecast_column}_low_90", f"{forecast_column}_high_90")
-    assert tuple(forecasts.columns) == ("timestamp", "close", "horizon", forecast_column, *intervals)
-    if intervals:  # an |return| or a volatility: the interval never reaches below 0
-        assert (forecasts[intervals[0]] >= 0).all() and (forecasts[intervals[0]] <= forecasts[forecast_column]).all()
-    values = forecasts[forecast_column]
-    if target == "direction":
-        assert values.between(0, 1).all()  # a probability, not a logit
-    else:  # back in log-return units: the size of a 1-minute move, not a standardised score
-        typical = np.abs(np.diff(np.log(pd.read_csv(tmp_path / "data" / f"{DATASETS[0]}.csv")["close"]))).mean()
-        assert values.abs().median() < 20 * typical
+    summary = read_summary(tmp_path)
     table_html = (tmp_path / "results" / "metrics.html").read_text()
-    assert baseline in table_html and target in table_html
+    for target, name in names.items():
+        baseline, loss, forecast_column = TARGET_CASES[target]
+        row = summary[name]
+        assert (row["target"], row["baseline"], row["loss"]) == (f"{target} over 1 bar(s)", baseline, loss)
+        assert float(row["naive_val_loss"]) > 0 and np.isfinite(float(row["skill"]))
+        assert (row["val_accuracy"] != "") == (target == "direction")
+        forecasts = pd.read_csv(tmp_path / "predictions" / f"{name}.csv")
+        intervals = () if target == "direction" else (f"{forecast_column}_low_90", f"{forecast_column}_high_90")
+        assert tuple(forecasts.columns) == ("timestamp", "close", "horizon", forecast_column, *intervals)
+        if intervals:  # an |return| or a volatility: the interval never reaches below 0
+            assert (forecasts[intervals[0]] >= 0).all()
+            assert (forecasts[intervals[0]] <= forecasts[forecast_column]).all()
+        values = forecasts[forecast_column]
+        if target == "direction":
+            assert values.between(0, 1).all()  # a probability, not a logit
+        else:  # back in log-return units: the size of a 1-minute move, not a standardised score
+            typical = np.abs(np.diff(np.log(pd.read_csv(tmp_path / "data" / f"{name}.csv")["close"]))).mean()
+            assert values.abs().median() < 20 * typical
+        assert baseline in table_html and target in table_html
 
 
 def test_the_report_names_your_model(model_run_copy):
