@@ -228,7 +228,6 @@ def run_end_seconds(config: dict, work: Path, clock: PhaseClock) -> dict[str, fl
             table_html_path=str(results / "metrics.html"),
             start_template_path=str(REPO / "report" / "workflow.rst"),
             start_page_path=str(results / "report_start.rst"),
-            loss_curve_format="svg",
             processes=1,
         )
     return clock.take()

@@ -69,8 +69,8 @@ SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 COVERAGE_PLOT = f"{PATHS['results']}/coverage.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
-# SVG, text as text and coordinates to a tenth of a point: much smaller than a PNG in a .zip
-# report (bench/bench_report.py), and sharp at any zoom
+# SVG written without a plotting library (rnnfleet.svg_chart, rnnfleet.plots.LOSS_CURVE_FORMAT):
+# small in a .zip report (bench/bench_report.py), sharp at any zoom, a few milliseconds a curve
 LOSS_CURVE_FORMAT = "svg"
 NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.hooks.after_failures
 FORECASTS = (

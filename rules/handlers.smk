@@ -155,7 +155,6 @@ onerror:
             skill_plot=SKILL_PLOT,
             coverage_plot=COVERAGE_PLOT,
             loss_curves=LOSS_CURVES,
-            loss_curve_format=LOSS_CURVE_FORMAT,
             not_done=NOT_DONE,
             start_template=START_TEMPLATE,
             start_page=START_PAGE,

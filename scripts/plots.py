@@ -15,7 +15,6 @@ with run_job_guard("report figures"):
         table_html_path=snakemake.output.table_html,
         start_template_path=snakemake.input.start_template,
         start_page_path=snakemake.output.start_page,
-        loss_curve_format=snakemake.params.loss_curve_format,
         processes=snakemake.threads,
     )
     print(f"loss curves drawn: {len(drawn)} (new or re-trained datasets; the others are kept)", file=sys.stderr)

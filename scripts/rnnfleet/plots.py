@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import html
-import io
 import json
 import math
 import os
@@ -21,18 +20,22 @@ from rnnfleet.checkpoint import atomic_write
 from rnnfleet.evaluation import BEATS, CONFIDENCE, NOT_DISTINGUISHABLE, WORSE
 from rnnfleet.fleet import BEATS_AFTER, as_number
 from rnnfleet.intervals import COVERAGE
+from rnnfleet.svg_chart import Band, Line, Mark, Panel, chart_svg
 
-LOSS_CURVE_DPI = 100
-# The formats a loss curve may have (the workflow's: LOSS_CURVE_FORMAT in rules/datasets.smk);
-# a curve of another format than the one asked for is replaced.
+# The loss curves' format (rules/datasets.smk's LOSS_CURVE_FORMAT), and those of earlier
+# rnnfleets, whose curves are replaced.
+LOSS_CURVE_FORMAT = "svg"
 LOSS_CURVE_FORMATS = ("svg", "png")
+# matplotlib's default colours (tab:blue, tab:orange, tab:red), as the other figures use them.
+BLUE, ORANGE, RED = "#1f77b4", "#ff7f0e", "#d62728"
 # Above this many datasets the overview drops the names (they are in the summary table).
 MAX_NAMED_BARS = 60
 # The summary table's page lists this many datasets that are not done above the table.
 MAX_LISTED_FAILURES = 50
 # Drawing one curve is cheap next to starting a process (on Windows and macOS each one
-# imports matplotlib again): fewer than this many per process do not pay for a second one.
-MIN_CURVES_PER_PROCESS = 20
+# imports this module and numpy again, about as long as drawing 60 curves): fewer than this
+# many per process do not pay for a second one.
+MIN_CURVES_PER_PROCESS = 100
 # Where Snakemake keeps the copy of an update() output while its job runs (9.x).
 SNAKEMAKE_BACKUPS = Path(".snakemake") / "backups"
 
@@ -251,128 +254,86 @@ def pyplot():
 
 def save_figure(figure, path: str | os.PathLike, dpi: int) -> None:
     """The figure written atomically, not synced to the disk: a figure is drawn again from
-    its metrics, and refresh_loss_curves draws an empty loss curve (a power cut's) again."""
-    image_format = Path(path).suffix.lstrip(".")
+    its metrics."""
     with atomic_write(path, durable=False) as handle:
-        if image_format == "svg":
-            handle.write(compact_svg(figure))
-        else:
-            figure.savefig(handle, format=image_format, dpi=dpi)
+        figure.savefig(handle, format=Path(path).suffix.lstrip("."), dpi=dpi)
 
 
-# The SVG attributes that hold coordinates only (not opacities, dashes or font sizes).
-SVG_COORDINATES = re.compile(rb'\b(x|y|transform)="([^"]*)"')
-SVG_PATH = re.compile(rb'\bd="([^"]*)"')
-SVG_LONG_NUMBER = re.compile(rb"-?\d+\.\d{2,}")
-SVG_LINE_PATH = re.compile(rb"[MLz0-9.\s-]*")  # only moves, lines and closes: written relative
-
-
-def compact_svg(figure) -> bytes:
-    """The figure as SVG, small: text as text (in the viewer's sans-serif font), coordinates
-    to a tenth of a point, lines as relative moves, no date or creator; the same bytes for
-    the same figure."""
-    import matplotlib
-
-    settings = {"svg.fonttype": "none", "svg.hashsalt": "rnnfleet", "font.sans-serif": ["DejaVu Sans", "Arial"]}
-    buffer = io.BytesIO()
-    with matplotlib.rc_context(settings):
-        figure.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
-
-    def rounded(number: re.Match) -> bytes:
-        return b"%.1f" % float(number.group())
-
-    svg = SVG_COORDINATES.sub(
-        lambda attribute: b'%s="%s"' % (attribute.group(1), SVG_LONG_NUMBER.sub(rounded, attribute.group(2))),
-        buffer.getvalue(),
-    )
-    return SVG_PATH.sub(lambda path: b'd="%s"' % compact_path(path.group(1)), svg)
-
-
-def short_number(tenths: int) -> bytes:
-    """A number of tenths as SVG writes it shortest: 12 -> '1.2', -3 -> '-.3', 20 -> '2'."""
-    if tenths % 10 == 0:
-        return b"%d" % (tenths // 10)
-    text = b"%.1f" % (tenths / 10)
-    return text[1:] if text.startswith(b"0.") else b"-" + text[2:] if text.startswith(b"-0.") else text
-
-
-def compact_path(data: bytes) -> bytes:
-    """A path's data to a tenth of a point; a path of moves and lines (the curves: most of the
-    file) as relative steps between the rounded points, which do not drift and compress well."""
-    if not SVG_LINE_PATH.fullmatch(data):
-        return SVG_LONG_NUMBER.sub(lambda number: b"%.1f" % float(number.group()), data)
-    tokens = re.findall(rb"[MLz]|-?\d+(?:\.\d+)?", data)
-    steps, place, start, at = [], None, None, 0
-    while at < len(tokens):
-        command = tokens[at]
-        if command == b"z":
-            steps.append(b"z")
-            place, at = start, at + 1
-            continue
-        point = (round(float(tokens[at + 1]) * 10), round(float(tokens[at + 2]) * 10))
-        at += 3
-        if command == b"M" or place is None:
-            steps.append(b"M%s %s" % (short_number(point[0]), short_number(point[1])))
-            start = point
-        else:
-            step_x, step_y = short_number(point[0] - place[0]), short_number(point[1] - place[1])
-            steps.append(b"l%s%s%s" % (step_x, b"" if step_y.startswith(b"-") else b" ", step_y))
-        place = point
-    return b"".join(steps)
-
-
-def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, image_format: str) -> list[Path]:
-    """One figure per dataset, named <dataset>.<image_format> (svg, png): training and validation loss per epoch,
-    the best epoch and the naive forecast's validation loss. Datasets whose metrics hold no
-    per-epoch history (no model) get no curve, and lose the one they had."""
-    plt = pyplot()
+def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> list[Path]:
+    """One SVG per dataset, <dataset>.svg: training and validation loss per epoch, the best
+    epoch and the naive forecast's validation loss above; the test period's forecasts against
+    the actual values below. Datasets whose metrics hold no per-epoch history (no model) get
+    no curve, and lose the one they had."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    figure, (axes, test_axes) = plt.subplots(2, 1, figsize=(8.0, 6.4), height_ratios=(1.0, 0.8))
-    # Fixed margins, legend on the right: an automatic layout would draw every figure twice.
-    figure.subplots_adjust(left=0.09, right=0.70, top=0.90, bottom=0.08, hspace=0.62)
-    # One figure and one set of lines for all curves, their data replaced per dataset:
-    # clearing the axes would rebuild lines, axis and ticks for every curve.
-    (training,) = axes.plot([], [], "o-", label="training")
-    (validation,) = axes.plot([], [], "o-", label="validation")
-    (naive,) = axes.plot([], [], "--", color="0.5")  # a line, not axhline: it widens the y range
-    best = axes.axvline(1, color="0.8", linestyle=":")
-    axes.set_xlabel("epoch")
-    axes.xaxis.get_major_locator().set_params(integer=True)
-    (actual,) = test_axes.plot([], [], "-", color="0.55", linewidth=0.8, label="actual")
-    (forecast,) = test_axes.plot([], [], "-", color="tab:red", linewidth=1.0, label="forecast")
     written = []
     for metrics_path in metrics_paths:
         with open(metrics_path) as handle:
             metrics = json.load(handle)
-        history = metrics.get("history") or []
         dataset = Path(metrics_path).stem
-        if not history:
-            loss_curve_path(folder, dataset, image_format).unlink(missing_ok=True)
+        path = loss_curve_path(folder, dataset)
+        if not metrics.get("history"):
+            path.unlink(missing_ok=True)
             continue
-        training.set_data(*curve_points(history, "train_loss"))
-        epochs, val_losses = validation_points(metrics)
-        validation.set_data(epochs, val_losses)
-        naive.set_data(epochs, [metrics["naive_val_loss"]] * len(epochs))
-        naive.set_label(f"naive: {metrics.get('baseline', 'naive forecast')}, validation")
-        best.set_xdata([metrics["best_epoch"]] * 2)
-        best.set_label(f"best epoch ({metrics['best_epoch']})")
-        axes.relim()
-        axes.autoscale_view()
-        axes.set(
-            title=f"{dataset}: {skill_text(metrics)}\n{training_description(metrics)}",
-            ylabel=metrics.get("loss", "loss"),
-        )
-        axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
-        draw_test_period(test_axes, actual, forecast, metrics)
-        path = loss_curve_path(folder, dataset, image_format)
-        save_figure(figure, path, LOSS_CURVE_DPI)
+        with atomic_write(path, durable=False) as handle:  # drawn again from its metrics if lost
+            handle.write(chart_svg(loss_curve_panels(dataset, metrics)))
         written.append(path)
-    plt.close(figure)
     return written
 
 
-def loss_curve_path(folder: str | os.PathLike, dataset: str, image_format: str) -> Path:
+def loss_curve_panels(dataset: str, metrics: dict) -> tuple[Panel, Panel]:
+    """The two panels of a dataset's loss curve, from its metrics."""
+    epochs, val_losses = validation_points(metrics)
+    naive_loss = metrics["naive_val_loss"]
+    losses = Panel(
+        title=f"{dataset}: {skill_text(metrics)}\n{training_description(metrics)}",
+        x_label="epoch",
+        y_label=metrics.get("loss", "loss"),
+        plot_height=210,
+        lines=(
+            Line(*curve_points(metrics["history"], "train_loss"), "training", BLUE, markers=True),
+            Line(epochs, val_losses, "validation", ORANGE, markers=True),
+            Line(
+                epochs,
+                [naive_loss] * len(epochs),
+                f"naive: {metrics.get('baseline', 'naive forecast')}, validation",
+                "#808080",
+                dash="6 3",
+            ),
+        ),  # fmt: skip
+        marks=(Mark(metrics["best_epoch"], f"best epoch ({metrics['best_epoch']})", "#bbbbbb"),),
+        x_axis="integer",
+    )
+    return losses, test_period_panel(metrics)
+
+
+def test_period_panel(metrics: dict) -> Panel:
+    """The lower panel: forecast against actual over the test period (metrics' test_series),
+    titled with the walk-forward folds' test skills where there are folds; x the forecasts'
+    times, or the window numbers where the array file of an older rnnfleet kept no times."""
+    series = metrics.get("test_series") or {"window": [], "actual": [], "forecast": [], "units": ""}
+    timed = "time" in series
+    positions = series["time"] if timed else series["window"]
+    bands = series.get("bands") or ([series] if "low" in series else [])
+    title = "test period: forecast vs actual" if series["window"] else "no test period"
+    return Panel(
+        title=f"{title}\n{folds_text(metrics)}".rstrip(),
+        x_label="time of the forecast (UTC)" if timed else "test window",
+        y_label=series["units"],
+        plot_height=170,
+        lines=(
+            Line(positions, series["actual"], "actual", "#8c8c8c", width=0.8),
+            Line(positions, series["forecast"], "forecast", RED, width=1.0),
+        ),
+        bands=tuple(
+            Band(positions, band["low"], band["high"], f"{band['coverage']:.0%} interval", RED)
+            for band in sorted(bands, key=lambda band: -band["coverage"])  # the widest underneath
+        ),
+        x_axis="time" if timed else "integer",
+    )
+
+
+def loss_curve_path(folder: str | os.PathLike, dataset: str, image_format: str = LOSS_CURVE_FORMAT) -> Path:
     return Path(folder) / f"{dataset}.{image_format}"
 
 
@@ -388,47 +349,6 @@ def validation_points(metrics: dict) -> tuple[list, list]:
     if metrics.get("update_start_val_loss") is not None:
         return [0, *epochs], [metrics["update_start_val_loss"], *losses]
     return epochs, losses
-
-
-def test_period_axis(series: dict) -> tuple[list, str]:
-    """(x positions, axis label) of the test period's chart: matplotlib's date numbers (days
-    since 1970-01-01) of the forecasts' times, or the window numbers where the array file of
-    an older rnnfleet kept no times."""
-    if "time" in series:
-        return [seconds / 86400.0 for seconds in series["time"]], "time of the forecast (UTC)"
-    return series["window"], "test window"
-
-
-def draw_test_period(test_axes, actual, forecast, metrics: dict) -> None:
-    """The lower panel: forecast against actual over the test period (metrics' test_series),
-    titled with the walk-forward folds' test skills where there are folds."""
-    series = metrics.get("test_series") or {"window": [], "actual": [], "forecast": [], "units": ""}
-    import matplotlib.dates as mdates
-    import matplotlib.ticker as mticker
-
-    positions, label = test_period_axis(series)
-    locator = mdates.AutoDateLocator() if "time" in series else mticker.AutoLocator()
-    test_axes.xaxis.set_major_locator(locator)
-    test_axes.xaxis.set_major_formatter(
-        mdates.ConciseDateFormatter(locator) if "time" in series else mticker.ScalarFormatter()
-    )
-    test_axes.set_xlabel(label)
-    actual.set_data(positions, series["actual"])
-    forecast.set_data(positions, series["forecast"])
-    for band in [artist for artist in test_axes.collections if artist.get_gid() == "interval"]:
-        band.remove()  # the previous dataset's (one figure draws every curve)
-    bands = series.get("bands") or ([series] if "low" in series else [])
-    for band in sorted(bands, key=lambda band: -band["coverage"]):  # the widest underneath
-        filled = test_axes.fill_between(
-            positions, band["low"], band["high"], color="tab:red", alpha=0.12, linewidth=0,
-            label=f"{band['coverage']:.0%} interval",
-        )  # fmt: skip
-        filled.set_gid("interval")
-    test_axes.relim()
-    test_axes.autoscale_view()
-    title = "test period: forecast vs actual" if series["window"] else "no test period"
-    test_axes.set(title=f"{title}\n{folds_text(metrics)}".rstrip(), ylabel=series["units"])
-    test_axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
 
 
 def folds_text(metrics: dict) -> str:
@@ -458,9 +378,7 @@ def training_description(metrics: dict) -> str:
     return f"{metrics['model']}; {metrics['features']} -> {metrics['target']}"
 
 
-def refresh_loss_curves(
-    metrics_paths: list[str], folder: str | os.PathLike, image_format: str, processes: int = 1
-) -> list[Path]:
+def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, processes: int = 1) -> list[Path]:
     """Make `folder` hold the loss curves of exactly the datasets of metrics_paths, drawing
     only those that are missing, empty or older than their metrics, in up to `processes`
     processes: a run that re-trains one dataset of a thousand draws one curve. Returns the
@@ -470,35 +388,29 @@ def refresh_loss_curves(
     if folder.is_dir():
         for curve in folder.iterdir():  # gone datasets' curves, and those of another format
             if curve.suffix.lstrip(".") in LOSS_CURVE_FORMATS and (
-                curve.stem not in wanted or curve.suffix != f".{image_format}"
+                curve.stem not in wanted or curve.suffix != f".{LOSS_CURVE_FORMAT}"
             ):
                 curve.unlink()
     stale = []
     for dataset, metrics_path in wanted.items():
         try:
-            drawn = loss_curve_path(folder, dataset, image_format).stat()
+            drawn = loss_curve_path(folder, dataset, LOSS_CURVE_FORMAT).stat()
         except FileNotFoundError:
             stale.append(metrics_path)
             continue
         if drawn.st_size == 0 or drawn.st_mtime_ns < os.stat(metrics_path).st_mtime_ns:
             stale.append(metrics_path)
-    return draw_loss_curves_in_processes(stale, folder, image_format, processes)
+    return draw_loss_curves_in_processes(stale, folder, processes)
 
 
-def draw_loss_curves_in_processes(
-    metrics_paths: list[str], folder: Path, image_format: str, processes: int
-) -> list[Path]:
+def draw_loss_curves_in_processes(metrics_paths: list[str], folder: Path, processes: int) -> list[Path]:
     """draw_loss_curves, shared out over up to `processes` processes."""
     processes = min(processes, os.cpu_count() or 1, len(metrics_paths) // MIN_CURVES_PER_PROCESS)
     if processes <= 1:
-        return draw_loss_curves(metrics_paths, folder, image_format) if metrics_paths else []
+        return draw_loss_curves(metrics_paths, folder) if metrics_paths else []
     shares = [metrics_paths[start::processes] for start in range(processes)]
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        return [
-            curve
-            for drawn in pool.map(draw_loss_curves, shares, repeat(folder), repeat(image_format))
-            for curve in drawn
-        ]
+        return [curve for drawn in pool.map(draw_loss_curves, shares, repeat(folder)) for curve in drawn]
 
 
 def drop_stale_snakemake_backup(output_path: str | os.PathLike) -> bool:
@@ -930,7 +842,6 @@ def draw_report_figures(
     table_html_path: str | os.PathLike,
     start_template_path: str | os.PathLike,
     start_page_path: str | os.PathLike,
-    loss_curve_format: str,
     processes: int = 1,
 ) -> list[Path]:
     """The plots job: everything the report shows besides what Snakemake adds itself. The
@@ -941,4 +852,4 @@ def draw_report_figures(
     draw_skill_overview(rows, skill_plot_path)
     draw_coverage_overview(rows, coverage_plot_path)
     write_start_page(start_template_path, rows, start_page_path)
-    return refresh_loss_curves(metrics_paths, loss_curves_folder, loss_curve_format, processes)
+    return refresh_loss_curves(metrics_paths, loss_curves_folder, processes)

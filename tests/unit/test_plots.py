@@ -6,18 +6,27 @@ The report of a real run: tests/workflow/test_report.py.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 from conftest import PNG_SIGNATURE, REPO
 
 import rnnfleet.checkpoint
 import rnnfleet.plots
-from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures
+from rnnfleet import svg_chart
+from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures, loss_curve_panels
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 
-@pytest.mark.slow
-def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path, monkeypatch):
+def svg_texts(path: Path) -> list[str]:
+    """The text elements of an SVG file, parsed as XML (the file is one well-formed document)."""
+    return [element.text for element in ElementTree.parse(path).iter(f"{SVG}text")]
+
+
+def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path):
     shapes = [(5, 0.5, "zero return"), (1, 2.0, "training mean"), (3, 0.01, "naive forecast"), (8, 40.0, "x")]
     metrics_paths, spans = [], {}
     for index, (epochs, scale, baseline) in enumerate(shapes):
@@ -31,27 +40,20 @@ def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_g
         path.write_text(json.dumps(metrics))
         metrics_paths.append(str(path))
         losses = [entry[key] for entry in history for key in ("train_loss", "val_loss")] + [scale * 1.5]
-        spans[f"D{index}.svg"] = (1, epochs, min(losses), max(losses))
-    limits = {}
-    save_figure = rnnfleet.plots.save_figure
-
-    def save_and_record_limits(figure, path, dpi):
-        limits[Path(path).name] = (*figure.axes[0].get_xlim(), *figure.axes[0].get_ylim())
-        save_figure(figure, path, dpi)
-
-    monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record_limits)
-    shared = draw_loss_curves(metrics_paths, tmp_path / "shared", "svg")
-    assert len(shared) == len(shapes)
-    for name, (first_epoch, last_epoch, lowest, highest) in spans.items():
-        x_from, x_to, y_from, y_to = limits[name]
+        spans[f"D{index}"] = (metrics, (1, epochs, min(losses), max(losses)))
+    shared = draw_loss_curves(metrics_paths, tmp_path / "shared")
+    assert [path.name for path in shared] == [f"D{index}.svg" for index in range(len(shapes))]
+    for name, (metrics, (first_epoch, last_epoch, lowest, highest)) in spans.items():
+        losses_panel, _ = loss_curve_panels(name, metrics)
+        (x_from, x_to), (y_from, y_to) = losses_panel.x_limits(), losses_panel.y_limits()
         assert x_from <= first_epoch and last_epoch <= x_to and y_from <= lowest and highest <= y_to, name
         assert y_to - y_from < 2 * (highest - lowest) + 1e-9, name  # fitted to this curve, not to all of them
+        assert svg_texts(tmp_path / "shared" / f"{name}.svg")[0].startswith(f"{name}: validation skill")
     for metrics_path, curve in zip(metrics_paths, shared, strict=True):
-        (alone,) = draw_loss_curves([metrics_path], tmp_path / "alone", "svg")
+        (alone,) = draw_loss_curves([metrics_path], tmp_path / "alone")
         assert curve.read_bytes() == alone.read_bytes(), curve.name
 
 
-@pytest.mark.slow
 def test_many_loss_curves_are_drawn_in_parallel_as_one_process_draws_them(tmp_path, monkeypatch):
     workers = []
 
@@ -68,24 +70,24 @@ def test_many_loss_curves_are_drawn_in_parallel_as_one_process_draws_them(tmp_pa
         metrics["history"] = [{"epoch": e, "train_loss": 1 / e + index, "val_loss": 0.9, "seconds": 1} for e in (1, 2)]
         (tmp_path / f"D{index}.json").write_text(json.dumps(metrics))
         metrics_paths.append(str(tmp_path / f"D{index}.json"))
-    drawn = rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", "svg", processes=4)
+    drawn = rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4)
     assert workers == [2]  # capped by the CPUs
     assert sorted(path.name for path in drawn) == sorted(f"D{index}.svg" for index in range(len(metrics_paths)))
-    draw_loss_curves(metrics_paths, tmp_path / "one", "svg")
+    draw_loss_curves(metrics_paths, tmp_path / "one")
     for path in drawn:
         assert path.read_bytes() == (tmp_path / "one" / path.name).read_bytes()
-    assert rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", "svg", processes=4) == []
+    assert rnnfleet.plots.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4) == []
 
 
-def test_curves_of_another_format_are_drawn_again_in_the_one_asked_for(tmp_path):
+def test_an_earlier_rnnfleets_png_curve_is_replaced_by_an_svg_one(tmp_path):
     metrics = {"dataset": "D", "naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 1, "val_loss": 0.9}
     metrics["history"] = [{"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "seconds": 1}]
     (tmp_path / "D.json").write_text(json.dumps(metrics))
-    (png,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "png")
-    assert png.read_bytes().startswith(PNG_SIGNATURE)  # an earlier rnnfleet's folder
-    (svg,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg")
+    (tmp_path / "curves").mkdir()
+    (tmp_path / "curves" / "D.png").write_bytes(PNG_SIGNATURE)  # newer than its metrics, but a PNG
+    (svg,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves")
     assert [path.name for path in (tmp_path / "curves").iterdir()] == ["D.svg"]
-    assert svg.read_bytes().startswith(b"<?xml") and b"<dc:date>" not in svg.read_bytes()
+    assert svg.read_bytes().startswith(b"<?xml") and svg_texts(svg)[0] == "D: validation skill +0.1000"
 
 
 def test_loss_curves_are_not_synced_to_the_disk_and_an_empty_one_is_drawn_again(tmp_path, monkeypatch):
@@ -94,19 +96,12 @@ def test_loss_curves_are_not_synced_to_the_disk_and_an_empty_one_is_drawn_again(
     (tmp_path / "D.json").write_text(json.dumps(metrics))
     synced = []
     monkeypatch.setattr(rnnfleet.checkpoint.os, "fsync", synced.append)
-    (curve,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg")
+    (curve,) = rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves")
     assert synced == [] and curve.stat().st_size > 0
-    assert rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg") == []
+    assert rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves") == []
     curve.write_bytes(b"")  # what a power cut after the rename may leave of a file not synced
-    assert rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves", "svg") == [curve]
+    assert rnnfleet.plots.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves") == [curve]
     assert curve.read_bytes().startswith(b"<?xml")
-
-
-def test_compact_paths_are_the_rounded_points_as_relative_steps():
-    data = b"M 10.04 20.06 \nL 10.71 19.94 \nL 11.38 -0.26 \nz\nM 1 2 \nL 3 4 \n"
-    assert rnnfleet.plots.compact_path(data) == b"M10 20.1l.7-.2l.7-20.2zM1 2l2 2"
-    curve = b"M 0 0 C 1.234 2.345 3.456 4.567 5.678 6.789 z"  # not lines: rounded only
-    assert rnnfleet.plots.compact_path(curve) == b"M 0 0 C 1.2 2.3 3.5 4.6 5.7 6.8 z"
 
 
 def test_figures_tolerate_datasets_without_a_model(tmp_path):
@@ -126,7 +121,6 @@ def test_figures_tolerate_datasets_without_a_model(tmp_path):
         tmp_path / "table.html",
         REPO / "report" / "workflow.rst",
         tmp_path / "start.rst",
-        "svg",
     )
     assert [path.name for path in (tmp_path / "curves").iterdir()] == ["GOOD_1m.svg"]
     assert (tmp_path / "skill.png").read_bytes().startswith(PNG_SIGNATURE)
@@ -138,7 +132,7 @@ def test_figures_tolerate_datasets_without_a_model(tmp_path):
     assert "**The fleet.** 2 dataset(s): 0 trained from scratch" in start and "fleet correction" not in start
 
 
-def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path, monkeypatch):
+def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path):
     """The per-dataset figure's lower panel: forecast against actual over the test period,
     titled with each walk-forward fold's test skill; a dataset without them shows none."""
     history = [{"epoch": e, "train_loss": 1 / e, "val_loss": 0.9, "seconds": 1} for e in (1, 2)]
@@ -151,52 +145,65 @@ def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path, mon
     scored = {**base, "test_skill": 0.04, "test_skill_low": 0.0, "test_skill_high": 0.08, "test_series": series}
     (tmp_path / "WITH.json").write_text(json.dumps({**scored, "folds": folds}))
     (tmp_path / "WITHOUT.json").write_text(json.dumps(base))
-    panels = {}
-    save_figure = rnnfleet.plots.save_figure
-
-    def save_and_record_panel(figure, path, dpi):
-        lower = figure.axes[1]
-        panels[Path(path).stem] = (lower.get_title(), [line.get_xydata().tolist() for line in lower.lines])
-        save_figure(figure, path, dpi)
-
-    monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record_panel)
-    draw_loss_curves([str(tmp_path / "WITH.json"), str(tmp_path / "WITHOUT.json")], tmp_path / "curves", "svg")
-    title, lines = panels["WITH"]
-    assert title == (
-        "test period: forecast vs actual\n"
-        "walk-forward: fold 1: +0.0300 [-0.0100, +0.0700]; fold 2: +0.0500 [+0.0100, +0.0900]"
-    )
-    assert lines == [[[0, 0.1], [5, -0.2], [10, 0.3]], [[0, 0.05], [5, -0.1], [10, 0.2]]]
-    assert panels["WITHOUT"] == ("no test period", [[], []])  # nothing left of the dataset drawn before
+    _, lower = loss_curve_panels("WITH", {**scored, "folds": folds})
+    title = "test period: forecast vs actual\nwalk-forward: fold 1: +0.0300 [-0.0100, +0.0700]; fold 2: +0.0500 [+0.0100, +0.0900]"
+    assert lower.title == title
+    assert [list(zip(line.xs, line.ys, strict=True)) for line in lower.lines] == [
+        [(0, 0.1), (5, -0.2), (10, 0.3)],
+        [(0, 0.05), (5, -0.1), (10, 0.2)],
+    ]
+    _, empty = loss_curve_panels("WITHOUT", base)
+    assert empty.title == "no test period" and [list(line.xs) for line in empty.lines] == [[], []]
+    with_folds, without = draw_loss_curves([str(tmp_path / "WITH.json"), str(tmp_path / "WITHOUT.json")], tmp_path)
+    assert {"test period: forecast vs actual", title.split("\n")[1], "actual", "forecast"} <= set(svg_texts(with_folds))
+    polylines = list(ElementTree.parse(with_folds).iter(f"{SVG}polyline"))
+    assert [len(line.get("points").split()) for line in polylines] == [2, 2, 2, 3, 3]  # 3 losses, 2 forecast lines
+    assert "no test period" in svg_texts(without)
 
 
-def test_an_updates_loss_curve_starts_at_epoch_0_and_the_test_chart_is_drawn_in_time(tmp_path, monkeypatch):
+def test_an_updates_loss_curve_starts_at_epoch_0_and_the_test_chart_is_drawn_in_time():
     """An update that kept the previous weights (best epoch 0) has a point there; the test
-    period's x axis is the forecasts' times, and a figure of an older metrics file without
-    times, drawn next with the same axes, counts windows again."""
+    period's x axis is the forecasts' times (clock times and the date under the first
+    tick), and a figure of an older metrics file without times counts windows."""
     history = [{"epoch": e, "train_loss": 0.5, "val_loss": 0.9 + e / 10, "seconds": 1} for e in (1, 2)]
     start = 1704067200  # 2024-01-01 00:00 UTC
-    series = {"window": [0, 5], "time": [start, start + 300], "actual": [0.1, -0.2], "forecast": [0.0, 0.1]}
+    series = {"window": [0, 5], "time": [start, start + 3600], "actual": [0.1, -0.2], "forecast": [0.0, 0.1]}
     updated = {"naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 0, "history": history}
     updated |= {"update_start_val_loss": 0.8, "test_series": {**series, "units": "log_return"}}
-    older = {**updated, "update_start_val_loss": None, "test_series": {**series, "time": None, "units": "log_return"}}
-    del older["test_series"]["time"]
-    (tmp_path / "UPDATED.json").write_text(json.dumps(updated))
-    (tmp_path / "OLDER.json").write_text(json.dumps(older))
-    drawn = {}
-    save_figure = rnnfleet.plots.save_figure
+    upper, lower = loss_curve_panels("UPDATED", updated)
+    validation = upper.lines[1]
+    assert list(zip(validation.xs, validation.ys, strict=True)) == [(0, 0.8), (1, 1.0), (2, 1.1)]
+    assert upper.marks[0].x == 0 and upper.marks[0].label == "best epoch (0)"
+    assert lower.x_label == "time of the forecast (UTC)" and lower.x_axis == "time"
+    assert list(lower.lines[0].xs) == [start, start + 3600]
+    ticks = svg_chart.time_ticks(*lower.x_limits())
+    assert ticks[0] == (start, "00:00\n2024-01-01") and ticks[-1] == (start + 3600, "01:00")
+    older = {**updated, "test_series": {key: value for key, value in series.items() if key != "time"} | {"units": ""}}
+    _, lower = loss_curve_panels("OLDER", older)
+    assert lower.x_label == "test window" and list(lower.lines[0].xs) == [0, 5]
 
-    def save_and_record(figure, path, dpi):
-        upper, lower = figure.axes[:2]
-        validation = upper.lines[1].get_xydata().tolist()
-        drawn[Path(path).stem] = (validation, lower.get_xlabel(), lower.lines[0].get_xydata()[:, 0].tolist())
-        save_figure(figure, path, dpi)
 
-    monkeypatch.setattr(rnnfleet.plots, "save_figure", save_and_record)
-    draw_loss_curves([str(tmp_path / "UPDATED.json"), str(tmp_path / "OLDER.json")], tmp_path / "curves", "svg")
-    validation, label, positions = drawn["UPDATED"]
-    assert validation == [[0, 0.8], [1, 1.0], [2, 1.1]]
-    assert label == "time of the forecast (UTC)"
-    assert positions == pytest.approx([start / 86400, (start + 300) / 86400])  # matplotlib's date numbers
-    validation, label, positions = drawn["OLDER"]
-    assert validation == [[1, 1.0], [2, 1.1]] and label == "test window" and positions == [0, 5]
+def test_ticks_are_round_values_inside_the_limits():
+    values, labels = zip(*svg_chart.number_ticks(0.83, 1.07), strict=True)
+    assert values == pytest.approx([0.85, 0.9, 0.95, 1.0, 1.05]) and labels == ("0.85", "0.90", "0.95", "1.00", "1.05")
+    assert [label for _, label in svg_chart.number_ticks(-0.0024, 0.0023)] == ["-0.002", "-0.001", "0", "0.001", "0.002"]  # fmt: skip
+    assert [value for value, _ in svg_chart.number_ticks(0.7, 7.3, integer=True)] == [1, 2, 3, 4, 5, 6, 7]
+    assert [value for value, _ in svg_chart.number_ticks(-2, 98, integer=True)] == [0, 20, 40, 60, 80]
+    day = 1704067200  # 2024-01-01 00:00 UTC
+    labels = [label for _, label in svg_chart.time_ticks(day - 3 * 3600, day + 5 * 3600)]
+    assert labels == ["22:00\n2023-12-31", "00:00\n2024-01-01", "02:00", "04:00"]
+
+
+def test_a_value_that_is_not_finite_breaks_the_line_and_leaves_the_limits_alone():
+    line = svg_chart.Line([1, 2, 3, 4, 5], [1.0, 2.0, math.nan, 4.0, math.inf], "l", "#000")
+    panel = svg_chart.Panel("t", "x", "y", 100, lines=(line,))
+    assert svg_chart.finite_runs(line.xs, line.ys) == [[(1, 1.0), (2, 2.0)], [(4, 4.0)]]
+    assert panel.y_limits() == pytest.approx((1.0 - 0.15, 4.0 + 0.15))
+    document = ElementTree.fromstring(svg_chart.chart_svg([panel]))
+    assert len(list(document.iter(f"{SVG}polyline"))) == 2
+
+
+def test_text_in_a_chart_is_escaped():
+    panel = svg_chart.Panel("A<B & C>", "x", "y", 100, lines=(svg_chart.Line([0, 1], [0, 1], "<script>", "#000"),))
+    texts = [element.text for element in ElementTree.fromstring(svg_chart.chart_svg([panel])).iter(f"{SVG}text")]
+    assert "A<B & C>" in texts and "<script>" in texts

@@ -64,7 +64,6 @@ class ResultPaths:
     skill_plot: str
     coverage_plot: str
     loss_curves: str
-    loss_curve_format: str  # svg, png
     not_done: str  # the datasets not done, one a line, written with the table
     start_template: str  # the report's start page: its template, and the page with the verdicts
     start_page: str
@@ -123,7 +122,7 @@ def write_results_after_failures(
             draw_skill_overview(as_read_back, paths.skill_plot)
             draw_coverage_overview(as_read_back, paths.coverage_plot)
             write_start_page(paths.start_template, as_read_back, paths.start_page)
-            refresh_loss_curves(ok_metrics, paths.loss_curves, paths.loss_curve_format)
+            refresh_loss_curves(ok_metrics, paths.loss_curves)
             with atomic_write(paths.not_done) as handle:  # written after the table: newer than it
                 handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
     except UserError as error:  # a WriteError: disk full, read-only folder, ...
