@@ -26,9 +26,9 @@ TITLE_SIZE, TEXT_SIZE, TITLE_ROW = 13, 11, 17
 MARGIN = 0.05  # of the data's span, on each side
 TICKS_WANTED = 6
 INTEGER_TICKS_WANTED = 8  # every epoch of a short training
-# Tick steps of a time axis (seconds): whole minutes, hours, days, weeks, about months.
-TIME_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 2 * 86400, 7 * 86400,
-              14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)  # fmt: skip
+# Tick steps of a time axis: seconds (whole minutes, hours, days, weeks), then months.
+TIME_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400)
+MONTH_STEPS = (1, 2, 3, 6, 12, 24, 60, 120)
 
 
 @dataclass(frozen=True)
@@ -120,23 +120,40 @@ def number_ticks(low: float, high: float, integer: bool = False) -> list[tuple[f
 
 
 def time_ticks(low: float, high: float) -> list[tuple[float, str]]:
-    """(epoch seconds, label) at whole minutes, hours or days (UTC); the date is written under
-    the first tick and wherever it changes."""
-    step = next((step for step in TIME_STEPS if (high - low) / step <= TICKS_WANTED + 1), TIME_STEPS[-1])
+    """(epoch seconds, label) at whole minutes, hours, days or months (UTC); the date is
+    written under the first tick and wherever it changes (the year, for days and months)."""
+    step = next((step for step in TIME_STEPS if (high - low) / step <= TICKS_WANTED + 1), None)
+    if step is None:
+        moments = month_starts(low, high)
+    else:
+        moments = [datetime.fromtimestamp(index * step, tz=UTC) for index in range(math.ceil(low / step), math.floor(high / step) + 1)]  # fmt: skip
     ticks, previous = [], None
-    for index in range(math.ceil(low / step), math.floor(high / step) + 1):
-        moment = datetime.fromtimestamp(index * step, tz=UTC)
-        if step < 86400:
+    for moment in moments:
+        if step is not None and step < 86400:
             label = moment.strftime("%H:%M")
             if previous is None or moment.date() != previous.date():
                 label += "\n" + moment.strftime("%Y-%m-%d")
         else:
-            label = moment.strftime("%b %d")
+            label = moment.strftime("%b %d" if step is not None else "%b")
             if previous is None or moment.year != previous.year:
                 label += f"\n{moment.year}"
-        ticks.append((float(index * step), label))
+        ticks.append((moment.timestamp(), label))
         previous = moment
     return ticks
+
+
+def month_starts(low: float, high: float) -> list[datetime]:
+    """The first days of every 1, 2, 3, 6, ... months within [low, high], at most about
+    TICKS_WANTED of them."""
+    first, last = datetime.fromtimestamp(low, tz=UTC), datetime.fromtimestamp(high, tz=UTC)
+    months = (last.year - first.year) * 12 + last.month - first.month
+    every = next((step for step in MONTH_STEPS if months / step <= TICKS_WANTED + 1), MONTH_STEPS[-1])
+    starts = []
+    for index in range(first.year * 12 + first.month - 1, last.year * 12 + last.month):
+        moment = datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+        if index % every == 0 and low <= moment.timestamp() <= high:
+            starts.append(moment)
+    return starts
 
 
 def number(value: float) -> str:

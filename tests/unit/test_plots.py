@@ -192,6 +192,8 @@ def test_ticks_are_round_values_inside_the_limits():
     day = 1704067200  # 2024-01-01 00:00 UTC
     labels = [label for _, label in svg_chart.time_ticks(day - 3 * 3600, day + 5 * 3600)]
     assert labels == ["22:00\n2023-12-31", "00:00\n2024-01-01", "02:00", "04:00"]
+    months = svg_chart.time_ticks(day - 20 * 86400, day + 280 * 86400)  # months: at their first days
+    assert months == [(day, "Jan\n2024"), (1709251200, "Mar"), (1714521600, "May"), (1719792000, "Jul"), (1725148800, "Sep")]  # fmt: skip
 
 
 def test_a_value_that_is_not_finite_breaks_the_line_and_leaves_the_limits_alone():
