@@ -281,8 +281,9 @@ def draw_loss_curves(metrics_paths: list[str], folder: str | os.PathLike) -> lis
     return written
 
 
-def loss_curve_panels(dataset: str, metrics: dict) -> tuple[Panel, Panel]:
-    """The two panels of a dataset's loss curve, from its metrics."""
+def loss_curve_panels(dataset: str, metrics: dict) -> tuple[Panel, ...]:
+    """The panels of a dataset's loss curve, from its metrics: the losses per epoch, then the
+    test period of each horizon (one for a model of a single horizon)."""
     epochs, val_losses = validation_points(metrics)
     naive_loss = metrics["naive_val_loss"]
     losses = Panel(
@@ -304,20 +305,28 @@ def loss_curve_panels(dataset: str, metrics: dict) -> tuple[Panel, Panel]:
         marks=(Mark(metrics["best_epoch"], f"best epoch ({metrics['best_epoch']})", "#bbbbbb"),),
         x_axis="integer",
     )
-    return losses, test_period_panel(metrics)
+    horizons = metrics.get("horizons") or []
+    if len(horizons) < 2:
+        return losses, test_period_panel(metrics)
+    first = test_period_panel(metrics, f"horizon {horizons[0]['horizon']}")
+    others = [test_period_panel(entry, f"horizon {entry['horizon']}") for entry in horizons[1:]]
+    return losses, first, *others
 
 
-def test_period_panel(metrics: dict) -> Panel:
-    """The lower panel: forecast against actual over the test period (metrics' test_series),
-    titled with the walk-forward folds' test skills where there are folds; x the forecasts'
-    times, or the window numbers where the array file of an older rnnfleet kept no times."""
-    series = metrics.get("test_series") or {"window": [], "actual": [], "forecast": [], "units": ""}
+def test_period_panel(scores: dict, horizon: str = "") -> Panel:
+    """Forecast against actual over the test period (the scores' test_series: the metrics',
+    or those of one horizon of metrics["horizons"], whose test skill the title gives), titled
+    with the walk-forward folds' test skills where there are folds; x the forecasts' times,
+    or the window numbers where the array file of an older rnnfleet kept no times."""
+    series = scores.get("test_series") or {"window": [], "actual": [], "forecast": [], "units": ""}
     timed = "time" in series
     positions = series["time"] if timed else series["window"]
     bands = series.get("bands") or ([series] if "low" in series else [])
     title = "test period: forecast vs actual" if series["window"] else "no test period"
+    if horizon and "test_skill" in scores:
+        title = f"{title}, {horizon}: test skill {scores['test_skill']:+.4f} [{scores['test_skill_low']:+.4f}, {scores['test_skill_high']:+.4f}]"  # fmt: skip
     return Panel(
-        title=f"{title}\n{folds_text(metrics)}".rstrip(),
+        title=f"{title}\n{folds_text(scores)}".rstrip(),
         x_label="time of the forecast (UTC)" if timed else "test window",
         y_label=series["units"],
         plot_height=170,

@@ -209,3 +209,29 @@ def test_text_in_a_chart_is_escaped():
     panel = svg_chart.Panel("A<B & C>", "x", "y", 100, lines=(svg_chart.Line([0, 1], [0, 1], "<script>", "#000"),))
     texts = [element.text for element in ElementTree.fromstring(svg_chart.chart_svg([panel])).iter(f"{SVG}text")]
     assert "A<B & C>" in texts and "<script>" in texts
+
+
+def test_a_model_of_several_horizons_has_a_test_period_panel_per_horizon_with_its_skill():
+    history = [{"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "seconds": 1}]
+
+    def series(offset):
+        return {"window": [0, 1], "actual": [0.1 + offset, 0.2], "forecast": [0.0, offset], "units": "log_return"}
+
+    def scores(horizon, skill):
+        return {
+            "horizon": horizon,
+            "test_skill": skill,
+            "test_skill_low": skill - 0.01,
+            "test_skill_high": skill + 0.01,
+        }
+
+    metrics = {"naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 1, "history": history, **scores(1, 0.05)}
+    metrics |= {"test_series": series(0.0)}
+    metrics["horizons"] = [scores(1, 0.05), scores(5, 0.02) | {"test_series": series(0.5)}, scores(15, -0.01)]
+    _, first, second, third = loss_curve_panels("D", metrics)
+    assert first.title == "test period: forecast vs actual, horizon 1: test skill +0.0500 [+0.0400, +0.0600]"
+    assert second.title == "test period: forecast vs actual, horizon 5: test skill +0.0200 [+0.0100, +0.0300]"
+    assert list(second.lines[1].ys) == [0.0, 0.5] and list(first.lines[1].ys) == [0.0, 0.0]
+    assert third.title.startswith("no test period, horizon 15")  # an entry without its chart points
+    single = {key: value for key, value in metrics.items() if key != "horizons"}
+    assert [panel.title for panel in loss_curve_panels("D", single)[1:]] == ["test period: forecast vs actual"]

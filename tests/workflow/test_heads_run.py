@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import numpy as np
 import pandas as pd
@@ -124,6 +125,14 @@ def test_the_table_has_each_horizons_scores_and_the_forecasts_each_horizons_quan
         assert float(row["forecast"]) == float(row["forecast_log_return_h1"])
         bars = pd.read_csv(run["folder"] / "data" / f"{name}.csv")
         assert pd.Timestamp(row["time"]) == pd.Timestamp(bars["timestamp"].iloc[-1], tz="UTC")
+
+
+def test_the_loss_curve_shows_the_test_period_of_every_horizon_with_its_skill(run):
+    curve = run["folder"] / "results" / "loss_curves" / "AR_1m.svg"
+    texts = [element.text for element in ElementTree.parse(curve).iter("{http://www.w3.org/2000/svg}text")]
+    for entry in run["metrics"]["AR_1m"]["horizons"]:
+        title = f"test period: forecast vs actual, horizon {entry['horizon']}: test skill {entry['test_skill']:+.4f}"
+        assert sum(text.startswith(title) for text in texts) == 1, (title, texts)
 
 
 def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverage_of_its_own(run, tmp_path):
