@@ -40,7 +40,7 @@ def main():
         started = time.time()
         arrays_path = os.path.join(args.out_dir, "prep", name + ".npz")
         preprocess_one(
-            path,
+            [path],
             arrays_path,
             seq_len=train["seq_len"],
             horizon=train["horizon"],
