@@ -301,7 +301,7 @@ def loss_curve_panels(dataset: str, metrics: dict) -> tuple[Panel, ...]:
                 "#808080",
                 dash="6 3",
             ),
-        ),  # fmt: skip
+        ),
         marks=(Mark(metrics["best_epoch"], f"best epoch ({metrics['best_epoch']})", "#bbbbbb"),),
         x_axis="integer",
     )
@@ -324,7 +324,7 @@ def test_period_panel(scores: dict, horizon: str = "") -> Panel:
     bands = series.get("bands") or ([series] if "low" in series else [])
     title = "test period: forecast vs actual" if series["window"] else "no test period"
     if horizon and "test_skill" in scores:
-        title = f"{title}, {horizon}: test skill {scores['test_skill']:+.4f} [{scores['test_skill_low']:+.4f}, {scores['test_skill_high']:+.4f}]"  # fmt: skip
+        title = f"{title}, {horizon}: test skill {test_skill_interval(scores)}"
     return Panel(
         title=f"{title}\n{folds_text(scores)}".rstrip(),
         x_label="time of the forecast (UTC)" if timed else "test window",
@@ -342,8 +342,8 @@ def test_period_panel(scores: dict, horizon: str = "") -> Panel:
     )
 
 
-def loss_curve_path(folder: str | os.PathLike, dataset: str, image_format: str = LOSS_CURVE_FORMAT) -> Path:
-    return Path(folder) / f"{dataset}.{image_format}"
+def loss_curve_path(folder: str | os.PathLike, dataset: str) -> Path:
+    return Path(folder) / f"{dataset}.{LOSS_CURVE_FORMAT}"
 
 
 def curve_points(history: list[dict], key: str) -> tuple[list, list]:
@@ -365,18 +365,19 @@ def folds_text(metrics: dict) -> str:
     folds = metrics.get("folds") or []
     if not folds:
         return ""
-    scores = [
-        f"fold {fold['fold']}: {fold['test_skill']:+.4f} [{fold['test_skill_low']:+.4f}, {fold['test_skill_high']:+.4f}]"
-        for fold in folds
-    ]
-    return "walk-forward: " + "; ".join(scores)
+    return "walk-forward: " + "; ".join(f"fold {fold['fold']}: {test_skill_interval(fold)}" for fold in folds)
+
+
+def test_skill_interval(scores: dict) -> str:
+    """'+0.0800 [+0.0500, +0.1100]': the test skill and its interval."""
+    return f"{scores['test_skill']:+.4f} [{scores['test_skill_low']:+.4f}, {scores['test_skill_high']:+.4f}]"
 
 
 def skill_text(metrics: dict) -> str:
     """'validation skill +0.1000, test skill +0.0800 [+0.0500, +0.1100]' (no test part: the first only)."""
     text = f"validation skill {metrics['skill']:+.4f}"
     if "test_skill" in metrics:
-        text += f", test skill {metrics['test_skill']:+.4f} [{metrics['test_skill_low']:+.4f}, {metrics['test_skill_high']:+.4f}]"
+        text += f", test skill {test_skill_interval(metrics)}"
     return text
 
 
@@ -403,7 +404,7 @@ def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, pro
     stale = []
     for dataset, metrics_path in wanted.items():
         try:
-            drawn = loss_curve_path(folder, dataset, LOSS_CURVE_FORMAT).stat()
+            drawn = loss_curve_path(folder, dataset).stat()
         except FileNotFoundError:
             stale.append(metrics_path)
             continue

@@ -199,13 +199,18 @@ class Frame:
         return " ".join(f"{number(self.x(x))},{number(self.y(y))}" for x, y in run)
 
 
+def stroke(colour: str, width: float, dash: str = "") -> str:
+    """The stroke attributes of a line: colour, width and dashes ("": solid)."""
+    dashes = f' stroke-dasharray="{dash}"' if dash else ""
+    return f'stroke="{colour}" stroke-width="{width}"{dashes}'
+
+
 def line_elements(frame: Frame, line: Line) -> list[str]:
-    dash = f' stroke-dasharray="{line.dash}"' if line.dash else ""
     elements = []
     for run in finite_runs(line.xs, line.ys):
         elements.append(
-            f'<polyline points="{frame.points(run)}" fill="none" stroke="{line.colour}" '
-            f'stroke-width="{line.width}"{dash} stroke-linejoin="round"/>'
+            f'<polyline points="{frame.points(run)}" fill="none" {stroke(line.colour, line.width, line.dash)} '
+            'stroke-linejoin="round"/>'
         )
         if line.markers:
             elements += [
@@ -228,8 +233,9 @@ def band_element(frame: Frame, band: Band) -> str:
     return f'<polygon points="{upper} {lower}" fill="{band.colour}" fill-opacity="{band.opacity}" stroke="none"/>'
 
 
-def axis_elements(frame: Frame, panel: Panel) -> list[str]:
-    """The frame, the ticks and their labels, the axis labels."""
+def axis_elements(frame: Frame, panel: Panel) -> tuple[list[str], float]:
+    """The frame, the ticks and their labels, the axis labels; and the x label's baseline,
+    which the tick labels' rows push down."""
     left, right, top, bottom = PLOT_LEFT, PLOT_RIGHT, frame.top, frame.bottom
     elements = [
         f'<rect x="{left}" y="{number(top)}" width="{right - left}" height="{number(bottom - top)}" '
@@ -251,25 +257,25 @@ def axis_elements(frame: Frame, panel: Panel) -> list[str]:
         y = frame.y(value)
         elements.append(f'<line x1="{left - 4}" y1="{number(y)}" x2="{left}" y2="{number(y)}" stroke="#000" stroke-width="0.8"/>')  # fmt: skip
         elements.append(text_element(left - 7, y + 4, label, TEXT_SIZE, "end"))
-    elements.append(text_element((left + right) / 2, bottom + 19 + label_rows * 13, panel.x_label, 12, "middle"))
+    x_label_baseline = bottom + 19 + label_rows * 13
+    elements.append(text_element((left + right) / 2, x_label_baseline, panel.x_label, 12, "middle"))
     middle = (top + bottom) / 2
     elements.append(
         text_element(16, middle, panel.y_label, 12, "middle", f' transform="rotate(-90 16 {number(middle)})"')
     )
-    return elements
+    return elements, x_label_baseline
 
 
 def legend_elements(panel: Panel, top: float) -> list[str]:
     """One row per labelled line, band and mark, in a box right of the plot."""
     rows = []
     for line in panel.lines:
-        dash = f' stroke-dasharray="{line.dash}"' if line.dash else ""
-        sample = f'<line x1="{{x}}" y1="{{y}}" x2="{{x2}}" y2="{{y}}" stroke="{line.colour}" stroke-width="{line.width}"{dash}/>'
+        sample = f'<line x1="{{x}}" y1="{{y}}" x2="{{x2}}" y2="{{y}}" {stroke(line.colour, line.width, line.dash)}/>'
         if line.markers:
             sample += f'<circle cx="{{middle}}" cy="{{y}}" r="3.5" fill="{line.colour}"/>'
         rows.append((sample, line.label))
     for mark in panel.marks:
-        rows.append((f'<line x1="{{x}}" y1="{{y}}" x2="{{x2}}" y2="{{y}}" stroke="{mark.colour}" stroke-width="1.5" stroke-dasharray="{mark.dash}"/>', mark.label))  # fmt: skip
+        rows.append((f'<line x1="{{x}}" y1="{{y}}" x2="{{x2}}" y2="{{y}}" {stroke(mark.colour, 1.5, mark.dash)}/>', mark.label))  # fmt: skip
     for band in panel.bands:
         rows.append((f'<rect x="{{x}}" y="{{top}}" width="24" height="9" fill="{band.colour}" fill-opacity="{band.opacity}"/>', band.label))  # fmt: skip
     if not rows:
@@ -297,13 +303,12 @@ def chart_svg(panels: Sequence[Panel]) -> bytes:
         body += [band_element(frame, band) for band in panel.bands]
         for mark in panel.marks:
             x = number(frame.x(mark.x))
-            body.append(f'<line x1="{x}" y1="{number(frame.top)}" x2="{x}" y2="{number(frame.bottom)}" stroke="{mark.colour}" stroke-width="1.5" stroke-dasharray="{mark.dash}"/>')  # fmt: skip
+            body.append(f'<line x1="{x}" y1="{number(frame.top)}" x2="{x}" y2="{number(frame.bottom)}" {stroke(mark.colour, 1.5, mark.dash)}/>')  # fmt: skip
         for line in panel.lines:
             body += line_elements(frame, line)
-        body += axis_elements(frame, panel)
-        body += legend_elements(panel, frame.top)
-        x_label_rows = 2 if panel.x_axis == "time" else 1
-        top = frame.bottom + 34 + x_label_rows * 13
+        axis, x_label_baseline = axis_elements(frame, panel)
+        body += axis + legend_elements(panel, frame.top)
+        top = x_label_baseline + 15
     height = math.ceil(top)
     head = (
         '<?xml version="1.0" encoding="utf-8"?>\n'
