@@ -61,7 +61,7 @@ POSIX_ONLY = [
     "test_previous_models.py",
 ]  # fork, signals, process groups
 # local accounts, SO_PEERCRED, SLURM from Debian packages
-LINUX_ONLY = ["test_security.py", "test_bad_entries.py", "test_slurm.py"]
+LINUX_ONLY = ["test_security.py", "test_bad_entries.py", "test_slurm.py", "test_slurm_daemons.py"]
 NOT_ON_THIS_PLATFORM = set(
     (LINUX_ONLY if not sys.platform.startswith("linux") else []) + (POSIX_ONLY if os.name != "posix" else [])
 )

@@ -111,12 +111,9 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
 fi
 
 # Restart the SLURM daemons so they read the configuration written above.
+source "$(dirname "${BASH_SOURCE[0]}")/daemons.sh"
 for daemon in slurmd slurmctld; do
-    daemon_pid=$(cat "/run/$daemon.pid" 2>/dev/null || true)
-    if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
-        kill "$daemon_pid"
-        for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-    fi
+    stop_daemon "$daemon" "/run/$daemon.pid"
 done
 slurmctld
 slurmd
