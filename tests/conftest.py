@@ -35,6 +35,8 @@ import yaml
 if TYPE_CHECKING:
     import pwd  # Unix only: imported where an account is made
 
+    import psutil
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 PROGRAMS = TESTS / "programs"
@@ -252,20 +254,23 @@ def decoded(entry: dict) -> bytes:
     return base64.b64decode(entry["data_uri"].split("base64,", 1)[1])
 
 
-def process_alive(pid: int) -> bool:
-    """True while the process runs (a zombie, finished but not yet reaped, counts as gone)."""
+def process_alive(process: int | psutil.Process) -> bool:
+    """True while the process runs (a zombie, finished but not yet reaped, counts as gone).
+    Given as a psutil.Process, a later process that took its number does not count."""
     import psutil  # a dependency of Snakemake
 
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        if isinstance(process, int):
+            process = psutil.Process(process)
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
 
-def wait_until_gone(pid: int, seconds: float = 60) -> None:
+def wait_until_gone(process: int | psutil.Process, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
-    while process_alive(pid):
-        assert time.monotonic() < deadline, f"process {pid} is still running"
+    while process_alive(process):
+        assert time.monotonic() < deadline, f"process {getattr(process, 'pid', process)} is still running"
         time.sleep(0.05)
 
 

@@ -192,12 +192,14 @@ def start_python(code: str, cwd: Path, **popen) -> subprocess.Popen:
     )
 
 
-def processes_of_run(run: subprocess.Popen, job_pid: int) -> set[int]:
+def processes_of_run(run: subprocess.Popen, job: psutil.Process) -> list[psutil.Process]:
     """The run's processes (its shells, job clients, cold jobs) and the paused job's. Not the
     folder's warm server and its idle children: they serve whichever run comes, and idle
-    ones hold no job."""
+    ones hold no job. As psutil.Process objects: a later process that takes one's number is
+    neither waited for nor killed."""
     processes = psutil.Process(run.pid).children(recursive=True)
-    return {p.pid for p in processes if "rnnfleet.runner.warm" not in " ".join(p.cmdline())} | {job_pid}
+    own = [p for p in processes if "rnnfleet.runner.warm" not in " ".join(p.cmdline()) and p.pid != job.pid]
+    return [*own, job]
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "own-processes"])
@@ -211,7 +213,7 @@ def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own
         assert "rnnfleet.runner.warm" in " ".join(job.parent().cmdline())
     else:
         assert "scripts/job.py" in " ".join(job.cmdline())
-    first_run = processes_of_run(run, job_pid)
+    first_run = processes_of_run(run, job)
     # Warm: the job's client (Snakemake's shell may exec it) and the child; cold: the job's process.
     assert len(first_run) >= 2 if warm else job.ppid() == run.pid or job.parent().ppid() == run.pid
 
@@ -220,22 +222,22 @@ def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own
     write_config(workdir, data_dir="data", train={"epochs": 1, "patience": 1, "warm_workers": warm})
     try:
         snakemake(workdir)  # the plain command, at once
-        alive_after_rerun = sorted(pid for pid in first_run if process_alive(pid))
+        alive_after_rerun = sorted(process.pid for process in first_run if process_alive(process))
     finally:
         resume(workdir, "epoch")  # a job of the first run still alive would go on and write now
-        for pid in first_run:
+        for process in first_run:
             try:
-                wait_until_gone(pid, seconds=60)
+                wait_until_gone(process, seconds=60)
             finally:
-                if process_alive(pid):
-                    os.kill(pid, signal.SIGKILL)
+                if process_alive(process):
+                    process.kill()  # psutil: not if another process has taken its number
 
     assert alive_after_rerun == [], "processes of the killed run outlived the re-run"
     for dataset in ("A_1m", "B_1m"):
         checkpoint = load_checkpoint(workdir / "models" / f"{dataset}.pt")
         metrics = json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
         assert checkpoint["train_config"]["epochs"] == 1 and checkpoint["metrics"]["epochs_run"] == 1
-        assert metrics["epochs_run"] == 1 and metrics["pid"] not in first_run
+        assert metrics["epochs_run"] == 1 and metrics["pid"] not in {process.pid for process in first_run}
         assert metrics["worker"] == ("warm" if warm else "cold")
     with open(workdir / "results" / "metrics.csv") as table:
         assert {row["dataset"]: row["epochs_run"] for row in csv.DictReader(table)} == {"A_1m": "1", "B_1m": "1"}
