@@ -23,6 +23,8 @@ WIDTH = 800
 PLOT_LEFT, PLOT_RIGHT = 84, 560  # the legend is right of the plot
 LEGEND_LEFT, LEGEND_WIDTH, LEGEND_ROW = 576, 214, 18
 TITLE_SIZE, TEXT_SIZE, TITLE_ROW = 13, 11, 17
+AXIS_COLOUR, AXIS_WIDTH = "#000", 0.8
+MARK_WIDTH = 1.5
 MARGIN = 0.05  # of the data's span, on each side
 TICKS_WANTED = 6
 INTEGER_TICKS_WANTED = 8  # every epoch of a short training
@@ -85,9 +87,14 @@ class Panel:
         return padded_limits(ys)
 
 
+def is_finite(value: float | None) -> bool:
+    """A value drawn: not None, NaN or infinite."""
+    return value is not None and math.isfinite(value)
+
+
 def padded_limits(values: Sequence[float]) -> tuple[float, float]:
     """(low, high) around the finite values, MARGIN of their span wider on each side."""
-    finite = [float(value) for value in values if value is not None and math.isfinite(value)]
+    finite = [float(value) for value in values if is_finite(value)]
     if not finite:
         return 0.0, 1.0
     low, high = min(finite), max(finite)
@@ -173,7 +180,7 @@ def finite_runs(xs: Sequence[float], ys: Sequence[float]) -> list[list[tuple[flo
     """The points as runs of consecutive finite points (a gap where a value is not finite)."""
     runs, run = [], []
     for x, y in zip(xs, ys, strict=True):
-        if x is not None and y is not None and math.isfinite(x) and math.isfinite(y):
+        if is_finite(x) and is_finite(y):
             run.append((x, y))
         elif run:
             runs.append(run)
@@ -224,7 +231,7 @@ def band_element(frame: Frame, band: Band) -> str:
     inside = [
         (x, low, high)
         for x, low, high in zip(band.xs, band.lows, band.highs, strict=True)
-        if all(value is not None and math.isfinite(value) for value in (x, low, high))
+        if is_finite(x) and is_finite(low) and is_finite(high)
     ]
     if not inside:
         return ""
@@ -239,7 +246,7 @@ def axis_elements(frame: Frame, panel: Panel) -> tuple[list[str], float]:
     left, right, top, bottom = PLOT_LEFT, PLOT_RIGHT, frame.top, frame.bottom
     elements = [
         f'<rect x="{left}" y="{number(top)}" width="{right - left}" height="{number(bottom - top)}" '
-        'fill="none" stroke="#000" stroke-width="0.8"/>'
+        f'fill="none" {stroke(AXIS_COLOUR, AXIS_WIDTH)}/>'
     ]
     x_ticks = (
         time_ticks(frame.x_low, frame.x_high)
@@ -249,13 +256,13 @@ def axis_elements(frame: Frame, panel: Panel) -> tuple[list[str], float]:
     label_rows = 1
     for value, label in x_ticks:
         x = frame.x(value)
-        elements.append(f'<line x1="{number(x)}" y1="{number(bottom)}" x2="{number(x)}" y2="{number(bottom + 4)}" stroke="#000" stroke-width="0.8"/>')  # fmt: skip
+        elements.append(f'<line x1="{number(x)}" y1="{number(bottom)}" x2="{number(x)}" y2="{number(bottom + 4)}" {stroke(AXIS_COLOUR, AXIS_WIDTH)}/>')  # fmt: skip
         for row, part in enumerate(label.split("\n")):
             elements.append(text_element(x, bottom + 17 + row * 13, part, TEXT_SIZE, "middle"))
         label_rows = max(label_rows, label.count("\n") + 1)
     for value, label in number_ticks(frame.y_low, frame.y_high):
         y = frame.y(value)
-        elements.append(f'<line x1="{left - 4}" y1="{number(y)}" x2="{left}" y2="{number(y)}" stroke="#000" stroke-width="0.8"/>')  # fmt: skip
+        elements.append(f'<line x1="{left - 4}" y1="{number(y)}" x2="{left}" y2="{number(y)}" {stroke(AXIS_COLOUR, AXIS_WIDTH)}/>')  # fmt: skip
         elements.append(text_element(left - 7, y + 4, label, TEXT_SIZE, "end"))
     x_label_baseline = bottom + 19 + label_rows * 13
     elements.append(text_element((left + right) / 2, x_label_baseline, panel.x_label, 12, "middle"))
@@ -266,16 +273,21 @@ def axis_elements(frame: Frame, panel: Panel) -> tuple[list[str], float]:
     return elements, x_label_baseline
 
 
+def line_sample(strokes: str) -> str:
+    """A legend row's short line, its place left to fill in (x, x2, y)."""
+    return f'<line x1="{{x}}" y1="{{y}}" x2="{{x2}}" y2="{{y}}" {strokes}/>'
+
+
 def legend_elements(panel: Panel, top: float) -> list[str]:
     """One row per labelled line, band and mark, in a box right of the plot."""
     rows = []
     for line in panel.lines:
-        sample = f'<line x1="{{x}}" y1="{{y}}" x2="{{x2}}" y2="{{y}}" {stroke(line.colour, line.width, line.dash)}/>'
+        sample = line_sample(stroke(line.colour, line.width, line.dash))
         if line.markers:
             sample += f'<circle cx="{{middle}}" cy="{{y}}" r="3.5" fill="{line.colour}"/>'
         rows.append((sample, line.label))
     for mark in panel.marks:
-        rows.append((f'<line x1="{{x}}" y1="{{y}}" x2="{{x2}}" y2="{{y}}" {stroke(mark.colour, 1.5, mark.dash)}/>', mark.label))  # fmt: skip
+        rows.append((line_sample(stroke(mark.colour, MARK_WIDTH, mark.dash)), mark.label))
     for band in panel.bands:
         rows.append((f'<rect x="{{x}}" y="{{top}}" width="24" height="9" fill="{band.colour}" fill-opacity="{band.opacity}"/>', band.label))  # fmt: skip
     if not rows:
@@ -303,7 +315,7 @@ def chart_svg(panels: Sequence[Panel]) -> bytes:
         body += [band_element(frame, band) for band in panel.bands]
         for mark in panel.marks:
             x = number(frame.x(mark.x))
-            body.append(f'<line x1="{x}" y1="{number(frame.top)}" x2="{x}" y2="{number(frame.bottom)}" {stroke(mark.colour, 1.5, mark.dash)}/>')  # fmt: skip
+            body.append(f'<line x1="{x}" y1="{number(frame.top)}" x2="{x}" y2="{number(frame.bottom)}" {stroke(mark.colour, MARK_WIDTH, mark.dash)}/>')  # fmt: skip
         for line in panel.lines:
             body += line_elements(frame, line)
         axis, x_label_baseline = axis_elements(frame, panel)
