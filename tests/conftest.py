@@ -54,6 +54,16 @@ def is_svg(data: bytes) -> bool:
     return data.startswith(b"<?xml") and b"<svg " in data[:1000]
 
 
+SVG_NAMESPACE = "{http://www.w3.org/2000/svg}"
+
+
+def svg_texts(path: Path) -> list[str]:
+    """The text elements of an SVG file, parsed as XML (the file is one well-formed document)."""
+    from xml.etree import ElementTree
+
+    return [element.text for element in ElementTree.parse(path).iter(f"{SVG_NAMESPACE}text")]
+
+
 # Modules that test what only some platforms have (docs/platforms.md): not collected elsewhere.
 # By file name, in whichever tier the module sits.
 POSIX_ONLY = [

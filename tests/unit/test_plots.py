@@ -7,23 +7,15 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from conftest import PNG_SIGNATURE, REPO
+from conftest import PNG_SIGNATURE, REPO, SVG_NAMESPACE, svg_texts
 
 import rnnfleet.checkpoint
 import rnnfleet.plots
 from rnnfleet import svg_chart
 from rnnfleet.plots import MIN_CURVES_PER_PROCESS, draw_loss_curves, draw_report_figures, loss_curve_panels
-
-SVG = "{http://www.w3.org/2000/svg}"
-
-
-def svg_texts(path: Path) -> list[str]:
-    """The text elements of an SVG file, parsed as XML (the file is one well-formed document)."""
-    return [element.text for element in ElementTree.parse(path).iter(f"{SVG}text")]
 
 
 def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path):
@@ -156,7 +148,7 @@ def test_a_loss_curve_shows_the_test_period_and_the_folds_below_it(tmp_path):
     assert empty.title == "no test period" and [list(line.xs) for line in empty.lines] == [[], []]
     with_folds, without = draw_loss_curves([str(tmp_path / "WITH.json"), str(tmp_path / "WITHOUT.json")], tmp_path)
     assert {"test period: forecast vs actual", title.split("\n")[1], "actual", "forecast"} <= set(svg_texts(with_folds))
-    polylines = list(ElementTree.parse(with_folds).iter(f"{SVG}polyline"))
+    polylines = list(ElementTree.parse(with_folds).iter(f"{SVG_NAMESPACE}polyline"))
     assert [len(line.get("points").split()) for line in polylines] == [2, 2, 2, 3, 3]  # 3 losses, 2 forecast lines
     assert "no test period" in svg_texts(without)
 
@@ -202,12 +194,14 @@ def test_a_value_that_is_not_finite_breaks_the_line_and_leaves_the_limits_alone(
     assert svg_chart.finite_runs(line.xs, line.ys) == [[(1, 1.0), (2, 2.0)], [(4, 4.0)]]
     assert panel.y_limits() == pytest.approx((1.0 - 0.15, 4.0 + 0.15))
     document = ElementTree.fromstring(svg_chart.chart_svg([panel]))
-    assert len(list(document.iter(f"{SVG}polyline"))) == 2
+    assert len(list(document.iter(f"{SVG_NAMESPACE}polyline"))) == 2
 
 
 def test_text_in_a_chart_is_escaped():
     panel = svg_chart.Panel("A<B & C>", "x", "y", 100, lines=(svg_chart.Line([0, 1], [0, 1], "<script>", "#000"),))
-    texts = [element.text for element in ElementTree.fromstring(svg_chart.chart_svg([panel])).iter(f"{SVG}text")]
+    texts = [
+        element.text for element in ElementTree.fromstring(svg_chart.chart_svg([panel])).iter(f"{SVG_NAMESPACE}text")
+    ]
     assert "A<B & C>" in texts and "<script>" in texts
 
 

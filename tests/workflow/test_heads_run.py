@@ -12,13 +12,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from xml.etree import ElementTree
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, planned_rules, snakemake, write_bars_of_returns, write_config
+from conftest import REPO, planned_rules, snakemake, svg_texts, write_bars_of_returns, write_config
 
 from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.synthetic import ar_garch_returns
@@ -129,7 +128,7 @@ def test_the_table_has_each_horizons_scores_and_the_forecasts_each_horizons_quan
 
 def test_the_loss_curve_shows_the_test_period_of_every_horizon_with_its_skill(run):
     curve = run["folder"] / "results" / "loss_curves" / "AR_1m.svg"
-    texts = [element.text for element in ElementTree.parse(curve).iter("{http://www.w3.org/2000/svg}text")]
+    texts = svg_texts(curve)
     for entry in run["metrics"]["AR_1m"]["horizons"]:
         title = f"test period: forecast vs actual, horizon {entry['horizon']}: test skill {entry['test_skill']:+.4f}"
         assert sum(text.startswith(title) for text in texts) == 1, (title, texts)
