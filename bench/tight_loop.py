@@ -6,11 +6,12 @@ shared out over `processes` processes of one torch thread each; per file the fea
 computed once into one contiguous tensor, windows as `unfold` views, a batch one gather by
 a shuffled index, no per-step sync, the model in bfloat16 autocast where asked, glibc's
 allocator told to keep freed memory (rnnfleet's own setting: without it each new model's
-buffers come from fresh zeroed pages, and a one-day dataset trains up to 1.8x slower;
---glibc-defaults leaves it); after the last epoch one validation pass and the state_dict saved. The same features, normalisation,
-training windows (those rnnfleet trains on: before the validation part, less its embargo)
-and model as rnnfleet, so validation losses compare; no early stopping, no test period,
-no scores beyond the validation loss. Prints one JSON line per model.
+buffers come from fresh zeroed pages, bench/README.md has the cost; --glibc-defaults
+leaves glibc's defaults); after the last epoch one validation pass and the state_dict
+saved. The same features, normalisation, training windows (those rnnfleet trains on:
+before the validation part, less its embargo) and model as rnnfleet, so validation losses
+compare; no early stopping, no test period, no scores beyond the validation loss. Prints
+one JSON line per model.
 """
 
 from __future__ import annotations
