@@ -12,7 +12,7 @@ CORES ?= all
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-mlflow.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-mlflow.txt requirements-onnx.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch alone from its index (--no-deps: its dependencies come from PyPI in the next step,
