@@ -29,6 +29,7 @@ import hashlib
 import io
 import math
 import os
+import sys
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -595,3 +596,126 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     except Exception as error:
         raise UserError(f"{path}: not an ONNX file ({type(error).__name__}: {one_line(error)[:200]})") from None
     return {entry.key: entry.value for entry in proto.metadata_props}
+
+
+def check_out_path(out: Path, inputs: list[str]) -> None:
+    """UserError for an output path that would replace a model or data file, or is a folder:
+    an export is written only to a name ending in .onnx, never onto one of the inputs."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; name the file to write, e.g. {out / 'model.onnx'}")
+    if out.suffix.lower() != ".onnx":
+        raise UserError(
+            f"--out {out}: an ONNX file's name ends in .onnx (this one could be a model or data file); nothing written"
+        )
+    for given in inputs:
+        if out.exists() and os.path.exists(given) and os.path.samefile(out, given):
+            raise UserError(f"--out {out} is one of the inputs ({given}); name another file")
+
+
+def export_one(
+    model_path: str, bar_files: list[str], out: str | os.PathLike, max_bad_fraction: float = 0.01, trusted_plugins=()
+) -> bool:
+    """Export one model file, checked on its bars (read as its training bars were; rows with
+    NaN or inf dropped up to max_bad_fraction); one line on stderr either way. True when written."""
+    from rnnfleet.checkpoint import load_checkpoint
+    from rnnfleet.data import read_clean_bars
+    from rnnfleet.predict import reading_settings
+
+    try:
+        out = Path(out)
+        check_out_path(out, [model_path, *bar_files])
+        checkpoint = load_checkpoint(model_path)
+        read_format, _ = reading_settings(checkpoint, model_path, {})
+        columns = checkpoint["features"].get("columns") or None
+        bars = read_clean_bars(bar_files, columns, max_bad_fraction, read_format)
+        exported = export_model(model_path, bars, out, trusted_plugins, checkpoint=checkpoint)
+    except (UserError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return False
+    print(
+        f"{model_path} -> {out}: checked with ONNX Runtime on {exported.windows} window(s) of its bars against "
+        f"rnnfleet predict: {exported.comparison.text()}",
+        file=sys.stderr,
+    )
+    return True
+
+
+def describe_file(path: str) -> int:
+    for key, value in read_metadata(path).items():
+        print(f"{key}: {value}")
+    return 0
+
+
+def main(
+    argv: list[str] | None = None,
+    prog: str = "python -m rnnfleet.export_onnx",
+    find_dataset: Callable[[str, Path], tuple[str, list[str]]] | None = None,
+    project_models: Callable[[Path], tuple[list[str], Path]] | None = None,
+) -> int:
+    """find_dataset(name, folder) -> (model file, bar files); project_models(folder) -> (the
+    datasets with a model file, the folder exports go to): how datasets of a project folder
+    are found (the rnnfleet command's)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Write a model's forecast (features, normalisation, network, intervals, prices) as one ONNX "
+        "file for ONNX Runtime (MetaTrader 5, C#, C++), checked against rnnfleet predict first (docs/export.md).",
+    )
+    parser.add_argument(
+        "datasets",
+        nargs="*",
+        metavar="DATASET",
+        help="datasets of the project folder (default: every one with a model)",
+    )
+    parser.add_argument("--project", default=".", metavar="FOLDER", help="the project folder (default: .)")
+    parser.add_argument("--model", help="instead of datasets: a model file, e.g. models/EURUSD_1m.pt")
+    parser.add_argument("--csv", nargs="+", metavar="FILE", help="with --model: its bars, for the check")
+    parser.add_argument("--out", help="with --model: the file to write (default: the model's name with .onnx)")
+    parser.add_argument("--out-dir", metavar="FOLDER", help="with datasets: where <dataset>.onnx go (default: exports)")
+    parser.add_argument("--describe", metavar="FILE", help="print what an exported file says it is, and stop")
+    parser.add_argument(
+        "--max-bad-fraction", type=float, default=0.01, help="rows with NaN/inf dropped up to this fraction (0.01)"
+    )
+    parser.add_argument(
+        "--trust", action="append", default=[], metavar="FILE", help="a plug-in file the model names that you trust"
+    )
+    args = parser.parse_args(argv)
+    try:
+        require_packages()
+        if args.describe:
+            return describe_file(args.describe)
+        if args.model:
+            if args.datasets or not args.csv:
+                parser.error("--model takes --csv (its bars) and no dataset names")
+            out = Path(args.out or Path(args.model).with_suffix(".onnx"))
+            return 0 if export_one(args.model, args.csv, out, args.max_bad_fraction, args.trust) else 1
+        if find_dataset is None or project_models is None:
+            raise UserError("datasets of a project folder are exported by the rnnfleet command (rnnfleet export NAME)")
+        folder = Path(args.project)
+        with_models, exports = project_models(folder)
+        names = args.datasets or with_models
+        if not names:
+            raise UserError(f"{folder}: no trained model to export (train first: snakemake --cores all)")
+        out_dir = Path(args.out_dir) if args.out_dir else exports
+        failed = [name for name in names if not export_dataset(find_dataset, name, folder, out_dir, args)]
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if failed:
+        print(f"{len(failed)} of {len(names)} not exported: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def export_dataset(find_dataset, name: str, folder: Path, out_dir: Path, args) -> bool:
+    """export_one of a dataset of the project folder: its model and bar files found as a run finds them."""
+    try:
+        model, bar_files = find_dataset(name, folder)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return False
+    return export_one(model, bar_files, out_dir / f"{name}.onnx", args.max_bad_fraction, args.trust)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
