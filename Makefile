@@ -72,4 +72,4 @@ bench-read: venv
 	$(BIN)/python bench/bench_read.py $(BENCH_ARGS)
 
 clean:
-	rm -rf prep models metrics results logs benchmarks predictions report.html fleet-report.zip fleet-report .snakemake
+	rm -rf prep models metrics results logs benchmarks predictions exports report.html fleet-report.zip fleet-report .snakemake

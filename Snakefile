@@ -31,6 +31,7 @@ include: "rules/train.smk"
 include: "rules/summary.smk"
 include: "rules/plots.smk"
 include: "rules/predict.smk"
+include: "rules/export.smk"
 include: "rules/inspect.smk"
 include: "rules/mps.smk"
 include: "rules/checks.smk"
@@ -48,3 +49,4 @@ rule all:
         SUMMARY,
         rules.plots.output,
         expand(PREDICTIONS, dataset=FORECAST_DATASETS),
+        EXPORTS,
