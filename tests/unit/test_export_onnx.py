@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import TINY_ROWS
+from conftest import REPO, TINY_ROWS
 
 pytest.importorskip("onnxruntime", reason="the export's optional packages: pip install -r requirements-onnx.txt")
 import onnx  # noqa: E402
@@ -59,7 +59,7 @@ NUMPY_FEATURE = (
     "import numpy as np\n\ndef spread(bars):\n"
     "    return np.log(bars['high'].to_numpy(dtype=float) / bars['low'].to_numpy(dtype=float))\n"
 )
-TRACEABLE_BUILDER = """import torch
+BRANCHING_BUILDER = """import torch
 from torch import nn
 
 
@@ -67,21 +67,17 @@ class Net(nn.Module):
     def __init__(self, input_size, hidden_size):
         super().__init__()
         self.gru = nn.GRU(input_size, hidden_size, batch_first=True)
-        self.head = nn.Sequential(nn.Linear(hidden_size, 4), nn.Tanh(), nn.Linear(4, 1))
+        self.head = nn.Linear(hidden_size, 1)
 
     def forward(self, windows):
         outputs, _ = self.gru(windows)
-        return self.head(outputs[:, -1]).squeeze(-1)
+        last = self.head(outputs[:, -1]).squeeze(-1)
+        return last if float(windows.mean()) > 0 else -last
 
 
 def build(input_size, hidden_size=8):
     return Net(input_size, hidden_size)
 """
-# A model whose forward reads a value into Python: the trace would freeze one branch.
-BRANCHING_BUILDER = TRACEABLE_BUILDER.replace(
-    "        return self.head(outputs[:, -1]).squeeze(-1)",
-    "        last = self.head(outputs[:, -1]).squeeze(-1)\n        return last if float(windows.mean()) > 0 else -last",
-)
 
 
 @pytest.fixture(scope="module")
@@ -194,9 +190,13 @@ def test_the_file_is_float32_opset_17_with_a_dynamic_batch_and_says_what_it_is(m
 
 
 def plugin_model(bars_csv, tmp_path, builder: str | None, feature: str | None, time_feature: bool = False):
-    """A model trained with a user's builder and/or feature file written in tmp_path (and trusted)."""
+    """A model trained with a user's builder (the source of one written in tmp_path, or
+    "examples": examples/tcn_gru.py) and/or feature file written in tmp_path (all trusted)."""
     trusted, model, features = [], {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}, None
-    if builder:
+    if builder == "examples":
+        example = str(REPO / "examples" / "tcn_gru.py")
+        model, trusted = {"builder": f"{example}:build", "channels": 4, "hidden_size": 8}, [example]
+    elif builder:
         (tmp_path / "net.py").write_text(builder)
         model, trusted = {"builder": f"{tmp_path / 'net.py'}:build", "hidden_size": 8}, [str(tmp_path / "net.py")]
     if feature:
@@ -208,8 +208,8 @@ def plugin_model(bars_csv, tmp_path, builder: str | None, feature: str | None, t
     return path, trusted
 
 
-def test_a_users_builder_and_feature_in_tensor_operations_export_like_the_built_in_ones(bars_csv, tmp_path):
-    model_path, trusted = plugin_model(bars_csv, tmp_path, TRACEABLE_BUILDER, TENSOR_FEATURE)
+def test_the_examples_builder_and_a_feature_in_tensor_operations_export_like_the_built_in_ones(bars_csv, tmp_path):
+    model_path, trusted = plugin_model(bars_csv, tmp_path, "examples", TENSOR_FEATURE)
     exported = export_model(model_path, read_clean_bars(bars_csv, None, 0.0), tmp_path / "P.onnx", trusted)
     assert exported.comparison.worst <= 1.0 and (tmp_path / "P.onnx").exists()
     assert exported.metadata["features"].endswith("feat.py:spread")
