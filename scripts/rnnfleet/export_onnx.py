@@ -376,7 +376,7 @@ def metadata(checkpoint: dict, plan: ExportPlan, model_path: str | os.PathLike, 
     """The file's metadata_props: what it is and what it needs from the platform."""
     from rnnfleet.updating import rnnfleet_version
 
-    zone = training_read(checkpoint).get("timezone") or "UTC"
+    zone = training_read(checkpoint).get("timezone") or "unknown (the model file predates that record)"
     return {
         "dataset": plan.dataset,
         "bar_interval": BAR_INTERVAL,

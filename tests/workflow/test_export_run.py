@@ -124,3 +124,13 @@ def test_the_python_example_gives_rnnfleet_predicts_forecast_with_onnx_runtime_a
     target_std = float(torch.load(exported / "models" / "B_1m.pt", weights_only=True)["normalisation"]["target_std"])
     assert abs(float(forecast) - wanted["forecast_log_return"].iloc[-1]) < 1e-4 * target_std
     assert float(close) == pytest.approx(wanted["forecast_close"].iloc[-1], rel=1e-6)
+
+
+def test_the_export_bench_runs_end_to_end_and_reports_each_latency():
+    """bench/bench_export.py at tiny sizes (no timing is asserted): every row of its table."""
+    command = [sys.executable, str(REPO / "bench" / "bench_export.py"), "--rows", "400", "--batch", "8"]
+    command += ["--reps", "1", "--command-reps", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for row in ("one window (in process)", "batch of 8 windows (in process)", "one forecast, a fresh process"):
+        assert re.search(rf"{re.escape(row)} +[0-9.]+ ms +[0-9.]+ ms +[0-9.]+x", result.stdout), result.stdout
