@@ -61,6 +61,8 @@ def test_the_workflow_exports_every_model_and_again_only_the_one_that_changed(ex
         assert f"model_sha256: {sha256(exported / 'models' / f'{name}.pt')}" in described
         assert "checked with ONNX Runtime" in (exported / "logs" / "export" / f"{name}.log").read_text()
     assert pending_jobs(snakemake(exported, "-n").stdout, "export_onnx") == {}  # unchanged: not again
+    unknown = snakemake(exported, "exports/C_1m.onnx", check=False)
+    assert unknown.returncode != 0 and "exports/C_1m.onnx: no dataset 'C_1m'" in unknown.stderr
 
     b_export = (exported / "exports" / "B_1m.onnx").stat().st_mtime_ns
     add_datasets(exported, ["A_1m"], rows=TINY_ROWS + 60)  # new bars for A: its model is trained again
