@@ -219,9 +219,9 @@ def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float 
 
 def interval_margins(checkpoint: dict, heads: Heads, target, coverage: float) -> tuple[list[int], np.ndarray]:
     """(the intervals kept: indices into heads.pairs(), or [0] for point heads; their margins
-    (horizons, intervals)) as rnnfleet.intervals.horizon_bands
-    computes them: point heads one interval at `coverage`, quantile heads one per quantile pair;
-    an interval with too few calibration scores at some horizon is left out."""
+    (horizons, intervals)), as rnnfleet.intervals.horizon_bands computes them from the model
+    file's calibration scores: point heads one interval at `coverage`, quantile heads one per
+    quantile pair; an interval with too few scores at some horizon is left out."""
     scores = checkpoint.get("calibration", {}).get("scores")
     horizons = len(heads.horizons)
     if target.classification or scores is None or not len(scores):
@@ -255,6 +255,8 @@ class ForecastGraph(nn.Module):
         for name, values in as_buffer.items():
             self.register_buffer(name, torch.tensor(np.asarray(values, np.float32)))
 
+    # Target.to_units and Target.within_range in tensor operations (theirs call numpy, which a
+    # trace cannot follow).
     def to_units(self, outputs: torch.Tensor) -> torch.Tensor:
         """Outputs (batch, horizons, ...) in the target's units (rnnfleet.targets.Target.to_units)."""
         if TARGETS[self.plan.target].classification:

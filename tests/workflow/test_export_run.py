@@ -1,6 +1,6 @@
 """ONNX files through the real workflow and the real `rnnfleet export` command: export.onnx
 writes exports/<dataset>.onnx for every model, an unchanged model is not exported again and a
-changed one is; the command exports a project's models (one bad name costs itself alone),
+changed (updated) one is; the command exports a project's models (one bad name costs itself alone),
 refuses to write over a model or data file, prints a file's metadata, and says in one line
 what to install where onnx is missing (rnnfleet itself runs without it). In process:
 tests/unit/test_export_onnx.py."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -19,6 +20,8 @@ import pandas as pd
 import pytest
 import torch
 from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, snakemake, write_config
+
+from rnnfleet.synthetic import synthetic_bars
 
 pytest.importorskip("onnxruntime", reason="the export's optional packages: pip install -r requirements-onnx.txt")
 from rnnfleet.cli import main  # noqa: E402
@@ -65,9 +68,12 @@ def test_the_workflow_exports_every_model_and_again_only_the_one_that_changed(ex
     assert unknown.returncode != 0 and "exports/C_1m.onnx: no dataset 'C_1m'" in unknown.stderr
 
     b_export = (exported / "exports" / "B_1m.onnx").stat().st_mtime_ns
-    add_datasets(exported, ["A_1m"], rows=TINY_ROWS + 60)  # new bars for A: its model is trained again
+    # 60 new bars at the end of A's file: its model is updated from its previous weights.
+    new_bars = synthetic_bars(TINY_ROWS + 60, seed=5).iloc[TINY_ROWS:]
+    new_bars.to_csv(exported / "data" / "A_1m.csv", mode="a", header=False, index=False, float_format="%.6f")
     old_model = sha256(exported / "models" / "A_1m.pt")
     snakemake(exported)
+    assert json.loads((exported / "metrics" / "A_1m.json").read_text())["made"] == "update 1"
     assert sha256(exported / "models" / "A_1m.pt") != old_model
     _, described, _ = rnnfleet(exported, "export", "--describe", "exports/A_1m.onnx")
     assert f"model_sha256: {sha256(exported / 'models' / 'A_1m.pt')}" in described
