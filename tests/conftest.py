@@ -64,6 +64,24 @@ def svg_texts(path: Path) -> list[str]:
     return [element.text for element in ElementTree.parse(path).iter(f"{SVG_NAMESPACE}text")]
 
 
+# Why no Chromium is on this machine, written by tests/browser/install_chromium.sh (make test).
+CHROMIUM_MISSING = REPO / ".venv" / "chromium-missing"
+
+
+def chromium_or_skip() -> str:
+    """The Chromium the browser checks open pages in. Without one they skip, quoting why
+    `make test` could not install it; under CI=true they fail, so that CI never passes them
+    unopened."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser:
+        return browser
+    why = CHROMIUM_MISSING.read_text().strip() if CHROMIUM_MISSING.exists() else "make test did not look for one"
+    message = f"no Chromium on this machine ({why}): the page was not opened in a browser"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 # Modules that test what only some platforms have (docs/platforms.md): not collected elsewhere.
 # By file name, in whichever tier the module sits.
 POSIX_ONLY = [

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, chromium_or_skip
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -137,9 +136,7 @@ def test_fleet_tests_bench_prints_each_tests_share_against_its_level():
 
 
 def test_report_bench_builds_both_reports_opens_them_and_prints_the_ratios(tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if not browser:
-        pytest.skip("no Chromium on this machine: bench/bench_report.py opens each report in it")
+    browser = chromium_or_skip()
     command = [sys.executable, str(REPO / "bench" / "bench_report.py"), "--sizes", "3", "--trained", "2"]
     command += ["--rows", "600", "--reps", "1", "--baseline", "HEAD", "--browser", browser, "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rnnfleet.hooks.snakemake_speedups import _stock, source_differences
+from rnnfleet.hooks.snakemake_speedups import _stock, source_differences, worth_a_warning
 
 STOCK_SOURCE_SHA256 = {
     "snakemake.persistence:FileBackupMixin.restore_output": "929db9930db20c0c14703237255f295d75790235fe8a0b2e1a625eb2b36b6ba0",
@@ -63,7 +63,7 @@ def apply(warn: bool = True) -> bool:
     when it does not fit this Snakemake."""
     problems = source_differences(STOCK_SOURCE_SHA256)
     if problems:
-        if warn:
+        if warn and worth_a_warning(problems):
             print(
                 f"rnnfleet: WARNING: atomic restore of models is off ({'; '.join(problems)}); "
                 "a forecast that reads a model at the moment a failed re-train puts it back may find it incomplete",

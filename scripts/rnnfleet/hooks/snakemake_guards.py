@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Iterable
 
-from rnnfleet.hooks.snakemake_speedups import _stock, source_differences
+from rnnfleet.hooks.snakemake_speedups import _stock, source_differences, worth_a_warning
 
 # SHA-256 of inspect.getsource() of each function the guards rely on, in Snakemake 9.27.1:
 # Job.prepare waits for its inputs through the wait_for_files that snakemake.jobs imported.
@@ -65,7 +65,7 @@ def apply(dataset_files: Iterable[str], warn: bool = True) -> bool:
     global _dataset_files
     problems = source_differences(STOCK_SOURCE_SHA256)
     if problems:
-        if warn:
+        if warn and worth_a_warning(problems):
             print(
                 f"rnnfleet: WARNING: guards for unusable dataset files are off ({'; '.join(problems)}); "
                 "a dataset file deleted or made unreadable during a run ends the run for every dataset",

@@ -56,8 +56,13 @@ import types
 import weakref
 from itertools import filterfalse
 
-WRITTEN_FOR_VERSION = "9.27.1"
+from rnnfleet.snakemake_version import SUPPORTED_SNAKEMAKE
+
+WRITTEN_FOR_VERSION = SUPPORTED_SNAKEMAKE
 DISABLE_VARIABLE = "RNNFLEET_STOCK_SNAKEMAKE"
+# The reason when the installed Snakemake is another release: the Snakefile's start line says
+# so once (rnnfleet.snakemake_version), so the replacements' own warnings stay silent then.
+OTHER_RELEASE = f"written for Snakemake {WRITTEN_FOR_VERSION}"
 
 # SHA-256 of inspect.getsource() of each function replaced, in Snakemake 9.27.1.
 STOCK_SOURCE_SHA256 = {
@@ -94,6 +99,12 @@ def _resolve(qualified_name: str):
     return owner, attribute, inspect.getattr_static(owner, attribute)
 
 
+def worth_a_warning(problems: list[str]) -> bool:
+    """Whether the replacements' problems need their own line: not when the only one is
+    another Snakemake release, which the run's start line already names."""
+    return bool(problems) and problems != [OTHER_RELEASE]
+
+
 def source_sha256(function) -> str:
     return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
 
@@ -109,7 +120,7 @@ def source_differences(stock_source_sha256: dict[str, str]) -> list[str]:
     import snakemake
 
     if snakemake.__version__ != WRITTEN_FOR_VERSION:
-        return [f"Snakemake {snakemake.__version__} is installed, they were written for {WRITTEN_FOR_VERSION}"]
+        return [OTHER_RELEASE]
     problems = []
     for qualified_name, expected in stock_source_sha256.items():
         try:
@@ -315,7 +326,7 @@ def apply(warn: bool = True) -> list[str]:
         return []
     problems = stock_differences()
     if problems:
-        if warn:
+        if warn and worth_a_warning(problems):
             print(
                 f"rnnfleet: Snakemake's scheduler and DAG speed-ups are off ({'; '.join(problems)}); "
                 "planning and scheduling thousands of datasets will be slower",
