@@ -1,5 +1,5 @@
 """The package's three parts stay apart: the core imports nothing of the runner or the hooks,
-and no module imports itself back through others (read from the source, every import counted,
+the runner nothing of the hooks, docs/architecture.md names every module, and no module imports itself back through others (read from the source, every import counted,
 also those inside functions)."""
 
 from __future__ import annotations
@@ -53,6 +53,19 @@ def test_the_core_imports_nothing_of_the_runner_or_the_hooks():
     for path in core_modules():
         outer = sorted(name for name in imported_names(path) if name.startswith(OUTER_PARTS))
         assert outer == [], f"{path.name} imports {outer}"
+
+
+def test_the_runner_imports_nothing_of_the_hooks():
+    # the hooks may use the runner's locks and run files; a job's process never loads the hooks
+    for path in sorted((PACKAGE / "runner").glob("*.py")):
+        hooks = sorted(name for name in imported_names(path) if name.startswith("rnnfleet.hooks"))
+        assert hooks == [], f"runner/{path.name} imports {hooks}"
+
+
+def test_every_module_of_the_package_is_named_in_architecture_md():
+    page = (REPO / "docs" / "architecture.md").read_text()
+    modules = sorted(path for path in PACKAGE.rglob("*.py") if path.name != "__init__.py")
+    assert [str(path.relative_to(PACKAGE)) for path in modules if f"`{path.name}`" not in page] == []
 
 
 def test_the_core_reads_without_sockets_locks_or_snakemake():
