@@ -25,12 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rnnfleet.hooks.snakemake_contract import stock_hashes
 from rnnfleet.hooks.snakemake_speedups import _stock, source_differences, worth_a_warning
 
-STOCK_SOURCE_SHA256 = {
-    "snakemake.persistence:FileBackupMixin.restore_output": "929db9930db20c0c14703237255f295d75790235fe8a0b2e1a625eb2b36b6ba0",
-    "snakemake.persistence:FileBackupMixin._get_backup_path": "64748f0e794d9de6d478c106252f46544607eea63f33ed63bffea899b691d29c",
-}
+STOCK_SOURCE_SHA256 = stock_hashes("atomic_restore")  # rnnfleet.hooks.snakemake_contract
 
 
 def put_back(backup: Path, path: Path) -> None:
