@@ -12,7 +12,7 @@ min_version("9.27.1")
 RNNFLEET_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False))
 sys.path.insert(0, str(RNNFLEET_DIR / "scripts"))
 
-from rnnfleet.hooks.config_check import checked_config_file
+from rnnfleet.workflow.config_check import checked_config_file
 from rnnfleet.snakemake_version import unsupported_snakemake_line
 
 # One supported Snakemake release (rnnfleet.snakemake_version); another one runs, said once.

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from rnnfleet.hooks.config_check import (
+from rnnfleet.workflow.config_check import (
     config_problems,
     model_section,
     set_given_values,
@@ -46,7 +46,7 @@ COMMAND_LINE_VALUES = typed_as_yaml(
     to_plain_dict(workflow.config_settings.config), CONFIG_SCHEMA
 )
 set_given_values(config, COMMAND_LINE_VALUES)
-# One builder's keys never reach another builder (rnnfleet.hooks.config_check.model_section).
+# One builder's keys never reach another builder (rnnfleet.workflow.config_check.model_section).
 config["model"] = model_section(config_layers(COMMAND_LINE_VALUES), CONFIG_SCHEMA)
 CONFIG_PROBLEMS = config_problems(config, CONFIG_SCHEMA)
 if CONFIG_PROBLEMS:

@@ -6,13 +6,13 @@ import sys
 
 from rnnfleet.discovery import DATASET_NAME, discover_datasets
 from rnnfleet.errors import UserError
-from rnnfleet.hooks.after_failures import not_done_list_if_stale
-from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
+from rnnfleet.workflow.after_failures import not_done_list_if_stale
+from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
 
 SHEET_PATH = config["datasets"]["sheet"]
 SHEET_SCHEMA_PATH = RNNFLEET_DIR / "schemas" / "datasets.schema.yaml"
 # {dataset: its files} and their fingerprints: from the datasets sheet
-# (rnnfleet.hooks.dataset_sheet), else one walk of data_dir (rnnfleet.discovery).
+# (rnnfleet.workflow.dataset_sheet), else one walk of data_dir (rnnfleet.discovery).
 # DATASET_CONFIGS: {dataset: its configuration with the sheet's overrides}, only for the
 # datasets that have any ({} without a sheet: no per-dataset work anywhere).
 try:
@@ -72,7 +72,7 @@ LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 # SVG written without a plotting library (rnnfleet.svg_chart, rnnfleet.plots.LOSS_CURVE_FORMAT):
 # small in a .zip report (bench/bench_report.py), sharp at any zoom, a few milliseconds a curve
 LOSS_CURVE_FORMAT = "svg"
-NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.hooks.after_failures
+NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.workflow.after_failures
 FORECASTS = (
     f"{PATHS['results']}/forecasts.csv"  # every dataset's forecast at its last bar
 )
@@ -95,7 +95,7 @@ def benchmark_path(rule_name):
 def per_distinct_config(build):
     """{dataset: build(its configuration)} for the datasets with settings of their own;
     build is called once per distinct configuration (datasets with the same overrides share
-    one object, rnnfleet.hooks.dataset_sheet)."""
+    one object, rnnfleet.workflow.dataset_sheet)."""
     built = {}
     for dataset_config in DATASET_CONFIGS.values():
         if id(dataset_config) not in built:
@@ -204,5 +204,5 @@ wildcard_constraints:
 
 def stale_not_done_list(wildcards):
     """An input of summarize only when the table written after failures must be rewritten
-    although no dataset trains again (rnnfleet.hooks.after_failures)."""
+    although no dataset trains again (rnnfleet.workflow.after_failures)."""
     return not_done_list_if_stale(NOT_DONE, DATA_FILES, METRICS)

@@ -218,7 +218,7 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
     try:
         os.chdir(folder)  # a run's relative paths are the folder's
         if config["datasets"]["sheet"]:
-            from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
+            from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
 
             row_schema = yaml.safe_load((schemas / "datasets.schema.yaml").read_text())
             found = read_dataset_sheet(

@@ -1,5 +1,5 @@
 """All per-dataset metrics -> one table; after a run with failures, which failed and why
-(rnnfleet.hooks.after_failures writes the table then)."""
+(rnnfleet.workflow.after_failures writes the table then)."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ FORECAST_METRICS = {
 # "settings error": a setting the dataset cannot train with (the same, until it changes);
 # "failed": a crash or out of memory, which may pass; "stopped": by a signal;
 # "previous model kept": a re-train failed (the error starts with which of the above),
-# the model from before is still in place (rnnfleet.hooks.previous_models); "not run": no job of it ran to an end (killed, or left out).
+# the model from before is still in place (rnnfleet.workflow.previous_models); "not run": no job of it ran to an end (killed, or left out).
 STATUSES = ("ok", "data error", "settings error", "failed", "stopped", "previous model kept", "not run")
 SHOWN_FAILURES = 20
 

@@ -13,7 +13,6 @@ import torch
 from conftest import schema_defaults
 
 from rnnfleet.data import prepare_dataset, row_digests, save_arrays
-from rnnfleet.hooks.update_plans import NEW_BARS, SETTINGS_CHANGED, array_rows, expected_fit
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.training import StartState, build_checkpoint, train_model
 from rnnfleet.updating import (
@@ -27,6 +26,7 @@ from rnnfleet.updating import (
     skill_drop,
     with_normalisation,
 )
+from rnnfleet.workflow.update_plans import NEW_BARS, SETTINGS_CHANGED, array_rows, expected_fit
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}

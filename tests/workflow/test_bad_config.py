@@ -189,7 +189,7 @@ def test_a_time_zone_only_pandas_knows_is_allowed():
     # Not in the IANA database zoneinfo reads, yet a zone pandas reads times in (pytz's name).
     import zoneinfo
 
-    from rnnfleet.hooks.config_check import timezone_problems
+    from rnnfleet.workflow.config_check import timezone_problems
 
     with pytest.raises(zoneinfo.ZoneInfoNotFoundError):
         zoneinfo.ZoneInfo("dateutil/UTC")

@@ -17,8 +17,8 @@ import yaml
 from conftest import REPO, TINY_CONFIG, add_datasets, pending_jobs, snakemake, write_config
 
 from rnnfleet.cli import project_config
-from rnnfleet.hooks.config_check import config_problems, model_section, typed_as_yaml
 from rnnfleet.model import load_model
+from rnnfleet.workflow.config_check import config_problems, model_section, typed_as_yaml
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
 # Folders a run or an editable install may write in the repository, not outputs.

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
-from rnnfleet.hooks.previous_models import KEPT_STATUS
 from rnnfleet.plots import (
     draw_coverage_overview,
     draw_skill_overview,
@@ -53,6 +52,7 @@ from rnnfleet.summary import (
     write_forecasts,
     write_table,
 )
+from rnnfleet.workflow.previous_models import KEPT_STATUS
 
 
 @dataclass(frozen=True)
