@@ -11,7 +11,7 @@ from rnnfleet.hooks.after_failures import (
     drop_not_done_list_if_replaced,
     write_results_after_failures,
 )
-from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore
+from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore, forget_records
 from rnnfleet.hooks.previous_models import restore_previous_models
 from rnnfleet.hooks.recovery import (
     JobsOfKilledRunAlive,
@@ -163,6 +163,7 @@ onerror:
         fleet=config["fleet"],
         quality_thresholds=config["quality"],
         dataset_quality=DATASET_QUALITY,
+        unpublished=lambda paths: forget_records(workflow.persistence, paths),
     )
     log_run_to_mlflow(
         config["tracking"]["mlflow"],

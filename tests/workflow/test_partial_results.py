@@ -193,6 +193,29 @@ def test_a_full_disk_while_the_results_are_written_gives_one_plain_line(tmp_path
     assert (tmp_path / "models/A_1m.pt").exists()
 
 
+def test_a_full_disk_while_the_forecasts_are_written_keeps_the_previous_ones_until_the_next_run(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path)
+    previous = (tmp_path / "results/forecasts.csv").read_bytes()
+    add_datasets(tmp_path, ["B_1m"])  # the table and the forecasts are written again
+
+    failed = snakemake(tmp_path, check=False, env={FULL_DISK: "results/forecasts.csv"})
+
+    line = (
+        "results/forecasts.csv: cannot be written: the disk is full (no space left on device); free some space "
+        "and run again; the previous forecasts.csv is kept"
+    )
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    assert f"ERROR: {line}" in (tmp_path / "logs/summarize.log").read_text()  # the summarize job
+    assert f"rnnfleet: ERROR: {line}" in failed.stderr  # and the run's own attempt after it
+    assert (tmp_path / "results/forecasts.csv").read_bytes() == previous  # never deleted
+    assert planned_rules(snakemake(tmp_path, "-n").stdout).get("summarize") == 1
+    snakemake(tmp_path)  # a plain run writes it
+    with open(tmp_path / "results/forecasts.csv", encoding="utf-8") as handle:
+        assert [row["dataset"] for row in csv.DictReader(handle)] == ["A_1m", "B_1m"]
+
+
 def mounted_tmpfs(folder: Path, options: str) -> bool:
     """Mount a small tmpfs on folder; False where this user or system cannot."""
     folder.mkdir()

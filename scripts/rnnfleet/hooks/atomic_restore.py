@@ -14,15 +14,21 @@ What it promises:
 - Without a backup, and for folders, the stock code runs.
 - On any other Snakemake version, or when that source differs, nothing is replaced and one
   warning line says what that means.
+
+A job whose update() outputs were put back is recorded by Snakemake as if it had written
+them (its record holds the new inputs' checksums), so the next run would not run it again:
+forget_records drops those records where the run could not publish a table or figure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from rnnfleet.hooks.snakemake_speedups import _stock, source_differences
@@ -56,6 +62,20 @@ def restore_output(self, path: Path) -> bool:
     put_back(backup, Path(path))
     backup.unlink()
     return True
+
+
+def forget_records(persistence, paths: Iterable[str]) -> None:
+    """Drop Snakemake's records of these output paths (the keys of its metadata: paths as
+    the rules name them): the next run compares their inputs by time alone, and an output
+    kept from before its inputs changed is written again. Only deletes files, so it works on
+    a full disk; does nothing where this Snakemake's persistence has no such records."""
+    delete_record = getattr(persistence, "_delete_record", None)
+    if delete_record is None:
+        return
+    getattr(persistence, "_clear_cache", lambda: None)()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            delete_record(str(path))
 
 
 def apply(warn: bool = True) -> bool:
