@@ -295,6 +295,38 @@ def test_a_full_snakemake_folder_stops_the_run_with_one_line_naming_it(tmp_path)
     assert not (tmp_path / "prep").exists() and not (tmp_path / "models").exists()
 
 
+def test_a_full_snakemake_folder_when_a_model_is_kept_aside_stops_with_one_line_naming_it(tmp_path):
+    # Room for the run to start (over 1 MB), not for Snakemake's copy of the model it re-trains.
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", model={"hidden_size": 112, "num_layers": 2})
+    snakemake(tmp_path)
+    model = tmp_path / "models/A_1m.pt"
+    previous = model.read_bytes()
+    folder, records = tmp_path / ".snakemake", tmp_path / "records"
+    folder.rename(records)
+    if not mounted_tmpfs(folder, "size=3m"):
+        pytest.skip("cannot mount a tmpfs on .snakemake here (mount refused)")
+    try:
+        shutil.copytree(records, folder, symlinks=True, dirs_exist_ok=True)
+        room = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+        (folder / "filler").write_bytes(bytes(room - 1100 * 1024))
+        assert len(previous) > 1100 * 1024
+        result = snakemake(tmp_path, "--config", "train={'epochs': 3}", check=False)
+        left_over = list((folder / "backups").rglob("*.pt"))
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+    line = (
+        f"{folder}/backups: cannot be written: the disk is full (no space left on device); free some space and run "
+        "again; Snakemake keeps there the copy of models/A_1m.pt it puts back if the job that replaces it fails, so "
+        "the run stopped before that job: models/A_1m.pt is untouched and was not made again, and the jobs not "
+        "started yet were not run"
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and line in output, output[-3000:]
+    assert "Traceback" not in output and "Errno" not in output
+    assert model.read_bytes() == previous and left_over == []
+
+
 def test_a_model_written_to_a_really_full_disk_says_so(full_disk):
     import torch
 

@@ -12,6 +12,10 @@ What it promises:
   over it) is left as it is, any other is replaced by a whole copy in one rename. Either way
   the backup is removed and True returned, as the stock code does.
 - Without a backup, and for folders, the stock code runs.
+- Keeping the copy aside before the job (backup_output) fails on a full disk, a quota, a
+  read-only or unwritable .snakemake/: what was copied is removed, and the run stops with one
+  line naming the backup folder, the output and what was not done (no traceback). The output
+  itself is untouched.
 - On any other Snakemake version, or when that source differs, nothing is replaced and one
   warning line says what that means.
 
@@ -31,11 +35,13 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from rnnfleet.errors import WRITE_CAUSES
 from rnnfleet.hooks.snakemake_speedups import _stock, source_differences
 
 STOCK_SOURCE_SHA256 = {
     "snakemake.persistence:FileBackupMixin.restore_output": "929db9930db20c0c14703237255f295d75790235fe8a0b2e1a625eb2b36b6ba0",
     "snakemake.persistence:FileBackupMixin._get_backup_path": "64748f0e794d9de6d478c106252f46544607eea63f33ed63bffea899b691d29c",
+    "snakemake.persistence:FileBackupMixin.backup_output": "0567435ee10946db380e7bad0d6893a9bd08070ebc7abe3532f69f2195bd09c3",
 }
 
 
@@ -62,6 +68,33 @@ def restore_output(self, path: Path) -> bool:
     put_back(backup, Path(path))
     backup.unlink()
     return True
+
+
+def backup_output(self, path: Path) -> None:
+    """FileBackupMixin.backup_output, ending in one line where the copy cannot be written."""
+    try:
+        backup_output.__rnnfleet_stock__(self, path)
+    except OSError as error:
+        if error.errno not in WRITE_CAUSES:
+            raise
+        from snakemake.exceptions import WorkflowError
+
+        backup = self._get_backup_path(path)
+        with contextlib.suppress(OSError):
+            shutil.rmtree(backup) if backup.is_dir() else backup.unlink(missing_ok=True)
+        raise WorkflowError(backup_failure_line(self._backup_path, Path(path), error)) from None
+
+
+def backup_failure_line(backup_folder: Path, path: Path, error: OSError) -> str:
+    """What a backup that could not be written says: the folder, why, and what was not done."""
+    import logging
+
+    logging.raiseExceptions = False  # Snakemake's log file may sit on that full disk too
+    return (
+        f"{Path(backup_folder).absolute()}: cannot be written: {WRITE_CAUSES[error.errno]}; Snakemake keeps there "
+        f"the copy of {path} it puts back if the job that replaces it fails, so the run stopped before that job: "
+        f"{path} is untouched and was not made again, and the jobs not started yet were not run"
+    )
 
 
 def forget_records(persistence, paths: Iterable[str]) -> None:
@@ -94,4 +127,6 @@ def apply(warn: bool = True) -> bool:
 
     restore_output.__rnnfleet_stock__ = _stock(FileBackupMixin.restore_output)
     FileBackupMixin.restore_output = restore_output
+    backup_output.__rnnfleet_stock__ = _stock(FileBackupMixin.backup_output)
+    FileBackupMixin.backup_output = backup_output
     return True
