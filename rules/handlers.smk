@@ -112,6 +112,7 @@ onstart:
     mark_run_working()
     check_output_folders_writable()
     check_plugin_files()
+    check_machine_settings()
     write_job_settings()
     stop_jobs_on_signals()
     start_mps_if_on()

@@ -348,3 +348,12 @@ def test_out_never_replaces_a_model_a_data_file_or_an_output_of_the_project_howe
     assert {path: path.read_bytes() for path in kept} == kept
     assert not (tmp_path / "data/NEW_1m.csv").exists()
     assert main(["--model", "models/A_1m.pt", "--csv", "data/A_1m.csv", "--out", "forecasts.csv", "--last", "1"]) == 0
+
+
+def test_a_named_pipe_given_to_csv_is_named_as_such(trained, tmp_path, capsys):
+    _, model_path, _, _ = trained
+    pipe = tmp_path / "recent.csv"
+    os.mkfifo(pipe)  # opening it would wait for a writer: it is named before any open
+    assert main(["--model", str(model_path), "--csv", str(pipe), "--out", str(tmp_path / "f.csv")]) == 1
+    error = capsys.readouterr().err
+    assert error == f"error: {pipe}: is a named pipe (FIFO), not a regular file; give a file of bars\n"
