@@ -272,6 +272,27 @@ def test_a_full_logs_folder_fails_each_job_with_a_line_naming_its_log(tmp_path):
         assert (table(tmp_path)[dataset]["status"], table(tmp_path)[dataset]["error"]) == ("failed", reason)
 
 
+def test_a_full_logs_folder_during_a_retrain_gives_the_rows_their_error(tmp_path):
+    # The re-train's job removes its old log first: the folder is nearly, not quite, full.
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path)
+    logs, kept = tmp_path / "logs", tmp_path / "logs_before"
+    logs.rename(kept)
+    if not mounted_tmpfs(logs, "size=64k"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        shutil.copytree(kept, logs, dirs_exist_ok=True)
+        (logs / "filler").write_bytes(bytes(os.statvfs(logs).f_bfree * os.statvfs(logs).f_frsize - 4096))
+        (logs / "more").write_bytes(bytes(4096))  # every block of it taken
+        result = snakemake(tmp_path, "--config", "train={'epochs': 3}", check=False)
+    finally:
+        subprocess.run(["umount", str(logs)], check=True)
+    reason = "failed: train: its log logs/train/A_1m.log could not be written (no space left in its file system)"
+    assert result.returncode != 0 and f"  A_1m: previous model kept: {reason}" in result.stderr, result.stderr[-3000:]
+    assert (table(tmp_path)["A_1m"]["status"], table(tmp_path)["A_1m"]["error"]) == ("previous model kept", reason)
+
+
 def test_a_full_snakemake_folder_stops_the_run_with_one_line_naming_it(tmp_path):
     add_datasets(tmp_path, ["A_1m"])
     write_config(tmp_path, data_dir="data")

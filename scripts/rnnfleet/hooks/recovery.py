@@ -29,9 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.errors import STOP_SIGNALS, UserError
+from rnnfleet.errors import STOP_SIGNALS, UserError, room_left
 from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
-from rnnfleet.runner.job_client import room_left
 
 SNAKEMAKE_DIR = Path(".snakemake")
 RUNS_DIR = SNAKEMAKE_DIR / "rnnfleet-runs"  # two locked files per live run, one per working job
