@@ -20,8 +20,11 @@ What it promises:
   warning line says what that means.
 
 A job whose update() outputs were put back is recorded by Snakemake as if it had written
-them (its record holds the new inputs' checksums), so the next run would not run it again:
-forget_records drops those records where the run could not publish a table or figure.
+them (its params, its inputs' checksums). Here the record of each output put back is the one
+it had when it was copied aside: the kept model is recorded with the settings it was trained
+with (a dry-run's "settings changed" words compare with those, not with the failed attempt's),
+and a table put back stays older than its new inputs. forget_records drops the records of
+tables and figures that the run itself could not write afterwards.
 """
 
 from __future__ import annotations
@@ -42,7 +45,13 @@ STOCK_SOURCE_SHA256 = {
     "snakemake.persistence:FileBackupMixin.restore_output": "929db9930db20c0c14703237255f295d75790235fe8a0b2e1a625eb2b36b6ba0",
     "snakemake.persistence:FileBackupMixin._get_backup_path": "64748f0e794d9de6d478c106252f46544607eea63f33ed63bffea899b691d29c",
     "snakemake.persistence:FileBackupMixin.backup_output": "0567435ee10946db380e7bad0d6893a9bd08070ebc7abe3532f69f2195bd09c3",
+    "snakemake.persistence:PersistenceBase.finished": "3f347851a55e224352090af29258781870b2e5b6fdd7977e7fb6df0d442edf58",
 }
+
+# Snakemake's record of each output copied aside (None: it had none), by the output's key,
+# and the outputs put back: a failed job's record of them is replaced by the one from before.
+_RECORDS_BEFORE: dict[str, object] = {}
+_PUT_BACK: set[str] = set()
 
 
 def put_back(backup: Path, path: Path) -> None:
@@ -67,13 +76,37 @@ def restore_output(self, path: Path) -> bool:
         return restore_output.__rnnfleet_stock__(self, path)
     put_back(backup, Path(path))
     backup.unlink()
+    _PUT_BACK.add(str(path))
     return True
+
+
+async def finished(self, job) -> None:
+    """PersistenceBase.finished, then, for a job whose outputs were put back (it failed), the
+    records from before for those, and none for its outputs that are not there (its metrics,
+    deleted before it ran): a failed job leaves no record of its own."""
+    await finished.__rnnfleet_stock__(self, job)
+    keys = [self._get_key(output) for output in job.output]
+    if not _PUT_BACK.intersection(keys):
+        return
+    self._clear_cache()
+    for output, key in zip(job.output, keys, strict=True):
+        put_back = key in _PUT_BACK
+        _PUT_BACK.discard(key)
+        before = _RECORDS_BEFORE.pop(key, None) if put_back else None
+        if before is not None:
+            self._write_record(key, before)
+        elif put_back or not os.path.exists(output):
+            self._delete_record(key)
+    self._clear_cache()
 
 
 def backup_output(self, path: Path) -> None:
     """FileBackupMixin.backup_output, ending in one line where the copy cannot be written."""
     try:
         backup_output.__rnnfleet_stock__(self, path)
+        if hasattr(self, "_read_record"):  # a whole persistence, not its backup part alone
+            record = self._read_record(str(path))
+            _RECORDS_BEFORE[str(path)] = None if record is None else record.model_copy(deep=True)
     except OSError as error:
         if error.errno not in WRITE_CAUSES:
             raise
@@ -129,4 +162,8 @@ def apply(warn: bool = True) -> bool:
     FileBackupMixin.restore_output = restore_output
     backup_output.__rnnfleet_stock__ = _stock(FileBackupMixin.backup_output)
     FileBackupMixin.backup_output = backup_output
+    from snakemake.persistence import PersistenceBase
+
+    finished.__rnnfleet_stock__ = _stock(PersistenceBase.finished)
+    PersistenceBase.finished = finished
     return True
