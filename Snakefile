@@ -54,5 +54,6 @@ rule all:
     input:
         expand(MODEL, dataset=DATASETS),
         SUMMARY,
+        FORECASTS,
         rules.plots.output,
         expand(PREDICTIONS, dataset=FORECAST_DATASETS),

@@ -105,3 +105,14 @@ def check_plugin_files():
                 resolve(reference, {}, config_key)
     except UserError as error:
         raise WorkflowError(f"{error}; nothing was run") from None
+
+
+def check_machine_settings():
+    """Before the first job, where jobs run on this machine: train settings it cannot run
+    (a CUDA device it lacks, float16 on the CPU) stop the run in one line, instead of failing
+    every training after Snakemake has removed its metrics."""
+    from rnnfleet.runner.device import settings_unusable_here
+
+    problem = settings_unusable_here(config["train"]) if workflow.local_exec else None
+    if problem:
+        raise WorkflowError(f"{problem}; nothing was run")

@@ -11,7 +11,7 @@ from rnnfleet.workflow.after_failures import (
     drop_not_done_list_if_replaced,
     write_results_after_failures,
 )
-from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore
+from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore, forget_records
 from rnnfleet.workflow.previous_models import restore_previous_models
 from rnnfleet.workflow.recovery import (
     JobsOfKilledRunAlive,
@@ -112,6 +112,7 @@ onstart:
     mark_run_working()
     check_output_folders_writable()
     check_plugin_files()
+    check_machine_settings()
     write_job_settings()
     stop_jobs_on_signals()
     start_mps_if_on()
@@ -163,6 +164,7 @@ onerror:
         fleet=config["fleet"],
         quality_thresholds=config["quality"],
         dataset_quality=DATASET_QUALITY,
+        unpublished=lambda paths: forget_records(workflow.persistence, paths),
     )
     log_run_to_mlflow(
         config["tracking"]["mlflow"],

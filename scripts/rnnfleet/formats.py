@@ -40,6 +40,7 @@ import io
 import lzma
 import os
 import re
+import stat
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnfleet.errors import DataError, one_line
+from rnnfleet.shared_folders import shared_folder_refusal
 
 PRICE_KEYS = ("open", "high", "low", "close")
 DEFAULT_COLUMNS = {
@@ -210,9 +212,14 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     requested = lean_layout(name, requested_layout(columns, read_format))
     layout = requested
     try:
-        if os.path.getsize(path) == 0:
-            raise DataError(f"{name}: the file is empty")
+        check_regular_file(name)
         with open(path, "rb") as raw:  # the one open of the file: sniffed, then parsed
+            opened = os.fstat(raw.fileno())
+            refusal = shared_folder_refusal(name, opened)
+            if refusal:
+                raise DataError(refusal)
+            if opened.st_size == 0:
+                raise DataError(f"{name}: the file is empty")
             if raw.read(4) == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
                 raw.seek(0)
                 frame, layout = read_parquet(raw, name, requested)
@@ -256,6 +263,24 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
     frame.attrs["timezone"] = zone
     return frame
+
+
+NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def check_regular_file(name: str) -> None:
+    """DataError naming what `name` is (links followed) when it is not a regular file: a
+    pipe or a device would be read as a stream (or block), not as a file of bars."""
+    mode = os.stat(name).st_mode
+    for test, what in NOT_REGULAR:
+        if test(mode):
+            raise DataError(f"{name}: is {what}, not a regular file; give a file of bars")
 
 
 # QuantConnect Lean's minute trade files: <asset>/<market>/minute/<ticker>/<YYYYMMDD>_trade.zip,

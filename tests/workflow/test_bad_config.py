@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import add_datasets, snakemake, write_config
+from conftest import add_datasets, pending_jobs, snakemake, trained_folder, write_config
 
 CASES = {
     "misspelled key": (
@@ -181,8 +181,30 @@ def test_cuda_asked_for_where_there_is_none_is_a_user_error_naming_the_key(monke
     from rnnfleet.runner.device import choose_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(UserError, match="config key 'train.device' is 'cuda:1' but CUDA is not available"):
+    with pytest.raises(UserError, match=r"config key 'train.device' = 'cuda:1' cannot run on this machine \("):
         choose_device("cuda:1")
+
+
+def test_settings_this_machine_cannot_run_stop_the_run_before_any_job_and_keep_the_metrics(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: train.device: cuda and train.amp: fp16 run here")
+    trained_folder(tmp_path, ["A_1m"])
+    metrics = (tmp_path / "metrics/A_1m.json").read_bytes()
+    add_datasets(tmp_path, ["B_1m"])  # a training to run with either setting
+    cases = {
+        'train={"device": "cuda"}': "config key 'train.device' = 'cuda' cannot run on this machine (",
+        'train={"amp": "fp16"}': "config key 'train.amp' = 'fp16' cannot run on this machine: float16 autocast needs "
+        "a CUDA GPU, and training would run on the CPU (no CUDA GPU here); set train.amp: auto, off or bf16; "
+        "nothing was run",
+    }
+    for setting, line in cases.items():
+        result = snakemake(tmp_path, "--config", setting, check=False)
+        assert result.returncode != 0 and line in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr and "rule train:" not in result.stderr
+        assert (tmp_path / "metrics/A_1m.json").read_bytes() == metrics
+    assert list(pending_jobs(snakemake(tmp_path, "-n").stdout, "train")) == ["B_1m"]  # A_1m stays trained
 
 
 def test_a_time_zone_only_pandas_knows_is_allowed():
