@@ -28,6 +28,8 @@ PREPROCESS_CONFIG_KEYS = {
     "test_fraction": "preprocess.test_fraction",
     "val_bars": "preprocess.val_bars",
     "test_bars": "preprocess.test_bars",
+    "val_max_bars": "preprocess.val_max_bars",
+    "test_max_bars": "preprocess.test_max_bars",
     "features": "features",
     "target": "target",
     "quality": "quality",
@@ -36,7 +38,17 @@ PREPROCESS_CONFIG_KEYS = {
 # Settings added after projects were made without them, and their defaults: at the default
 # they are left out of the rules' params, the array files' settings hash and a model's
 # fingerprint, so that a project made before they existed re-runs and updates as before.
-LATER_KEYS = {"preprocess.val_bars": None, "preprocess.test_bars": None, "train.horizons": [], "train.quantiles": []}
+# The parts' caps at their default (rnnfleet.data.DEFAULT_MAX_PART_BARS) are left out too: a
+# project whose history is below them keeps its arrays; one above them updates onto the capped
+# parts the next time its arrays are made (its fingerprint is unchanged).
+LATER_KEYS = {
+    "preprocess.val_bars": None,
+    "preprocess.test_bars": None,
+    "preprocess.val_max_bars": 10_080,
+    "preprocess.test_max_bars": 10_080,
+    "train.horizons": [],
+    "train.quantiles": [],
+}
 
 # The config section of each param of the train rule (named after its section); the
 # train section without RUNTIME_ONLY_TRAIN_KEYS.

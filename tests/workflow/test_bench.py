@@ -116,6 +116,7 @@ def test_morning_bench_reads_only_the_new_day_and_reports_its_share_of_a_full_re
     assert morning["files_read"] == 2 and full["files_read"] == 2 * 4  # one new day each; every day
     assert morning["forecasts"] == full["forecasts"] == 2
     assert history["cost_ratio"] > 0 and history["noop_seconds"] > 0
+    assert "test skill's 95% interval" in output and morning["test_windows"] > 0 and morning["test_interval_width"] > 0
 
 
 def test_heads_bench_times_heads_the_single_forecast_and_another_checkouts_and_prints_the_ratios(tmp_path):
