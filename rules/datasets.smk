@@ -31,7 +31,7 @@ try:
         )
         DATASET_CONFIGS = {}
 except UserError as error:
-    raise WorkflowError(str(error)) from None
+    stop_run([str(error)])
 if workflow.is_main_process:
     if FOUND.note:
         print(f"rnnfleet: {FOUND.note}", file=sys.stderr)
@@ -54,9 +54,11 @@ DATASET_QUALITY = {
 PATHS = config["paths"]
 for key, folder in PATHS.items():
     if os.path.exists(folder) and not os.path.isdir(folder):
-        raise WorkflowError(
-            f"config key 'paths.{key}' = {folder!r} is a file, not a folder; allowed: a folder "
-            "(made if missing) for that output"
+        stop_run(
+            [
+                f"config key 'paths.{key}' = {folder!r} is a file, not a folder; allowed: a folder "
+                "(made if missing) for that output"
+            ]
         )
 OUTPUT_FOLDERS = [
     PATHS[key] for key in ("prep", "models", "metrics", "results", "predictions")
@@ -189,8 +191,10 @@ def datasets_to_forecast(requested):
         return DATASETS
     unknown = sorted(set(requested) - set(DATA_FILES))
     if unknown:
-        raise WorkflowError(
-            f"predict.datasets names {', '.join(unknown)}: not a dataset in data_dir '{config['data_dir']}'"
+        stop_run(
+            [
+                f"predict.datasets names {', '.join(unknown)}: not a dataset in data_dir '{config['data_dir']}'"
+            ]
         )
     return list(requested)
 
