@@ -8,6 +8,8 @@ from rnnfleet.discovery import DATASET_NAME, discover_datasets
 from rnnfleet.errors import UserError
 from rnnfleet.hooks.after_failures import not_done_list_if_stale
 from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
+from rnnfleet.hooks.unused_settings import unused_zone_note, zone_free_datasets
+from rnnfleet.settings import DEFAULT_ZONE, without_unused_zone
 
 SHEET_PATH = config["datasets"]["sheet"]
 SHEET_SCHEMA_PATH = RNNFLEET_DIR / "schemas" / "datasets.schema.yaml"
@@ -200,6 +202,47 @@ def datasets_to_forecast(requested):
 
 
 FORECAST_DATASETS = datasets_to_forecast(config["predict"]["datasets"])
+
+
+def dataset_zones():
+    """{dataset: its format.timezone} where one is set (not auto) for the run or in the
+    sheet; {} otherwise (no per-dataset work)."""
+    configs = [config, *DATASET_CONFIGS.values()]
+    if all(each["format"]["timezone"] == DEFAULT_ZONE for each in configs):
+        return {}
+    return {
+        dataset: DATASET_CONFIGS.get(dataset, config)["format"]["timezone"]
+        for dataset in DATASETS
+    }
+
+
+# The datasets whose times format.timezone does not apply to (rnnfleet.hooks.unused_settings):
+# their params carry the default zone, so the setting re-runs nothing for them.
+DATASET_ZONES = dataset_zones()
+ZONE_UNUSED = set(
+    zone_free_datasets(DATASET_ZONES, lambda dataset: ARRAYS.format(dataset=dataset))
+)
+if ZONE_UNUSED and workflow.is_main_process:
+    print(
+        f"rnnfleet: {unused_zone_note(sorted(ZONE_UNUSED), DATASET_ZONES)}",
+        file=sys.stderr,
+    )
+
+
+def zone_checked(params):
+    """A rule's params (dataset_params) with read_format at the default zone for the
+    datasets in ZONE_UNUSED."""
+    if not ZONE_UNUSED:
+        return params
+    given = params["read_format"]
+
+    def read_format(wildcards):
+        value = given(wildcards) if callable(given) else given
+        if wildcards.dataset in ZONE_UNUSED:
+            return without_unused_zone(value)
+        return value
+
+    return {**params, "read_format": read_format}
 
 
 wildcard_constraints:
