@@ -83,6 +83,10 @@ def test_new_bars_plan_an_update_and_the_rest_a_fit_from_scratch(grown):
     assert plan(previous=None).label == "full fit: no previous model"
     assert plan(fingerprint="0" * 64).label == "re-train: settings or code changed"
     assert plan(arrays=before).label == "re-train: no new bars"
+    # As many rows as the model has seen, the last one changed (a repaired cut line): a change.
+    repaired = before.row_digests.copy()
+    repaired[-1] ^= np.uint64(1)
+    assert plan(arrays=replace(before, row_digests=repaired)).label == "re-train: earlier bars changed"
     assert plan(enabled=False).label == "re-train: update.enabled is false"
     assert plan(full_every=0).label == "re-train: update.full_every: 0 update(s) since the full fit"
     assert plan(evaluate={"production": "refit", "folds": 0}).kind == FULL

@@ -85,6 +85,11 @@ CASES = {
         ["--config", 'train={"lr": ".inf"}'],
         "config key 'train.lr' = inf is not allowed; allowed: a finite number > 0 (Adam learning rate)",
     ),
+    "misspelled time zone": (
+        {"format": {"timezone": "Europe/Berln"}},
+        [],
+        "config key 'format.timezone' = 'Europe/Berln' is not allowed (did you mean 'Europe/Berlin'?); allowed: auto",
+    ),
     "unknown time zone": (
         {"format": {"timezone": "Mars/Olympus"}},
         [],
@@ -145,9 +150,43 @@ def test_bad_setting_fails_before_any_job_naming_the_key(tmp_path, case):
     write_config(tmp_path, **{"data_dir": "data", **overrides})
     result = snakemake(tmp_path, *arguments, check=False)
     assert result.returncode != 0
-    assert message in result.stdout + result.stderr, result.stdout + result.stderr
-    assert "Building DAG" not in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert message in output, output
+    assert "Building DAG" not in output
+    # The line alone, not inside Snakemake's "WorkflowError in file .../rules/config.smk, line 53:".
+    assert "WorkflowError" not in output and ".smk" not in output, output
     assert not (tmp_path / "logs").exists() and not (tmp_path / "prep").exists()
+
+
+def test_a_project_folders_bad_setting_is_one_line_naming_its_config_file(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", train={"lrr": 0.01})
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config.yaml").rename(tmp_path / "config" / "config.yaml")
+    result = snakemake(tmp_path, "-n", check=False)
+    assert result.returncode == 1
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    lines = [line for line in lines if not line.startswith("Using workflow specific profile")]  # Snakemake's own
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "invalid configuration (config/config.yaml): unknown config key 'train.lrr' (did you mean 'lr'?); allowed "
+    )
+    command_line = snakemake(tmp_path, "-n", "--config", 'train={"epochs": 0}', check=False).stderr.splitlines()
+    assert (
+        "invalid configuration (config/config.yaml or --config): config key 'train.epochs' = 0 is not allowed; "
+        + ("allowed: an integer >= 1")
+        in command_line
+    ), command_line
+
+
+def test_an_etc_gmt_zone_gets_a_note_that_its_sign_is_inverted(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", format={"timezone": "Etc/GMT-2"})
+    result = snakemake(tmp_path, "-n")
+    assert (
+        "rnnfleet: note: format.timezone 'Etc/GMT-2' is UTC+2, 2 hour(s) ahead of UTC: the Etc/GMT zones invert "
+        "the sign (POSIX)"
+    ) in result.stderr, result.stderr
 
 
 def test_every_bad_setting_is_reported_at_once(tmp_path):
