@@ -39,6 +39,7 @@ include: "rules/train.smk"
 include: "rules/summary.smk"
 include: "rules/plots.smk"
 include: "rules/predict.smk"
+include: "rules/export.smk"
 include: "rules/inspect.smk"
 include: "rules/mps.smk"
 include: "rules/checks.smk"
@@ -57,3 +58,4 @@ rule all:
         FORECASTS,
         rules.plots.output,
         expand(PREDICTIONS, dataset=FORECAST_DATASETS),
+        EXPORTS,

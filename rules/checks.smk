@@ -16,7 +16,7 @@ from rnnfleet.workflow import update_plans
 from rnnfleet.settings import PREPROCESS_CONFIG_KEYS, TRAIN_PARAM_CONFIG_KEYS
 
 # The files of one dataset a user may ask for by name, e.g. snakemake predictions/X.csv.
-PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS]
+PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS, EXPORT]
 
 
 def requested_datasets(targets):

@@ -1,9 +1,10 @@
-"""The `rnnfleet` command (installed by `pip install -e .`): init, predict, inspect.
+"""The `rnnfleet` command (installed by `pip install -e .`): init, predict, inspect, export.
 
     rnnfleet init my-fleet --data /path/to/bars   a project folder of your own (docs/project-folder.md)
     rnnfleet predict --model ... --csv ... --out ...   forecasts from a model file
     rnnfleet predict --dataset NAME --out ...      the same for a dataset of a project folder
     rnnfleet inspect [FOLDER]                      every dataset read and checked, nothing trained
+    rnnfleet export [NAME ...] / --model ... --csv ...   models as ONNX files (docs/export.md)
 
 The workflow files (Snakefile, rules/, schemas/, profiles/, envs/, report/, scripts/*.py) are
 found next to this package in a clone (an editable install), else where a non-editable
@@ -338,6 +339,15 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
     return str((folder / model).absolute()), [str((folder / path).absolute()) for path in found.files[name]]
 
 
+def models_in_project(folder: Path) -> tuple[list[str], Path]:
+    """(the names of the model files in the project folder's paths.models, in name order; the
+    folder its exports go to, paths.exports)."""
+    config, _ = folder_config(folder)
+    paths = config.get("paths") or {}
+    models = folder / str(paths.get("models", "models"))
+    return sorted(path.stem for path in models.glob("*.pt")), folder / str(paths.get("exports", "exports"))
+
+
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(
         prog="rnnfleet",
@@ -363,6 +373,12 @@ def parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(run=None)
 
+    commands.add_parser(
+        "export",
+        help="models as ONNX files holding the whole forecast, for MetaTrader 5, C#, C++ (rnnfleet export --help)",
+        add_help=False,
+    ).set_defaults(run=None)
+
     inspect_parser = commands.add_parser(
         "inspect",
         help="read and check every dataset as preprocess would, train nothing (results/inspect.csv)",
@@ -383,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         from rnnfleet.predict import main as predict_main
 
         return predict_main(argv[1:], prog="rnnfleet predict", find_dataset=dataset_in_project)
+    if argv[:1] == ["export"]:  # its own options (rnnfleet.export_onnx; onnx is imported only there)
+        from rnnfleet.export_onnx import main as export_main
+
+        return export_main(
+            argv[1:], prog="rnnfleet export", find_dataset=dataset_in_project, project_models=models_in_project
+        )
     args = parser().parse_args(argv)
     try:
         return args.run(args)
