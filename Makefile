@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0+cpu
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 CORES ?= all
 
-.PHONY: venv slurm run test test-fast lint fmt bench bench-scale bench-read clean
+.PHONY: venv slurm browser run test test-fast lint fmt bench bench-scale bench-read clean
 
 venv: $(VENV)/.installed
 
@@ -44,9 +44,15 @@ run: venv demo_data
 # Test files run side by side, a file's tests in one worker (they share its fixtures): a
 # workflow test waits on processes most of its time, so two workers keep two cores busy.
 TEST_WORKERS ?= 2
-test: venv $(SLURM_TEST_PLUGIN)/.installed
+test: venv $(SLURM_TEST_PLUGIN)/.installed browser
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m pytest tests -q --durations=10 \
 		-n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The browser checks open the report and the table page in Debian's Chromium: installed here
+# when missing and this machine can (root with apt-get), else the reason goes where the tests
+# quote it when they skip (tests/conftest.py: chromium_or_skip).
+browser: | venv
+	sh tests/browser/install_chromium.sh $(VENV)/chromium-missing
 
 # The fast loop while editing: tests/unit/ less the tests marked slow (no snakemake run).
 test-fast: venv

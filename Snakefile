@@ -2,16 +2,24 @@ import os
 import sys
 from pathlib import Path
 
+import snakemake
 from snakemake.utils import min_version
 
-min_version("9.0")
+min_version("9.27.1")
 
 # rnnfleet's Python package (scripts/rnnfleet), for this file and rules/: beside this
 # Snakefile, not workflow.basedir (a project folder's own Snakefile includes this one).
 RNNFLEET_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False))
 sys.path.insert(0, str(RNNFLEET_DIR / "scripts"))
 
-from rnnfleet.hooks.config_check import checked_config_file
+from rnnfleet.workflow.config_check import checked_config_file
+from rnnfleet.snakemake_version import unsupported_snakemake_line
+
+# One supported Snakemake release (rnnfleet.snakemake_version); another one runs, said once.
+if workflow.is_main_process and (
+    line := unsupported_snakemake_line(snakemake.__version__)
+):
+    print(line, file=sys.stderr)
 
 # The settings: a project folder's config/config.yaml (rnnfleet init, docs/project-folder.md),
 # else config.yaml in the folder snakemake runs in (this clone's is the demo's).
@@ -47,6 +55,7 @@ rule all:
     input:
         expand(MODEL, dataset=DATASETS),
         SUMMARY,
+        FORECASTS,
         rules.plots.output,
         expand(PREDICTIONS, dataset=FORECAST_DATASETS),
         EXPORTS,

@@ -64,6 +64,24 @@ def svg_texts(path: Path) -> list[str]:
     return [element.text for element in ElementTree.parse(path).iter(f"{SVG_NAMESPACE}text")]
 
 
+# Why no Chromium is on this machine, written by tests/browser/install_chromium.sh (make test).
+CHROMIUM_MISSING = REPO / ".venv" / "chromium-missing"
+
+
+def chromium_or_skip() -> str:
+    """The Chromium the browser checks open pages in. Without one they skip, quoting why
+    `make test` could not install it; under CI=true they fail, so that CI never passes them
+    unopened."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser:
+        return browser
+    why = CHROMIUM_MISSING.read_text().strip() if CHROMIUM_MISSING.exists() else "make test did not look for one"
+    message = f"no Chromium on this machine ({why}): the page was not opened in a browser"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 # Modules that test what only some platforms have (docs/platforms.md): not collected elsewhere.
 # By file name, in whichever tier the module sits.
 POSIX_ONLY = [
@@ -123,6 +141,22 @@ def schema_defaults(section: str) -> dict:
     """The config schema's defaults of one section (what a validated config holds)."""
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     return {key: spec.get("default") for key, spec in schema["properties"][section]["properties"].items()}
+
+
+def schema_keys(properties: dict, prefix: str = "") -> dict[str, object]:
+    """{dotted key: its default, or None} for every key a user sets, as docs/configuration.md
+    lists them: an object whose own keys have defaults is listed key by key; an object whose
+    keys have none (format.positions) is one key."""
+    keys: dict[str, object] = {}
+    for name, schema in properties.items():
+        children = dict(schema.get("properties", {}))
+        for child, child_schema in schema.get("then", {}).get("properties", {}).items():
+            children[child] = {**child_schema, **children.get(child, {})}  # model: the rnn keys
+        if children and any("default" in child or "properties" in child for child in children.values()):
+            keys.update(schema_keys(children, f"{prefix}{name}."))
+        else:
+            keys[f"{prefix}{name}"] = schema.get("default")
+    return keys
 
 
 def write_config(workdir: Path, **overrides) -> Path:

@@ -5,8 +5,10 @@ for production, the metrics and the model file's contents.
 What it promises: fit_dataset() takes the dataset's arrays, the previous model file's
 contents (or why there is none) and complete settings (the schema's defaults filled in, as
 the workflow's config is) and returns the model file's contents, the metrics and the lines
-that end the job's log. It claims no device, reads and writes no file and takes no lock:
-rnnfleet.runner.jobs does those around it. Progress goes to the job's log as it happens.
+that end the job's log. It claims no device and takes no lock, and reads and writes no file
+but the walk-forward folds' (`evaluate.folds`: each finished fold saved under
+.snakemake/rnnfleet-folds and read back by a retried job, rnnfleet.walkforward):
+rnnfleet.runner.jobs does the rest around it. Progress goes to the job's log as it happens.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from conftest import (
     PNG_SIGNATURE,
     REPO,
     add_datasets,
+    chromium_or_skip,
     copy_of_run,
     decoded,
     is_svg,
@@ -123,9 +124,7 @@ def test_a_zip_report_holds_the_start_page_and_every_result_and_opens_in_a_brows
     assert all(f"<td>{dataset}</td>" in table_html for dataset in DATASETS)
     assert '<input id="search"' in table_html and "<script>" in table_html  # searchable, sortable
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if not browser:
-        pytest.skip("no Chromium on this machine: the report was not opened in a browser")
+    browser = chromium_or_skip()
     command = [sys.executable, str(REPO / "bench" / "bench_report.py"), "--open", str(page), "--reps", "1"]
     opened = subprocess.run([*command, "--browser", browser], capture_output=True, text=True, timeout=300)
     assert opened.returncode == 0, opened.stderr[-3000:]
@@ -135,9 +134,7 @@ def test_a_zip_report_holds_the_start_page_and_every_result_and_opens_in_a_brows
 
 
 def test_the_table_shows_a_page_of_rows_and_searches_and_sorts_them_all(tmp_path):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    if not browser:
-        pytest.skip("no Chromium on this machine: the table page was not opened in a browser")
+    browser = chromium_or_skip()
     page_rows = rnnfleet.plots.TABLE_PAGE_ROWS
     names = [f"D{number:05d}_1m" for number in range(2 * page_rows + 100)]
     rows = [{"dataset": name, "test_skill": f"{-number / 1e4:.4f}"} for number, name in enumerate(names)]

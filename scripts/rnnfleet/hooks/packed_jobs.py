@@ -91,6 +91,8 @@ def _concurrent_overlapping_steps() -> bool:
             threading.Thread(target=self.run_job, args=(job,), daemon=True).start()
 
     get_node_setting.__rnnfleet_packed__ = True
+    get_node_setting.__rnnfleet_stock__ = stock_node_setting
+    run_jobs.__rnnfleet_stock__ = executor.run_jobs
     jobstep.get_node_setting = get_node_setting
     executor.run_jobs = run_jobs
     return True
@@ -191,6 +193,7 @@ def apply_split_on_failure(warn: bool = True) -> bool:
         return stock(self, job, postprocess_job)
 
     _handle_error.__rnnfleet_packed__ = True
+    _handle_error.__rnnfleet_stock__ = stock
     JobScheduler._handle_error = _handle_error
     return True
 

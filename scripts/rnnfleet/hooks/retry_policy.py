@@ -60,5 +60,6 @@ def apply(rule_names: tuple[str, ...], warn: bool = True, retry_silent_deaths=la
         return times
 
     restart_times.__rnnfleet_retry_policy__ = True
+    restart_times.__rnnfleet_stock__ = stock.fget
     Job.restart_times = property(restart_times)
     return True

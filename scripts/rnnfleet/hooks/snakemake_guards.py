@@ -27,15 +27,11 @@ import os
 import sys
 from collections.abc import Iterable
 
-from rnnfleet.hooks.snakemake_speedups import _stock, source_differences
+from rnnfleet.hooks.snakemake_contract import stock_hashes
+from rnnfleet.hooks.snakemake_speedups import _stock, source_differences, worth_a_warning
 
 # SHA-256 of inspect.getsource() of each function the guards rely on, in Snakemake 9.27.1:
-# Job.prepare waits for its inputs through the wait_for_files that snakemake.jobs imported.
-STOCK_SOURCE_SHA256 = {
-    "snakemake.jobs:Job.prepare": "fd2d6313296170e4e79c48c3d2d213b4d124a4c966760f88005624989b2ff529",
-    "snakemake.io:wait_for_files": "9fe3d2722a5c6713010030f204f687b3271ceb0eb761b6910502ab24c101e65b",
-    "snakemake.io:_IOFile.checksum": "cc344b5b1a5e355bf913e41bf30ae96e8afc685e313392ff1144c0b70ae47d0d",
-}
+STOCK_SOURCE_SHA256 = stock_hashes("snakemake_guards")  # rnnfleet.hooks.snakemake_contract
 
 _dataset_files: frozenset[str] = frozenset()
 
@@ -65,7 +61,7 @@ def apply(dataset_files: Iterable[str], warn: bool = True) -> bool:
     global _dataset_files
     problems = source_differences(STOCK_SOURCE_SHA256)
     if problems:
-        if warn:
+        if warn and worth_a_warning(problems):
             print(
                 f"rnnfleet: WARNING: guards for unusable dataset files are off ({'; '.join(problems)}); "
                 "a dataset file deleted or made unreadable during a run ends the run for every dataset",

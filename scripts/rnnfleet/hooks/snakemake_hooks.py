@@ -1,4 +1,4 @@
-"""Hooks into Snakemake's own steps that rules/common.smk needs and no Snakefile
+"""Hooks into Snakemake's own steps that rules/handlers.smk needs and no Snakefile
 directive offers (the main Snakemake process installs them while parsing the Snakefile).
 
 - before_building_dag: a function called with the run's target files and rules, and the

@@ -47,7 +47,6 @@ The same changes as a patch for Snakemake itself, with measurements: docs/upstre
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import os
 import sys
@@ -56,19 +55,17 @@ import types
 import weakref
 from itertools import filterfalse
 
-WRITTEN_FOR_VERSION = "9.27.1"
-DISABLE_VARIABLE = "RNNFLEET_STOCK_SNAKEMAKE"
+from rnnfleet.hooks.snakemake_contract import _stock, difference, stock_hashes
+from rnnfleet.hooks.snakemake_contract import locate as _resolve
+from rnnfleet.snakemake_version import SUPPORTED_SNAKEMAKE
 
-# SHA-256 of inspect.getsource() of each function replaced, in Snakemake 9.27.1.
-STOCK_SOURCE_SHA256 = {
-    "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": "bb09f100ea5766bbab2a2fa26d28d2a7488140ed6e74224adcebab65112bbf69",
-    "snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes": "3d3d19efdbbe3267272cd388ea86569d858ec30bc4d96db033d23e0a5276f605",
-    "snakemake.dag:ScriptProcessor.process_job": "168fffa9284a4cdfc901e95ec4327de448cf2428476733cabd47d0ef44b98ddc",
-    "snakemake.common:get_function_params": "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",
-    "snakemake.jobs:Job.conda_env_spec": "4a98328beadaf1b9407bc162ac57a5921fb0fb9fc9159f0a5961ef14d4db6c21",
-    "snakemake.jobs:Job.shellcmd": "73ec1b845055ac7d4543163126d00a44741a93444c82d70a8a7ffe8bad196618",
-    "snakemake.report:FileRecord.render": "6b7bc19ee387fcd6435c4c39b1de0c2c3c221f2b7ba9347ea2ac4d7ca58d0041",
-}
+WRITTEN_FOR_VERSION = SUPPORTED_SNAKEMAKE
+DISABLE_VARIABLE = "RNNFLEET_STOCK_SNAKEMAKE"
+# The reason when the installed Snakemake is another release: the Snakefile's start line says
+# so once (rnnfleet.snakemake_version), so the replacements' own warnings stay silent then.
+OTHER_RELEASE = f"written for Snakemake {WRITTEN_FOR_VERSION}"
+
+STOCK_SOURCE_SHA256 = stock_hashes("snakemake_speedups")  # rnnfleet.hooks.snakemake_contract
 
 # Private names of Snakemake that the replacements read or write: each class's stock source
 # must still assign them (`self.<name> =`), and each module must still define them.
@@ -80,22 +77,10 @@ PRIVATE_ATTRIBUTES = {
 PRIVATE_MODULE_NAMES = {"snakemake.rules": ("_NOT_CACHED",)}
 
 
-def _resolve(qualified_name: str):
-    """'module:Class.attribute' -> (owner object, attribute name, current value)."""
-    import importlib
-
-    import snakemake.api  # noqa: F401  (imports the rest in the order they need)
-
-    module_name, attribute_path = qualified_name.split(":")
-    owner = importlib.import_module(module_name)
-    *owner_names, attribute = attribute_path.split(".")
-    for name in owner_names:
-        owner = getattr(owner, name)
-    return owner, attribute, inspect.getattr_static(owner, attribute)
-
-
-def source_sha256(function) -> str:
-    return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+def worth_a_warning(problems: list[str]) -> bool:
+    """Whether the replacements' problems need their own line: not when the only one is
+    another Snakemake release, which the run's start line already names."""
+    return bool(problems) and problems != [OTHER_RELEASE]
 
 
 def stock_differences() -> list[str]:
@@ -109,18 +94,8 @@ def source_differences(stock_source_sha256: dict[str, str]) -> list[str]:
     import snakemake
 
     if snakemake.__version__ != WRITTEN_FOR_VERSION:
-        return [f"Snakemake {snakemake.__version__} is installed, they were written for {WRITTEN_FOR_VERSION}"]
-    problems = []
-    for qualified_name, expected in stock_source_sha256.items():
-        try:
-            _, _, function = _resolve(qualified_name)
-            found = source_sha256(_stock(function))
-        except (ImportError, AttributeError, OSError, TypeError) as error:
-            problems.append(f"{qualified_name} not found ({error})")
-            continue
-        if found != expected:
-            problems.append(f"{qualified_name} has changed")
-    return problems
+        return [OTHER_RELEASE]
+    return [f"{name} {why}" for name, expected in stock_source_sha256.items() if (why := difference(name, expected))]
 
 
 def private_name_differences() -> list[str]:
@@ -136,13 +111,6 @@ def private_name_differences() -> list[str]:
         module = importlib.import_module(module_name)
         problems += [f"{module_name} no longer defines {name}" for name in names if not hasattr(module, name)]
     return problems
-
-
-def _stock(function):
-    """The stock function (a property's getter), also when this module has already replaced it."""
-    if isinstance(function, property):
-        function = function.fget
-    return getattr(function, "__rnnfleet_stock__", function)
 
 
 def schedule_reevaluation(self, delay: int) -> None:
@@ -315,7 +283,7 @@ def apply(warn: bool = True) -> list[str]:
         return []
     problems = stock_differences()
     if problems:
-        if warn:
+        if warn and worth_a_warning(problems):
             print(
                 f"rnnfleet: Snakemake's scheduler and DAG speed-ups are off ({'; '.join(problems)}); "
                 "planning and scheduling thousands of datasets will be slower",

@@ -44,8 +44,8 @@ from typing import IO
 
 from rnnfleet.checkpoint import guard_publishing
 from rnnfleet.errors import UserError, job_guard
-from rnnfleet.hooks.recovery import JOB_PREFIX, RUN_VARIABLE, RUNS_DIR, run_alive_path
 from rnnfleet.runner.file_locks import held_elsewhere, try_lock
+from rnnfleet.runner.run_files import JOB_PREFIX, RUN_VARIABLE, RUNS_DIR, run_alive_path
 
 POLL_SECONDS = 0.25
 STOP_GRACE_SECONDS = 20.0

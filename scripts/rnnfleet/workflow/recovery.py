@@ -29,18 +29,20 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.errors import STOP_SIGNALS, UserError
+from rnnfleet.errors import STOP_SIGNALS, UserError, room_left
 from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
-from rnnfleet.runner.job_client import room_left
+from rnnfleet.runner.run_files import (
+    ALIVE_SUFFIX,
+    JOB_PREFIX,
+    RUN_VARIABLE,
+    RUNS_DIR,
+    SNAKEMAKE_DIR,
+    run_alive_path,
+)
 
-SNAKEMAKE_DIR = Path(".snakemake")
-RUNS_DIR = SNAKEMAKE_DIR / "rnnfleet-runs"  # two locked files per live run, one per working job
 CLAIM_LOCK = RUNS_DIR / "claim.lock"  # held while a starting run looks at the others
 SNAKEMAKE_LOCKS = SNAKEMAKE_DIR / "locks"
 PARTIAL_SUFFIX = ".partial"  # see checkpoint.atomic_write
-RUN_VARIABLE = "RNNFLEET_RUN"  # in each job's environment: "<host>/<run id>" of the run that started it
-ALIVE_SUFFIX = ".alive"  # a run's second file: the one its jobs test (rnnfleet.runner.orphans)
-JOB_PREFIX = "job-"  # a working job's file (rnnfleet.runner.orphans)
 ORPHAN_WAIT_SECONDS = 60.0  # jobs of a killed run stop within about orphans.STOP_GRACE_SECONDS
 
 _held_run_locks: list[IO[str]] = []  # open for the life of the process: closing would drop the lock
@@ -70,12 +72,6 @@ class RunWorkingUnlocked(UserError):
 def run_lock_path(run_id: str) -> Path:
     """The file a run holds and other runs test."""
     return RUNS_DIR / f"run-{run_id}.lock"
-
-
-def run_alive_path(run_id: str) -> Path:
-    """The file a run holds and its jobs test: a second one, so that a job's test (which
-    locks it for an instant when the run is gone) never makes a starting run see a dead run alive."""
-    return RUNS_DIR / f"run-{run_id}{ALIVE_SUFFIX}"
 
 
 def claim_run_folder(output_folders: Iterable[str | os.PathLike]) -> bool:
