@@ -44,7 +44,7 @@ from rnnfleet.heads import Heads
 from rnnfleet.intervals import COVERAGE, half_width
 from rnnfleet.model import DEFAULT_BUILDER
 from rnnfleet.plugins import describe, is_file_reference, resolve
-from rnnfleet.predict import checkpoint_heads, forecast_frame, training_read
+from rnnfleet.predict import checkpoint_heads, forecast_frame, is_model_file, place_in_project, training_read
 from rnnfleet.targets import TARGETS
 
 INPUT_NAME = "bars"
@@ -600,9 +600,12 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     return {entry.key: entry.value for entry in proto.metadata_props}
 
 
-def check_out_path(out: Path, inputs: list[str]) -> None:
-    """UserError for an output path that would replace a model or data file, or is a folder:
-    an export is written only to a name ending in .onnx, never onto one of the inputs."""
+def check_out_path(out: Path, inputs: list[str], project: str | os.PathLike = ".") -> None:
+    """UserError for an output path that would replace or add to a model or data file, or is
+    a folder: an export is written only to a name ending in .onnx, never onto one of the
+    inputs or a model file, nor into the project folder's data_dir or its other outputs'
+    folders (rnnfleet predict's --out guard: links and hard links followed); its exports
+    folder (paths.exports) is not among them."""
     if out.is_dir():
         raise UserError(f"--out {out} is a folder; name the file to write, e.g. {out / 'model.onnx'}")
     if out.suffix.lower() != ".onnx":
@@ -612,20 +615,31 @@ def check_out_path(out: Path, inputs: list[str]) -> None:
     for given in inputs:
         if out.exists() and os.path.exists(given) and os.path.samefile(out, given):
             raise UserError(f"--out {out} is one of the inputs ({given}); name another file")
+    if is_model_file(str(out)):
+        raise UserError(f"--out {out} is a model file: it would be replaced; name another file")
+    place = place_in_project(str(out), Path(project))
+    if place:
+        raise UserError(f"--out {out} {place}: the export would replace or add to its files; name a file elsewhere")
 
 
 def export_one(
-    model_path: str, bar_files: list[str], out: str | os.PathLike, max_bad_fraction: float = 0.01, trusted_plugins=()
+    model_path: str,
+    bar_files: list[str],
+    out: str | os.PathLike,
+    max_bad_fraction: float = 0.01,
+    trusted_plugins=(),
+    project: str | os.PathLike = ".",
 ) -> bool:
     """Export one model file, checked on its bars (read as its training bars were; rows with
-    NaN or inf dropped up to max_bad_fraction); one line on stderr either way. True when written."""
+    NaN or inf dropped up to max_bad_fraction) to out (check_out_path, in the project folder
+    `project`); one line on stderr either way. True when written."""
     from rnnfleet.checkpoint import load_checkpoint
     from rnnfleet.data import read_clean_bars
     from rnnfleet.predict import reading_settings
 
     try:
         out = Path(out)
-        check_out_path(out, [model_path, *bar_files])
+        check_out_path(out, [model_path, *bar_files], project)
         checkpoint = load_checkpoint(model_path)
         read_format, _ = reading_settings(checkpoint, model_path, {})
         columns = checkpoint["features"].get("columns") or None
@@ -673,7 +687,7 @@ def main(
     parser.add_argument("--project", default=".", metavar="FOLDER", help="the project folder (default: .)")
     parser.add_argument("--model", help="instead of datasets: a model file, e.g. models/EURUSD_1m.pt")
     parser.add_argument("--csv", nargs="+", metavar="FILE", help="with --model: its bars, for the check")
-    parser.add_argument("--out", help="with --model: the file to write (default: the model's name with .onnx)")
+    parser.add_argument("--out", help="with --model: the file to write (default: exports/<model name>.onnx)")
     parser.add_argument("--out-dir", metavar="FOLDER", help="with datasets: where <dataset>.onnx go (default: exports)")
     parser.add_argument("--describe", metavar="FILE", help="print what an exported file says it is, and stop")
     parser.add_argument(
@@ -690,8 +704,8 @@ def main(
         if args.model:
             if args.datasets or not args.csv:
                 parser.error("--model takes --csv (its bars) and no dataset names")
-            out = Path(args.out or Path(args.model).with_suffix(".onnx"))
-            return 0 if export_one(args.model, args.csv, out, args.max_bad_fraction, args.trust) else 1
+            out = Path(args.out or Path(args.project) / "exports" / f"{Path(args.model).stem}.onnx")
+            return 0 if export_one(args.model, args.csv, out, args.max_bad_fraction, args.trust, args.project) else 1
         if find_dataset is None or project_models is None:
             raise UserError("datasets of a project folder are exported by the rnnfleet command (rnnfleet export NAME)")
         folder = Path(args.project)
@@ -716,7 +730,7 @@ def export_dataset(find_dataset, name: str, folder: Path, out_dir: Path, args) -
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return False
-    return export_one(model, bar_files, out_dir / f"{name}.onnx", args.max_bad_fraction, args.trust)
+    return export_one(model, bar_files, out_dir / f"{name}.onnx", args.max_bad_fraction, args.trust, folder)
 
 
 if __name__ == "__main__":

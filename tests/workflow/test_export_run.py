@@ -94,12 +94,13 @@ def test_the_command_exports_a_projects_models_and_one_bad_name_costs_itself_alo
 def test_the_command_never_writes_over_a_model_or_data_file(exported):
     before = sha256(exported / "models" / "B_1m.pt")
     given = ["--model", "models/A_1m.pt", "--csv", "data/A_1m.csv"]
-    for out in ("models/B_1m.pt", "data/A_1m.csv", "models"):
+    for out in ("models/B_1m.pt", "data/A_1m.csv", "models", "models/A_1m.onnx", "data/A_1m.onnx"):
         status, _, stderr = rnnfleet(exported, "export", *given, "--out", out)
         assert status == 1 and stderr.count("\n") == 1 and out in stderr
     assert sha256(exported / "models" / "B_1m.pt") == before
     status, _, stderr = rnnfleet(exported, "export", *given, "--out", "one/A.onnx")
     assert status == 0 and (exported / "one" / "A.onnx").exists(), stderr
+    assert not (exported / "models" / "A_1m.onnx").exists() and not (exported / "data" / "A_1m.onnx").exists()
 
 
 def test_without_onnx_rnnfleet_imports_and_runs_and_export_says_what_to_install(exported):
