@@ -19,7 +19,7 @@ import sys
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, snakemake, write_config
+from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, planned_jobs, snakemake, write_config
 
 from rnnfleet.synthetic import synthetic_bars
 
@@ -48,13 +48,25 @@ def sha256(path) -> str:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """A folder after one real run with export.onnx: true."""
+def first_run(tmp_path_factory):
+    """(a folder after one real run with export.onnx: true on one core, its stderr)."""
     folder = tmp_path_factory.mktemp("export_run")
     add_datasets(folder, DATASETS)
     write_config(folder, data_dir="data", export={"onnx": True})
-    snakemake(folder)
-    return folder
+    return folder, snakemake(folder, "--cores", "1").stderr
+
+
+@pytest.fixture(scope="module")
+def exported(first_run):
+    return first_run[0]
+
+
+def test_exports_wait_for_every_training_that_can_run(first_run):
+    """On one core, every training starts before the first export: an export never holds a
+    core a training could use (priority -10 against the training's 10)."""
+    started = [job.rule for job in planned_jobs(first_run[1])]
+    assert started.count("train") == len(DATASETS) and started.count("export_onnx") == len(DATASETS)
+    assert max(i for i, rule in enumerate(started) if rule == "train") < started.index("export_onnx")
 
 
 def test_the_workflow_exports_every_model_and_again_only_the_one_that_changed(exported):
