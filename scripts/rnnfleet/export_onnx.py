@@ -162,6 +162,7 @@ class ExportPlan:
         return tuple(names)
 
 
+# What each output holds, in the file's metadata (output_<name>).
 OUTPUTS = {
     "forecast": "[batch, horizons]: the point forecast in the target's units (direction: probability of an up move)",
     "quantiles": "[batch, horizons, quantiles]: each quantile in the target's units, ascending",
@@ -393,6 +394,7 @@ def metadata(checkpoint: dict, plan: ExportPlan, model_path: str | os.PathLike, 
         "quantiles": ",".join(f"{q:g}" for q in plan.heads.quantiles),
         "interval_coverages": ",".join(f"{c:g}" for c in plan.coverages),
         "outputs": ",".join(plan.output_names),
+        **{f"output_{name}": OUTPUTS[name] for name in plan.output_names},
         "features": ",".join(plan.feature_references),
         "rnnfleet_version": rnnfleet_version(),
         "model_file": os.path.basename(model_path),

@@ -187,6 +187,7 @@ def test_the_file_is_float32_opset_17_with_a_dynamic_batch_and_says_what_it_is(m
         described["outputs"]
         == "forecast,quantiles,lower,upper,forecast_close,forecast_close_lower,forecast_close_upper"
     )
+    assert described["output_quantiles"].startswith("[batch, horizons, quantiles]")
 
 
 def plugin_model(bars_csv, tmp_path, builder: str | None, feature: str | None, time_feature: bool = False):
