@@ -64,7 +64,7 @@ for mps in false true; do
         '$PYTHON' -m snakemake -s '$REPO/Snakefile' -d '$WORK/mps/$mps' --cores 16 --resources gpu_mem=32 --config mps=$mps >'$WORK/mps/$mps.log' 2>&1
         rc=\$?
         echo \"mps=$mps rc=\$rc: \$(ls '$WORK/mps/$mps/models' 2>/dev/null | wc -l) models in \$(awk -v b=\$began -v e=\$(date +%s.%N) 'BEGIN { printf \"%.1f\", e - b }') s\"
-        grep -i -E 'mps|nvidia-cuda-mps' '$WORK/mps/$mps.log' | grep -v -E '^ +(input|output|log|Command|Working)' | head -5
+        tail -n 5 '$WORK/mps/$mps/.snakemake/mps/log/'*.log 2>/dev/null  # the MPS daemon's own log: clients it served
         [ \$rc = 0 ] || tail -15 '$WORK/mps/$mps.log'"
 done
 
