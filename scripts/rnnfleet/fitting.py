@@ -13,6 +13,7 @@ rnnfleet.runner.jobs does the rest around it. Progress goes to the job's log as 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 from rnnfleet.data import PreparedArrays
@@ -169,8 +170,19 @@ def fit_dataset(
         lineage=lineage,
     )
     checkpoint["calibration"] = calibration_record(result)  # the forecasts' intervals
-    metrics |= forecast_at_last_bar(product.model, checkpoint, arrays)  # the fleet's forecasts table
+    metrics |= forecast_at_last_bar(on_cpu(product.model), checkpoint, arrays)  # the fleet's forecasts table
     return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
+
+
+def on_cpu(model):
+    """The model itself on the CPU, else a copy of it there. The fleet's forecasts are then
+    the numbers `rnnfleet predict` (CPU by default) gives from the model file, whichever
+    device trained it. On CUDA the forecast differed from predict's in the fourth digit (seen
+    on an NVIDIA H200; likely cuDNN's TF32 arithmetic, torch.backends.cudnn.allow_tf32, on by
+    default)."""
+    if all(parameter.device.type == "cpu" for parameter in model.parameters()):
+        return model
+    return copy.deepcopy(model).cpu()
 
 
 def scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) -> dict:
