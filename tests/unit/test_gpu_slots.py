@@ -222,7 +222,7 @@ def test_the_memory_cap_reaches_the_gpu_of_a_device_named_without_an_index(monke
 
     fractions = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if train_device == "cuda:1" else 1)  # cuda:1 exists
     monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
     monkeypatch.setattr(torch.cuda.memory, "_lazy_init", lambda: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=8 * 2**30))
