@@ -285,14 +285,17 @@ def loss_curve_panels(dataset: str, metrics: dict) -> tuple[Panel, ...]:
     """The panels of a dataset's loss curve, from its metrics: the losses per epoch, then the
     test period of each horizon (one for a model of a single horizon)."""
     epochs, val_losses = validation_points(metrics)
-    naive_loss = metrics["naive_val_loss"]
+    compared = early_stopping_key(metrics)
+    naive_loss = metrics[f"naive_{compared}"]
     losses = Panel(
         title=f"{dataset}: {skill_text(metrics)}\n{training_description(metrics)}",
         x_label="epoch",
-        y_label=metrics.get("loss", "loss"),
+        y_label=metrics.get("objective") or metrics.get("loss", "loss"),
         plot_height=210,
         lines=(
-            Line(*curve_points(metrics["history"], "train_loss"), "training", BLUE, markers=True),
+            Line(
+                *curve_points(metrics["history"], compared.replace("val_", "train_", 1)), "training", BLUE, markers=True
+            ),
             Line(epochs, val_losses, "validation", ORANGE, markers=True),
             Line(
                 epochs,
@@ -354,10 +357,17 @@ def validation_points(metrics: dict) -> tuple[list, list]:
     """(epochs, validation losses) of the loss curve; an update's curve starts at epoch 0,
     the previous model's weights on the new validation windows (which "best epoch (0)" marks
     when no epoch of the update beat them)."""
-    epochs, losses = curve_points(metrics["history"], "val_loss")
-    if metrics.get("update_start_val_loss") is not None:
-        return [0, *epochs], [metrics["update_start_val_loss"], *losses]
+    compared = early_stopping_key(metrics)
+    epochs, losses = curve_points(metrics["history"], compared)
+    if metrics.get(f"update_start_{compared}") is not None:
+        return [0, *epochs], [metrics[f"update_start_{compared}"], *losses]
     return epochs, losses
+
+
+def early_stopping_key(metrics: dict) -> str:
+    """The validation loss per epoch that chose the best epoch, as the history names it:
+    val_loss (one point forecast, and metrics of an older rnnfleet), val_pinball, val_mean_loss."""
+    return metrics.get("early_stopping") or "val_loss"
 
 
 def folds_text(metrics: dict) -> str:

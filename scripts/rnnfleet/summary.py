@@ -19,6 +19,14 @@ SUMMARY_COLUMNS = (
     "val_loss",
     "naive_val_loss",
     "skill",  # validation skill: 1 - val_loss / naive_val_loss (the part that chose the epoch)
+    # val_loss, skill and test_skill are all the first horizon's point forecast (the median) in `loss`.
+    # With heads, the training loss on the validation part, which early stopping compared
+    # (`early_stopping` names it, `objective` says what it is): quantiles the pinball loss over
+    # every horizon and quantile, several horizons without quantiles the loss averaged over them.
+    "val_pinball",
+    "naive_val_pinball",
+    "val_mean_loss",
+    "naive_val_mean_loss",
     # The test period (preprocess.test_fraction), never seen in training: rnnfleet.scoring.score_test_period
     "test_skill",  # 1 - test_loss / naive_test_loss
     "test_skill_low",  # its 95% block-bootstrap interval
@@ -67,7 +75,9 @@ SUMMARY_COLUMNS = (
     "features",
     "target",
     "baseline",  # the naive forecast naive_val_loss is the loss of (rnnfleet.targets)
-    "loss",  # what val_loss measures: MSE of the scaled target, or log loss
+    "loss",  # what val_loss and test_loss measure: MSE of the scaled target, or log loss
+    "early_stopping",  # the column whose lowest value chose the best epoch: val_loss, val_pinball, val_mean_loss
+    "objective",  # the training loss in words (the loss curve's axis)
     "timezone",  # the zone the bars' times were read in: format.timezone, "UTC (assumed)", "UTC (epoch)", ...
     "val_accuracy",  # classification targets only, with the baseline's
     "naive_val_accuracy",

@@ -16,11 +16,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from conftest import REPO, planned_rules, snakemake, svg_texts, write_bars_of_returns, write_config
 
 from rnnfleet.checkpoint import load_checkpoint
+from rnnfleet.data import load_arrays
+from rnnfleet.heads import Heads
+from rnnfleet.model import load_model
 from rnnfleet.synthetic import ar_garch_returns
+from rnnfleet.training import AMP_DTYPES, usable_windows, window_outputs, window_view
 
 pytestmark = pytest.mark.long  # a minute: started first (tests/conftest.py)
 
@@ -156,6 +161,45 @@ def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverag
     assert (
         refused.stderr.strip().splitlines()[-1].startswith("error: --coverage 0.8: models/AR_1m.pt forecasts quantiles")
     )
+
+
+def median_losses(folder: Path, dataset: str, amp: str, part: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per window of the array file's `part` (val or test): the squared error of the model
+    file's first-horizon median and of the baseline's median (the training windows'
+    targets' median, scaled), recomputed here."""
+    model, checkpoint = load_model(folder / "models" / f"{dataset}.pt")
+    arrays = load_arrays(folder / "prep" / f"{dataset}.npz")
+    seq_len, heads = checkpoint["features"]["seq_len"], Heads.of(HORIZONS, QUANTILES)
+    every = usable_windows(arrays, seq_len)
+    numbers = getattr(every, part)
+    windows = window_view(torch.from_numpy(arrays.features), seq_len)
+    outputs = window_outputs(model, windows, AMP_DTYPES[amp], torch.from_numpy(numbers), heads)
+    actual = arrays.targets[numbers + seq_len - 1, 0].astype(np.float64)
+    naive = np.quantile(arrays.targets[every.train + seq_len - 1, 0].astype(np.float64), 0.5)
+    return (outputs[:, 0, heads.point] - actual) ** 2, (naive - actual) ** 2
+
+
+def test_a_quantile_models_validation_and_test_scores_are_both_the_medians_squared_error_and_the_pinball_says_so(
+    run,
+):
+    folder, metrics, row = run["folder"], run["metrics"]["AR_1m"], run["table"]["AR_1m"]
+    for part, loss, naive, skill in (
+        ("val", "val_loss", "naive_val_loss", "skill"),
+        ("test", "test_loss", "naive_test_loss", "test_skill"),
+    ):
+        losses, naive_losses = median_losses(folder, "AR_1m", metrics["amp"], part)
+        assert metrics[loss] == pytest.approx(losses.mean(), rel=1e-4), part
+        assert metrics[naive] == pytest.approx(naive_losses.mean(), rel=1e-6), part
+        assert metrics[skill] == pytest.approx(1 - losses.sum() / naive_losses.sum(), rel=1e-3, abs=1e-5), part
+    assert metrics["loss"] == row["loss"] == "MSE (scaled)"
+    # The training loss early stopping compared is the pinball loss, in columns that say so.
+    assert metrics["early_stopping"] == row["early_stopping"] == "val_pinball"
+    assert metrics["val_pinball"] == min(entry["val_pinball"] for entry in metrics["history"])
+    assert float(row["val_pinball"]) == metrics["val_pinball"] and float(row["naive_val_pinball"]) > 0
+    assert "val_loss" not in metrics["history"][0] and "train_pinball" in metrics["history"][0]
+    objective = "pinball loss (scaled), mean over horizons 1, 5, 15 and quantiles 0.05, 0.5, 0.95"
+    assert metrics["objective"] == row["objective"] == objective
+    assert objective in svg_texts(folder / "results" / "loss_curves" / "AR_1m.svg")  # the loss curve's axis
 
 
 def test_the_same_heads_given_on_the_command_line_re_run_nothing(run):

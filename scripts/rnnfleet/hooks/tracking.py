@@ -159,7 +159,9 @@ def is_number(text: str) -> bool:
 
 
 def loss_histories(metrics_path: str) -> dict[str, list[tuple[int, float]]]:
-    """{"epoch_train_loss": [(epoch, loss), ...], "epoch_val_loss": [...]} from a dataset's metrics file."""
+    """{"epoch_train_loss": [(epoch, loss), ...], "epoch_val_loss": [...]} from a dataset's
+    metrics file, each named as its history names the training loss (epoch_train_pinball,
+    epoch_val_pinball for quantile heads, rnnfleet.training.objective_key)."""
     try:
         with open(metrics_path, encoding="utf-8") as handle:
             history = json.load(handle).get("history", [])
@@ -167,8 +169,8 @@ def loss_histories(metrics_path: str) -> dict[str, list[tuple[int, float]]]:
         return {}
     curves: dict[str, list[tuple[int, float]]] = {}
     for entry in history:
-        for key in ("train_loss", "val_loss"):
-            if math.isfinite(value := as_number(entry.get(key))):
+        for key in entry:
+            if key.startswith(("train_", "val_")) and math.isfinite(value := as_number(entry[key])):
                 curves.setdefault(f"epoch_{key}", []).append((int(entry["epoch"]), value))
     return curves
 
