@@ -12,6 +12,7 @@ import sys
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, SETTINGS_ERROR_NOTE, last_marked_line
 from rnnfleet.fleet import fleet_columns
+from rnnfleet.heads import head_column, head_column_order
 from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
 SUMMARY_COLUMNS = (
@@ -95,17 +96,19 @@ SUMMARY_COLUMNS = (
 )
 # The fleet's forecasts (results/forecasts.csv): one row per dataset, the forecast its model
 # made at the last bar of its files (rnnfleet.predict.forecast_at_last_bar), or why there is none.
+# The same vocabulary as rnnfleet predict's CSV (rnnfleet.predict.FORECAST_COLUMNS).
 FORECAST_COLUMNS = (
     "dataset",
     "status",
     "time",  # of the bar the forecast is made at, UTC
     "close",  # that bar's close
     "horizon",  # bars ahead
+    "target",  # what is forecast: log_return, ...
     "forecast",  # in the target's units
     "forecast_close",  # log_return: the close it implies
-    "forecast_low",  # its 90% interval, in the target's units (rnnfleet.intervals)
+    "coverage",  # of its interval (0.9, or the nearest quantile pair's), in the target's units (rnnfleet.intervals)
+    "forecast_low",
     "forecast_high",
-    "target",
     "made",
     "test_skill",
     "test_verdict",
@@ -118,8 +121,10 @@ FORECAST_METRICS = {
     "time": "forecast_time",
     "close": "forecast_bar_close",
     "horizon": "forecast_horizon",
+    "target": "forecast_target",
     "forecast": "forecast",
     "forecast_close": "forecast_close",
+    "coverage": "forecast_coverage",
     "forecast_low": "forecast_low",
     "forecast_high": "forecast_high",
 }
@@ -208,6 +213,13 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
     """A dataset's row of the forecasts table, from its row of the summary table (with the
     forecast entries of its metrics); the error says why a dataset has no forecast."""
     forecast = {column: row.get(key, "") for column, key in FORECAST_METRICS.items()}
+    # The metrics of an earlier rnnfleet lack the target's name and the interval's coverage.
+    forecast["target"] = forecast["target"] or str(row.get("target", "")).split(" over ")[0]
+    if forecast["forecast"] != "":
+        forecast["coverage"] = forecast["coverage"] or (
+            row.get("interval_coverage", "") if forecast["forecast_low"] != "" else ""
+        )
+    heads = {head_column(name): value for name, value in (row.get("forecast_heads") or {}).items()}
     error = row.get("error", "")
     if row.get("status", "ok") == "ok" and forecast["forecast"] == "":
         error = (
@@ -221,7 +233,7 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
         "status": row.get("status", "ok"),
         "model": model_pattern.format(dataset=row["dataset"]),
         "error": error,
-        **(row.get("forecast_heads") or {}),
+        **{name: heads[name] for name in sorted(heads, key=head_column_order)},
     }
 
 

@@ -191,6 +191,6 @@ def test_walk_forward_folds_and_a_refit_score_and_calibrate_every_horizon(tmp_pa
     assert fitted.checkpoint["model_config"]["outputs"] == 6
     heads = fitted.metrics["forecast_heads"]
     for horizon in (1, 5):
-        assert heads[f"forecast_log_return_h{horizon}_q10"] <= heads[f"forecast_log_return_h{horizon}"]
-        assert heads[f"forecast_log_return_h{horizon}"] <= heads[f"forecast_log_return_h{horizon}_q90"]
-        assert heads[f"forecast_log_return_h{horizon}_low_80"] < heads[f"forecast_log_return_h{horizon}_high_80"]
+        assert heads[f"forecast_h{horizon}_q10"] <= heads[f"forecast_h{horizon}"]
+        assert heads[f"forecast_h{horizon}"] <= heads[f"forecast_h{horizon}_q90"]
+        assert heads[f"forecast_h{horizon}_low_80"] < heads[f"forecast_h{horizon}_high_80"]
