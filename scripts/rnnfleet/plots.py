@@ -124,11 +124,12 @@ def rst_literal(name: str) -> str:
 def fleet_numbers(rows: list[dict[str, str]], name_markup=plain_name, shown: int = 3) -> str:
     """What the table says of the fleet in two sentences: datasets trained from scratch and
     updated, not done, flagged; the best and worst test skills (the validation skill where
-    there is no test period). name_markup: how a dataset's name is written (rst_literal)."""
+    there is no test period). name_markup: how a dataset's or a column's name is written
+    (rst_literal on the report's start page; plain text on the table's HTML page)."""
     made = [str(row.get("made") or "") for row in rows if row.get("status", "ok") == "ok"]
     not_done = Counter(row["status"] for row in rows if row.get("status", "ok") != "ok")
     parts = [f"{sum(label == 'full' for label in made)} trained from scratch"]
-    parts.append(f"{sum(label.startswith('update') for label in made)} updated (column *made*)")
+    parts.append(f"{sum(label.startswith('update') for label in made)} updated (column {name_markup('made')})")
     if not_done:
         kinds = ", ".join(f"{count} {status}" for status, count in not_done.most_common())
         parts.append(f"{sum(not_done.values())} not done ({kinds})")
@@ -149,10 +150,10 @@ def fleet_numbers(rows: list[dict[str, str]], name_markup=plain_name, shown: int
         if len(scored) > 2 * shown:
             text += f"; worst: {listed(scored[-shown:])}"
         text += "."
-    return text + coverage_text(rows)
+    return text + coverage_text(rows, name_markup)
 
 
-def coverage_text(rows: list[dict[str, str]]) -> str:
+def coverage_text(rows: list[dict[str, str]], name_markup=plain_name) -> str:
     """' The 90% forecast intervals held ...': how the intervals did on the test period
     (rnnfleet.intervals), '' where no dataset has them."""
     covered = [row for row in rows if not math.isnan(as_number(row.get("test_coverage")))]
@@ -166,7 +167,7 @@ def coverage_text(rows: list[dict[str, str]]) -> str:
     return (
         f" The {COVERAGE:.0%} forecast intervals held in a median {median:.1%} of the test windows; "
         f"{off} of {len(covered)} dataset(s) with a coverage clearly off {COVERAGE:.0%} (its 95% interval "
-        "excludes it: column *test_coverage*)."
+        f"excludes it: column {name_markup('test_coverage')})."
     )
 
 
@@ -285,14 +286,17 @@ def loss_curve_panels(dataset: str, metrics: dict) -> tuple[Panel, ...]:
     """The panels of a dataset's loss curve, from its metrics: the losses per epoch, then the
     test period of each horizon (one for a model of a single horizon)."""
     epochs, val_losses = validation_points(metrics)
-    naive_loss = metrics["naive_val_loss"]
+    compared = early_stopping_key(metrics)
+    naive_loss = metrics[f"naive_{compared}"]
     losses = Panel(
         title=f"{dataset}: {skill_text(metrics)}\n{training_description(metrics)}",
         x_label="epoch",
-        y_label=metrics.get("loss", "loss"),
+        y_label=metrics.get("objective") or metrics.get("loss", "loss"),
         plot_height=210,
         lines=(
-            Line(*curve_points(metrics["history"], "train_loss"), "training", BLUE, markers=True),
+            Line(
+                *curve_points(metrics["history"], compared.replace("val_", "train_", 1)), "training", BLUE, markers=True
+            ),
             Line(epochs, val_losses, "validation", ORANGE, markers=True),
             Line(
                 epochs,
@@ -354,10 +358,17 @@ def validation_points(metrics: dict) -> tuple[list, list]:
     """(epochs, validation losses) of the loss curve; an update's curve starts at epoch 0,
     the previous model's weights on the new validation windows (which "best epoch (0)" marks
     when no epoch of the update beat them)."""
-    epochs, losses = curve_points(metrics["history"], "val_loss")
-    if metrics.get("update_start_val_loss") is not None:
-        return [0, *epochs], [metrics["update_start_val_loss"], *losses]
+    compared = early_stopping_key(metrics)
+    epochs, losses = curve_points(metrics["history"], compared)
+    if metrics.get(f"update_start_{compared}") is not None:
+        return [0, *epochs], [metrics[f"update_start_{compared}"], *losses]
     return epochs, losses
+
+
+def early_stopping_key(metrics: dict) -> str:
+    """The validation loss per epoch that chose the best epoch, as the history names it:
+    val_loss (one point forecast, and metrics of an older rnnfleet), val_pinball, val_mean_loss."""
+    return metrics.get("early_stopping") or "val_loss"
 
 
 def folds_text(metrics: dict) -> str:

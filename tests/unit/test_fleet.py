@@ -224,12 +224,12 @@ def test_the_fleets_numbers_count_what_the_table_says():
         {"dataset": "CRASH", "status": "failed", "test_skill": ""},
     ]
     assert plots.fleet_numbers(rows, plots.rst_literal) == (
-        "9 dataset(s): 6 trained from scratch, 1 updated (column *made*), 2 not done (1 data error, 1 failed), "
+        "9 dataset(s): 6 trained from scratch, 1 updated (column ``made``), 2 not done (1 data error, 1 failed), "
         "1 flagged for data quality. Best test skill: ``D0`` +0.3000, ``D1`` +0.2000, ``D2`` +0.1000; "
         "worst: ``D4`` -0.1000, ``D5`` -0.2000, ``D6`` -0.3000."
     )
     assert plots.fleet_numbers([{"dataset": "A", "skill": "0.1", "made": "full"}]) == (
-        "1 dataset(s): 1 trained from scratch, 0 updated (column *made*). Best skill: A +0.1000."
+        "1 dataset(s): 1 trained from scratch, 0 updated (column made). Best skill: A +0.1000."
     )
 
 
@@ -242,7 +242,7 @@ def test_the_fleets_numbers_say_how_the_forecast_intervals_held():
     ]
     assert plots.coverage_text(rows) == (
         " The 90% forecast intervals held in a median 91.0% of the test windows; 1 of 3 dataset(s) with a "
-        "coverage clearly off 90% (its 95% interval excludes it: column *test_coverage*)."
+        "coverage clearly off 90% (its 95% interval excludes it: column test_coverage)."
     )
     assert plots.coverage_text(rows[3:]) == ""
 
@@ -257,3 +257,28 @@ def test_a_forecasts_row_says_why_a_dataset_has_no_forecast():
     assert old["error"].startswith("no forecast: its model or array file is from an earlier rnnfleet")
     failed = forecast_row({"dataset": "C", "status": "failed", "error": "train: C: boom"}, pattern)
     assert (failed["status"], failed["error"]) == ("failed", "no forecast this run: train: C: boom")
+
+
+def test_a_forecasts_row_from_an_earlier_rnnfleets_metrics_has_todays_column_names_in_horizon_order(tmp_path):
+    """docs/outputs.md, "Renamed columns": a model trained before the forecast tables shared
+    one vocabulary (its metrics name the heads' columns after the target's forecast column,
+    and lack the target's name and the interval's coverage) still gives today's columns."""
+    from rnnfleet.summary import forecast_row, write_forecasts
+
+    heads = {f"forecast_log_return_h{h}{suffix}": h for h in (1, 15, 5) for suffix in ("", "_q95", "_low_90", "_q5")}
+    row = {
+        "dataset": "A",
+        "status": "ok",
+        "forecast": 0.001,
+        "forecast_low": -0.01,
+        "target": "log_return over 1, 15, 5 bar(s)",
+        "interval_coverage": 0.9,
+        "forecast_heads": dict(sorted(heads.items())),  # as a metrics file's sorted keys give them
+    }
+    forecast = forecast_row(row, "models/{dataset}.pt")
+    assert (forecast["target"], forecast["coverage"]) == ("log_return", 0.9)
+    write_forecasts([row], "models/{dataset}.pt", tmp_path / "forecasts.csv")
+    columns = (tmp_path / "forecasts.csv").read_text().splitlines()[0].split(",")
+    assert columns[columns.index("error") + 1 :] == [
+        f"forecast_h{h}{suffix}" for h in (1, 5, 15) for suffix in ("", "_q5", "_q95", "_low_90")
+    ]

@@ -219,7 +219,7 @@ def test_configured_forecasts_are_part_of_the_run(run):
     forecasts = pd.read_csv(run / "predictions" / f"{DATASETS[0]}.csv")
     bars = pd.read_csv(run / "data" / f"{DATASETS[0]}.csv")
     assert len(forecasts) == FORECAST_BARS
-    assert pd.Timestamp(forecasts["timestamp"].iloc[-1]) == pd.Timestamp(bars["timestamp"].iloc[-1], tz="UTC")
+    assert pd.Timestamp(forecasts["time"].iloc[-1]) == pd.Timestamp(bars["timestamp"].iloc[-1], tz="UTC")
     assert forecasts["forecast_close"].notna().all()
     assert "forecast(s)" in (run / "logs" / "predict" / f"{DATASETS[0]}.log").read_text()
 
