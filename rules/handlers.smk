@@ -38,7 +38,11 @@ from rnnfleet.hooks.packed_jobs import (
 )
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.summary import print_run_summary
-from rnnfleet.workflow.tracking import TrackedPaths, load_mlflow_early, log_run_to_mlflow
+from rnnfleet.workflow.tracking import (
+    TrackedPaths,
+    load_mlflow_early,
+    log_run_to_mlflow,
+)
 from rnnfleet.updating import rnnfleet_version
 from rnnfleet.plots import drop_stale_snakemake_backup
 
