@@ -5,6 +5,7 @@ backup and restore calls once the hook is applied."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from rnnfleet.hooks import atomic_restore
@@ -56,3 +57,24 @@ def test_snakemake_restores_through_the_hook(tmp_path, monkeypatch):
     model.unlink()
     assert persistence.restore_output(model) is True  # gone: put back whole
     assert model.read_bytes() == b"previous model"
+
+
+def test_a_folder_is_put_back_whole_and_never_missing_while_copied(tmp_path, monkeypatch):
+    curves, backup = tmp_path / "loss_curves", tmp_path / "backup"
+    backup.mkdir()
+    (backup / "A_1m.svg").write_text("previous curve")
+    curves.mkdir()
+    (curves / "A_1m.svg").write_text("half-drawn")
+    (curves / "B_1m.svg").write_text("drawn by the failed job")
+    copied_while = []
+    stock_copy = shutil.copytree
+
+    def watching_copy(source, target, **kwargs):
+        copied_while.append(sorted(path.name for path in curves.iterdir()))
+        return stock_copy(source, target, **kwargs)
+
+    monkeypatch.setattr(shutil, "copytree", watching_copy)
+    assert atomic_restore.put_back_folder(backup, curves)
+    assert copied_while == [["A_1m.svg", "B_1m.svg"]]  # the folder was whole while the copy was made
+    assert {path.name: path.read_text() for path in curves.iterdir()} == {"A_1m.svg": "previous curve"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["backup", "loss_curves"]  # nothing left over

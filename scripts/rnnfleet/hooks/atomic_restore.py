@@ -11,7 +11,10 @@ What it promises:
   back is atomic: a file identical to its backup (the job failed before renaming anything
   over it) is left as it is, any other is replaced by a whole copy in one rename. Either way
   the backup is removed and True returned, as the stock code does.
-- Without a backup, and for folders, the stock code runs.
+- A folder (the loss curves) is put back as a copy made beside it and swapped in by two
+  renames: it is never deleted before its replacement exists (the stock code deletes it,
+  then copies). Without a backup, and for a folder that cannot be renamed (a mount point),
+  the stock code runs.
 - Keeping the copy aside before the job (backup_output) fails on a full disk, a quota, a
   read-only or unwritable .snakemake/: what was copied is removed, and the run stops with one
   line naming the backup folder, the output and what was not done (no traceback). The output
@@ -30,6 +33,7 @@ tables and figures that the run itself could not write afterwards.
 from __future__ import annotations
 
 import contextlib
+import errno
 import filecmp
 import os
 import shutil
@@ -68,11 +72,37 @@ def put_back(backup: Path, path: Path) -> None:
 def restore_output(self, path: Path) -> bool:
     """FileBackupMixin.restore_output, atomic for files (see the module doc)."""
     backup = self._get_backup_path(path)
-    if not backup.is_file():
+    if backup.is_dir() and Path(path).is_dir():
+        if not put_back_folder(backup, Path(path)):
+            return restore_output.__rnnfleet_stock__(self, path)
+        shutil.rmtree(backup)
+    elif backup.is_file():
+        put_back(backup, Path(path))
+        backup.unlink()
+    else:
         return restore_output.__rnnfleet_stock__(self, path)
-    put_back(backup, Path(path))
-    backup.unlink()
     _PUT_BACK.add(str(path))
+    return True
+
+
+def put_back_folder(backup: Path, path: Path) -> bool:
+    """path (a folder) holds a copy of backup's files: the copy is made beside it, then swapped
+    in by two renames (the folder is missing only between them, not while files are copied; a
+    copy that fails leaves path as it was). False where path cannot be renamed (a mount
+    point): nothing done."""
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".restoring"))
+    aside = staging.with_suffix(".replaced")
+    try:
+        shutil.copytree(backup, staging, dirs_exist_ok=True)
+        shutil.copystat(backup, staging)
+        os.rename(path, aside)
+    except OSError as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if error.errno in (errno.EBUSY, errno.EXDEV, errno.EPERM):
+            return False
+        raise
+    os.rename(staging, path)
+    shutil.rmtree(aside, ignore_errors=True)
     return True
 
 
