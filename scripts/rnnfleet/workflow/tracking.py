@@ -38,6 +38,7 @@ from pathlib import Path
 from rnnfleet.errors import one_line
 from rnnfleet.evaluation import BEATS
 from rnnfleet.fleet import BEATS_AFTER, as_number
+from rnnfleet.formats import is_number
 from rnnfleet.summary import datasets_written_since
 
 # MLflow's limits on one parameter's value (characters); longer values are cut and marked.
@@ -148,14 +149,6 @@ def dataset_words(row: dict) -> dict[str, str]:
         if key != "dataset" and value and (key in WORD_COLUMNS or not is_number(value)):
             words[key] = value if len(value) <= PARAM_VALUE_LIMIT else value[: PARAM_VALUE_LIMIT - 3] + "..."
     return words
-
-
-def is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def loss_histories(metrics_path: str) -> dict[str, list[tuple[int, float]]]:
