@@ -14,6 +14,7 @@ rnnfleet.runner.jobs does the rest around it. Progress goes to the job's log as 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import log
@@ -37,6 +38,7 @@ from rnnfleet.updating import (
     made_label,
     next_lineage,
     plan_training,
+    settings_sha256,
     skill_drop,
     training_fingerprint,
     update_from_row,
@@ -44,6 +46,9 @@ from rnnfleet.updating import (
     with_normalisation,
 )
 from rnnfleet.walkforward import folds_metrics, walk_forward
+
+if TYPE_CHECKING:
+    from rnnfleet.pretraining import FleetStart
 
 # The evaluate settings of rnnfleet.scoring.score_test_period.
 SCORING_KEYS = ("cost_bps", "block_bars", "bootstrap")
@@ -113,16 +118,26 @@ def fit_dataset(
     settings: Settings,
     device,
     job_facts: dict,
+    fleet: FleetStart | None = None,
 ) -> Fitted:
     """See the module doc. previous: (the previous model file's contents, None) or (None,
     why there is none to update). job_facts: what the runner knows of the job (device, amp,
-    threads, process, timings), recorded in the metrics."""
+    threads, process, timings), recorded in the metrics. fleet (train.init fleet): the
+    fleet's pretrained model; a full fit (and its refit) starts from its weights where it
+    allows (rnnfleet.pretraining.fleet_start), with a fresh optimizer at train.finetune_lr;
+    the walk-forward folds train from scratch (the pretraining may have seen their test bars)."""
     model_hparams, train_hparams, evaluate = settings.model, settings.train, settings.evaluate
     seq_len, seed = int(train_hparams["seq_len"]), int(train_hparams["seed"])
     scoring = {key: evaluate[key] for key in SCORING_KEYS}
     fingerprint = training_fingerprint(
         arrays, model_hparams, train_hparams, settings.columns, evaluate, plugin_hashes(arrays, model_hparams)
     )
+    full_start, full_hparams = None, train_hparams
+    if fleet is not None:  # another pretrained model: another fit, not an update of this one
+        fingerprint = settings_sha256({"fit": fingerprint, "pretrained": fleet.sha256})
+        if fleet.weights is not None:
+            full_start = StartState(fleet.weights, None, 0)
+            full_hparams = {**train_hparams, "lr": train_hparams.get("finetune_lr") or train_hparams["lr"]}
     fit_plan = plan_training(*previous, arrays, fingerprint, settings.update, evaluate)
     log(f"{dataset}: {fit_plan.label}")
 
@@ -139,7 +154,9 @@ def fit_dataset(
         if updated:
             arrays, result, test_scores = updated
     if fit_plan.kind == FULL:
-        result, test_scores = train_and_score(arrays)
+        if fleet is not None:
+            log(f"{dataset}: trains {fleet.note}")
+        result, test_scores = train_and_score(arrays, full_hparams, full_start)
 
     metrics = scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) | job_facts
     if folds:
@@ -149,12 +166,22 @@ def fit_dataset(
     made = "full" if fit_plan.kind == FULL else "update"
     record = fit_record(made, arrays, metrics, result.train_seconds, update_metrics.get("new_rows", 0))
     lineage = next_lineage(fit_plan, arrays, fingerprint, record)
+    if fit_plan.kind == FULL and fleet is not None:
+        lineage["init"] = {
+            "from": "scratch" if full_start is None else "fleet",
+            "note": fleet.note,
+            "pretrained": fleet.path,
+            "pretrained_sha256": fleet.sha256,
+        }
+    if "init" in lineage:  # an update keeps its full fit's
+        metrics |= {"init": lineage["init"]["from"], "init_note": lineage["init"]["note"]}
     metrics |= {"made": made_label(lineage), "made_reason": fit_plan.label, "lineage": lineage}
 
     product = result
     if evaluate["production"] == "refit":
         log(f"{dataset}: refit for production: {result.best_epoch} epoch(s) (the scored model's best) on all rows")
-        product = refit_on_all_rows(arrays, model_hparams, train_hparams, device, result.best_epoch)
+        hparams, start = (full_hparams, full_start) if fit_plan.kind == FULL else (train_hparams, None)
+        product = refit_on_all_rows(arrays, model_hparams, hparams, device, result.best_epoch, start)
         metrics |= {"refit_epochs": product.epochs_run, "refit_seconds": product.train_seconds}
         metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
     checkpoint = build_checkpoint(

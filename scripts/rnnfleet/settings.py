@@ -37,6 +37,7 @@ PREPROCESS_CONFIG_KEYS = {
 # they are left out of the rules' params, the array files' settings hash and a model's
 # fingerprint, so that a project made before they existed re-runs and updates as before.
 LATER_KEYS = {"preprocess.val_bars": None, "preprocess.test_bars": None, "train.horizons": [], "train.quantiles": []}
+LATER_KEYS |= {"train.init": "scratch", "train.finetune_lr": None}  # the fleet's head start (rnnfleet.pretraining)
 
 # The config section of each param of the train rule (named after its section); the
 # train section without RUNTIME_ONLY_TRAIN_KEYS.

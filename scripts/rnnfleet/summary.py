@@ -63,6 +63,8 @@ SUMMARY_COLUMNS = (
     "folds_scored",
     "product",  # which model the model file holds: scored, or refit on all rows (evaluate.production)
     "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.updating)
+    "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.pretraining)
+    "init_note",
     "model",  # which model, features and target the dataset trained with
     "features",
     "target",
