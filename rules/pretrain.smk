@@ -2,26 +2,36 @@
 # job trains the configured model on the bars of every dataset before the fleet's cutoff;
 # each train job then starts from its weights.
 #
-# Its inputs are the array files of the datasets it serves, marked ancient(): a morning's new
-# bars (newer array files) do not re-run it. Those datasets are frozen in its lineage file
-# (models/.fleet/pretrained.json), read here: while its settings are unchanged, a dataset added
-# later is not one of its inputs and starts from the existing model (the set of inputs, a rerun
-# trigger, stays the same). Its params are its settings: changing the model, training, preprocess
-# or pretrain settings re-runs it, for every dataset then present; `--forcerun pretrain` re-runs
-# it for the datasets it serves (delete models/.fleet to have it serve every dataset present).
-# The train jobs that start from it then re-run (it is one of their inputs).
+# Its params are its settings (model, training, preprocess, pretrain): changing one re-runs it
+# for every dataset then present, and then the train jobs that start from it (it is one of
+# their inputs). Its inputs are the array files of the datasets it serves. While its settings
+# are unchanged (its lineage file, models/.fleet/pretrained.json, records their fingerprint),
+# the datasets it serves are those that file names, and their array files are marked
+# ancient(): a morning's new bars (newer array files) do not re-run it, and a dataset added
+# later is not one of its inputs (the set of inputs, a rerun trigger, stays the same) and
+# starts from the existing model. Once its settings differ they are plain inputs: Snakemake
+# skips a job's own params check when a job it depends on runs (DAG.update_needrun masks
+# it) and passes an ancient input's update on to no one, so with ancient() a change of
+# settings that also re-runs a preprocess job would not re-run the pretraining.
+# `--forcerun pretrain` re-runs it for the datasets it serves (delete models/.fleet to have
+# it serve every dataset present).
 from rnnfleet.pretraining import frozen_membership, pretrained_paths
 
 PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])
 PRETRAIN_SETTINGS = JOB_SETTINGS["pretrain"]["settings"]
-PRETRAIN_DATASETS = frozen_membership(
+PRETRAIN_DATASETS, PRETRAIN_FROZEN = frozen_membership(
     PRETRAINED_LINEAGE, PRETRAIN_SETTINGS["settings_sha256"], DATASETS
 )
+PRETRAIN_ARRAYS = expand(ARRAYS, dataset=PRETRAIN_DATASETS)
 
 
 rule pretrain:
     input:
-        arrays=[ancient(path) for path in expand(ARRAYS, dataset=PRETRAIN_DATASETS)],
+        arrays=(
+            [ancient(path) for path in PRETRAIN_ARRAYS]
+            if PRETRAIN_FROZEN
+            else PRETRAIN_ARRAYS
+        ),
         model_code=MODEL_CODE,
         feature_code=FEATURE_CODE,
     output:
@@ -43,9 +53,7 @@ rule pretrain:
             for key, value in PRETRAIN_SETTINGS.items()
             if key != "settings_sha256"
         },
-        arrays_json=json.dumps(
-            dict(zip(PRETRAIN_DATASETS, expand(ARRAYS, dataset=PRETRAIN_DATASETS)))
-        ),
+        arrays_json=json.dumps(dict(zip(PRETRAIN_DATASETS, PRETRAIN_ARRAYS))),
     shell:
         " ".join(
             [

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 import time
 import zipfile
@@ -87,20 +86,18 @@ def pretrain_settings_of(config: dict) -> dict:
     return {**settings, "settings_sha256": settings_fingerprint(settings)}
 
 
-def frozen_membership(lineage_path: str, fingerprint: str, datasets: list[str]) -> list[str]:
-    """The datasets the pretraining serves: those its lineage file names (still present) when
-    it was made with these settings; else every dataset."""
-    if not os.path.exists(lineage_path):
-        return list(datasets)
+def frozen_membership(lineage_path: str, fingerprint: str, datasets: list[str]) -> tuple[list[str], bool]:
+    """(the datasets the pretraining serves, whether they are frozen): those its lineage file
+    names (still present) when it was made with these settings; else every dataset, not frozen."""
     try:
         with open(lineage_path) as handle:
             lineage = json.load(handle)
     except (OSError, ValueError):
-        return list(datasets)
-    if lineage.get("settings_sha256") != fingerprint:
-        return list(datasets)
+        return list(datasets), False
+    if not isinstance(lineage, dict) or lineage.get("settings_sha256") != fingerprint:
+        return list(datasets), False
     present = set(datasets)
-    return [name for name in lineage.get("datasets", []) if name in present]
+    return [name for name in lineage.get("datasets", []) if name in present], True
 
 
 # ---- reading the array files in slices ---------------------------------------------------------
