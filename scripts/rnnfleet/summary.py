@@ -323,11 +323,15 @@ def run_summary(rows: list[dict], trained_now: set[str], table_path: str, foreca
     """The line that ends a run that re-wrote the table: how many of its datasets were trained
     from scratch or updated in this run, how many were left as they were, and where the table
     and the forecasts are (trained_now: the datasets whose metrics this run wrote)."""
-    made = [str(row.get("made", "")) for row in rows if row["dataset"] in trained_now]
+    now = [row for row in rows if row["dataset"] in trained_now]
+    made = [str(row.get("made", "")) for row in now]
     full = sum(label == "full" for label in made)
+    # train.init fleet: full fits that started from the fleet's pretrained model (rnnfleet.pretraining)
+    fleet = sum(str(row.get("made", "")) == "full" and row.get("init") == "fleet" for row in now)
+    started = f"{full - fleet} trained from scratch" + (f", {fleet} from the fleet's pretrained model" if fleet else "")
     forecasts = sum(row.get("forecast", "") != "" for row in rows)
     return (
-        f"rnnfleet: {len(rows)} dataset(s): {full} trained from scratch, {len(made) - full} updated, "
+        f"rnnfleet: {len(rows)} dataset(s): {started}, {len(made) - full} updated, "
         f"{len(rows) - len(made)} unchanged; table {table_path}; {forecasts} forecast(s) in {forecasts_path}"
     )
 

@@ -53,6 +53,7 @@ def job_block(output: str, rule: str) -> str:
 def test_one_pretrain_job_runs_before_the_fine_tunes_and_declares_gpu_mem(fleet_run):
     folder, output = fleet_run
     assert output.count("rule pretrain:") == 1, output
+    assert f"0 trained from scratch, {len(FLEET)} from the fleet's pretrained model, 0 updated" in output
     assert output.index("rule pretrain:") < output.index("rule train:")
     assert "gpu_mem=2" in job_block(output, "pretrain")
     made_at = json.loads((folder / "models/.fleet/pretrained.json").read_text())["made_at"]
@@ -117,5 +118,8 @@ def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scrat
     assert "pretrain" not in planned_rules(snakemake(folder, "-n").stdout)
     # A changed pretrain setting (from --config, where nested values arrive as text): the
     # pretraining and every dataset that starts from it.
-    changed = planned_rules(snakemake(folder, "-n", "--config", "pretrain={train_windows: 100}").stdout)
+    dry_run = snakemake(folder, "-n", "--config", "pretrain={train_windows: 100}")
+    changed = planned_rules(dry_run.stdout)
     assert changed["pretrain"] == 1 and changed["train"] == len(FLEET) + 1
+    said = dry_run.stdout + dry_run.stderr
+    assert f"re-train: the fleet's pretrained model changes: {len(FLEET) + 1} " in said, said
