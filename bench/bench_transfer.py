@@ -9,6 +9,7 @@ cost, on two generated fleets side by side in one run:
 
     .venv/bin/python bench/bench_transfer.py                       # 16 datasets of 3,000 bars
     .venv/bin/python bench/bench_transfer.py --datasets 64 --rows 3000
+    .venv/bin/python bench/bench_transfer.py --memory 1000                # peak memory of the pretraining
 
 Per fleet, in this process on one CPU thread (one torch thread, as a train job), the same
 arrays, model and settings (LSTM 1x16, seq 30, batch 128, at most --epochs epochs, patience 3):
@@ -51,6 +52,10 @@ def parse_args():
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(BENCH / "out"))
+    parser.add_argument(
+        "--memory", type=int, metavar="N", help="instead: the pretraining's peak memory over N generated array files"
+    )
+    parser.add_argument("--memory-rows", type=int, default=20_000, help="rows of each of those files")
     return parser.parse_args()
 
 
@@ -177,6 +182,66 @@ def quiet(*_args) -> None:
     pass
 
 
+def generated_arrays(rows: int, rng: np.random.Generator):
+    """PreparedArrays of random features and targets, split as preprocess splits (no CSV read)."""
+    from rnnfleet.data import PreparedArrays, split_points
+
+    split = split_points(rows, SEQ_LEN, 1, 0.15, 0.15)
+    return PreparedArrays(
+        features=rng.standard_normal((rows, 5)).astype(np.float32),
+        targets=rng.standard_normal(rows).astype(np.float32),
+        feature_mean=np.zeros(5, np.float32),
+        feature_std=np.ones(5, np.float32),
+        target_std=1.0,
+        train_end=split.train_end,
+        val_start=split.val_start,
+        val_end=split.val_end,
+        test_start=split.test_start,
+        last_close=100.0,
+        horizon=1,
+        feature_names=tuple(f"f{number}" for number in range(5)),
+        row_times=np.datetime64("2024-01-01", "ns").astype(np.int64) + np.arange(rows, dtype=np.int64) * 60 * 10**9,
+    )
+
+
+def peak_memory(datasets: int, rows: int) -> dict:
+    """The pretraining's peak resident memory over `datasets` array files of `rows` rows (one
+    epoch), against the bytes of those files: it reads a bounded number of windows of each."""
+    import resource  # Unix only: imported here, not at the top
+
+    import torch
+
+    from rnnfleet.data import save_arrays
+    from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
+
+    rng = np.random.default_rng(0)
+    train = {"seq_len": SEQ_LEN, "batch_size": 512, "epochs": 1, "lr": 2e-3, "patience": 1, "seed": 0, "amp": "off"}
+    settings = pretrain_settings(MODEL, train, {}, {"train_windows": 2000, "val_windows": 500}, {})
+    with tempfile.TemporaryDirectory() as folder:
+        paths = {}
+        for number in range(datasets):
+            paths[f"d{number:05d}"] = str(Path(folder) / f"d{number:05d}.npz")
+            save_arrays(generated_arrays(rows, rng), paths[f"d{number:05d}"])
+        files_bytes = sum(Path(path).stat().st_size for path in paths.values())
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        _, lineage = pretrain(
+            paths, {**settings, "settings_sha256": settings_fingerprint(settings)}, torch.device("cpu"), quiet
+        )
+        seconds = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    windows = sum(seen["train_windows"] + seen["val_windows"] for seen in lineage["bars"].values())
+    return {
+        "datasets": datasets,
+        "rows": rows,
+        "files_mb": files_bytes / 2**20,
+        "peak_rss_before_mb": before / 1024,
+        "peak_rss_mb": after / 1024,
+        "windows": windows,
+        "seconds": seconds,
+    }
+
+
 def main() -> None:
     args = parse_args()
     import torch
@@ -185,6 +250,14 @@ def main() -> None:
 
     torch.set_num_threads(1)
     rnnfleet.training.log = quiet  # no per-epoch lines
+    if args.memory:
+        memory = peak_memory(args.memory, args.memory_rows)
+        print(
+            f"pretraining over {memory['datasets']} array files of {memory['rows']} rows ({memory['files_mb']:.0f} MB): "
+            f"{memory['windows']} windows read, peak RSS {memory['peak_rss_mb']:.0f} MB "
+            f"({memory['peak_rss_before_mb']:.0f} MB before it), {memory['seconds']:.1f}s for one epoch"
+        )
+        return
     results = []
     with tempfile.TemporaryDirectory() as folder:
         for kind in ("shared", "unrelated"):

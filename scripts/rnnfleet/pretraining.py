@@ -284,23 +284,26 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
 
     model_hparams, train_hparams = settings["model_hparams"], settings["train_hparams"]
     seq_len = int(train_hparams["seq_len"])
-    heads = {name: read_head(path) for name, path in arrays_paths.items()}
+    # First pass: each dataset's first embargo bar (one head in memory at a time: the bar
+    # times of a thousand long histories would not be bounded by the windows read).
     left_out: dict[str, str] = {}
-    no_times = [name for name, head in heads.items() if first_embargo_time(head) is None]
-    for name in no_times:
-        left_out[name] = "its array file records no bar times (written by an older rnnfleet): re-run preprocess"
-    timed = {name: head for name, head in heads.items() if name not in left_out}
+    embargo_times = {name: first_embargo_time(read_head(path)) for name, path in arrays_paths.items()}
+    for name, at in embargo_times.items():
+        if at is None:
+            left_out[name] = "its array file records no bar times (written by an older rnnfleet): re-run preprocess"
+    timed = [name for name in arrays_paths if name not in left_out]
     if not timed:
         raise UserError("pretrain: no dataset with bar times to pretrain on")
-    cutoff_dataset = min(timed, key=lambda name: first_embargo_time(timed[name]))
-    cutoff_ns = first_embargo_time(timed[cutoff_dataset])
-    reference = timed[cutoff_dataset]
+    cutoff_dataset = min(timed, key=lambda name: embargo_times[name])
+    cutoff_ns = embargo_times[cutoff_dataset]
+    reference = read_head(arrays_paths[cutoff_dataset])
     log(
         f"pretrain: {len(timed)} dataset(s); cutoff {iso(cutoff_ns)} (the first bar after {cutoff_dataset}'s "
         "training part): only bars before it are read"
     )
     train_rows, val_rows, bars = FleetRows([], [], []), FleetRows([], [], []), {}
-    for name, head in timed.items():
+    for name in timed:
+        head = read_head(arrays_paths[name])
         same = (head.feature_names, head.target, head.horizons, head.horizon, head.warmup)
         if same != (reference.feature_names, reference.target, reference.horizons, reference.horizon, reference.warmup):
             left_out[name] = "its features, target or horizons differ from the fleet's"
