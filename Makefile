@@ -12,7 +12,7 @@ CORES ?= all
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-mlflow.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-mlflow.txt requirements-onnx.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch alone from its index (--no-deps: its dependencies come from PyPI in the next step,
@@ -78,4 +78,4 @@ bench-read: venv
 	$(BIN)/python bench/bench_read.py $(BENCH_ARGS)
 
 clean:
-	rm -rf prep models metrics results logs benchmarks predictions report.html fleet-report.zip fleet-report .snakemake
+	rm -rf prep models metrics results logs benchmarks predictions exports report.html fleet-report.zip fleet-report .snakemake

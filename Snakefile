@@ -12,7 +12,7 @@ min_version("9.27.1")
 RNNFLEET_DIR = Path(workflow.current_basedir.get_path_or_uri(secret_free=False))
 sys.path.insert(0, str(RNNFLEET_DIR / "scripts"))
 
-from rnnfleet.hooks.config_check import checked_config_file
+from rnnfleet.workflow.config_check import checked_config_file
 from rnnfleet.snakemake_version import unsupported_snakemake_line
 
 # One supported Snakemake release (rnnfleet.snakemake_version); another one runs, said once.
@@ -40,6 +40,7 @@ include: "rules/train.smk"
 include: "rules/summary.smk"
 include: "rules/plots.smk"
 include: "rules/predict.smk"
+include: "rules/export.smk"
 include: "rules/inspect.smk"
 include: "rules/mps.smk"
 include: "rules/checks.smk"
@@ -55,5 +56,7 @@ rule all:
     input:
         expand(MODEL, dataset=DATASETS),
         SUMMARY,
+        FORECASTS,
         rules.plots.output,
         expand(PREDICTIONS, dataset=FORECAST_DATASETS),
+        EXPORTS,

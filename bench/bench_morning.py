@@ -2,7 +2,7 @@
 forecasts written, against a full re-train of the same bars, in the same run of this script;
 and the morning's cost at two history lengths (it should follow the new bars, not the history).
 
-    .venv/bin/python bench/bench_morning.py                                 # 8 datasets, 30 and 90 days
+    .venv/bin/python bench/bench_morning.py                                 # 8 datasets, 30 and 180 days
     .venv/bin/python bench/bench_morning.py --datasets 64 --days 90         # the issue's size (long)
     .venv/bin/python bench/bench_morning.py --noop-datasets 1000 --days     # a no-op morning only
     .venv/bin/python bench/bench_morning.py --days 30 180 --fixed-parts 5 4  # parts of 5 and 4 days
@@ -16,7 +16,8 @@ copied twice and both copies run `snakemake` on the same bars:
            scratch (what the same morning costs without either).
 Then the morning folder runs `snakemake` once more with nothing new (a no-op morning).
 Prints wall times, the train and preprocess jobs' summed times, the mean test skill of each,
-the ratios, and the morning's wall time at the longest history over that at the shortest.
+the ratios, the validation and test windows and the test skill interval's width, and the
+morning's wall time at the longest history over that at the shortest.
 --fixed-parts V T: both runs with preprocess.val_bars and test_bars of V and T days (parts that
 do not grow with the history) instead of the default fractions.
 --noop-datasets K: K tiny datasets (one 200-bar file each) trained, then the wall time of a run
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import shutil
@@ -52,7 +54,7 @@ COST_TARGET, SKILL_TARGET, HISTORY_TARGET = 0.10, 0.02, 1.25
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", type=int, default=8)
-    parser.add_argument("--days", type=int, nargs="*", default=[30, 90], help="history lengths, in days")
+    parser.add_argument("--days", type=int, nargs="*", default=[30, 180], help="history lengths, in days")
     parser.add_argument("--epochs", type=int, default=10, help="train.epochs of a full fit (early stopping on)")
     parser.add_argument("--noop-datasets", type=int, default=0, help="also time a no-op morning of this many")
     parser.add_argument(
@@ -78,6 +80,17 @@ def files_read(folder: Path) -> int:
         found = re.search(r": (\d+) file\(s\) read \(", log.read_text())
         counted += int(found.group(1)) if found else 0
     return counted
+
+
+def part_summary(folder: Path) -> dict:
+    """The run's validation and test windows (mean over datasets) and the mean width of the
+    test skill's 95% interval: what a longer part buys, against what it costs the morning."""
+    metrics = [json.loads(path.read_text()) for path in sorted((folder / "metrics").glob("*.json"))]
+    return {
+        "val_windows": statistics.mean(m["val_windows"] for m in metrics),
+        "test_windows": statistics.mean(m["test_windows"] for m in metrics),
+        "test_interval_width": statistics.mean(m["test_skill_high"] - m["test_skill_low"] for m in metrics),
+    }
 
 
 def forecast_rows(folder: Path) -> int:
@@ -115,6 +128,7 @@ def one_history(args, work: Path, days: int) -> dict:
         seconds = snakemake(folder, args.cores)
         runs[variant] = {
             **run_summary(folder, seconds),
+            **part_summary(folder),
             "preprocess_job_seconds": job_seconds(folder, "preprocess"),
             "forecasts": forecast_rows(folder),
             "files_read": files_read(folder),
@@ -176,6 +190,11 @@ def main() -> None:
                     f"{run['train_job_seconds']:10.1f}s {run['forecasts']:10d} "
                     f"{history['mean_test_skill'][variant]:+11.4f}  {', '.join(run['made'])}"
                 )
+            morning = history["runs"]["morning"]
+            print(
+                f"  parts: {morning['val_windows']:,.0f} validation and {morning['test_windows']:,.0f} test windows a "
+                f"dataset; test skill's 95% interval {morning['test_interval_width']:.4f} wide (mean)"
+            )
             print(
                 f"  morning / full: {history['cost_ratio']:.3f} (target <= {COST_TARGET}); test skill, worst "
                 f"dataset morning - full: {history['skill_difference_worst']:+.4f} (target within {SKILL_TARGET}); "

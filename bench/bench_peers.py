@@ -1,17 +1,22 @@
 """The peers: rnnfleet against neuralforecast's LSTM fitted once per dataset, same data, one run.
 
-    .venv/bin/python bench/bench_peers.py                        # 24 one-day datasets, both amp settings
+    .venv/bin/python bench/bench_peers.py                        # 24 one-day datasets, both precisions each
+    .venv/bin/python bench/bench_peers.py --datasets 6 --days 30  # multi-day datasets
     .venv/bin/python bench/bench_peers.py --datasets 48 --variants snakemake
     .venv/bin/python bench/bench_peers.py --datasets 2 --epochs 1 --no-peer   # rnnfleet's side only
 
-Generated one-day datasets (1,440 one-minute bars each). rnnfleet trains them with the
+Generated datasets of --days days (1,440 one-minute bars a day). rnnfleet trains them with the
 workflow's defaults (LSTM 64x2, seq 60, batch 128, 20 epochs, early stopping with patience
 3; `snakemake --cores <cores>` in a fresh folder: `snakemake`, and `fp32` with train.amp:
 off). The peer, neuralforecast's `LSTM` (bench/peer_neuralforecast.py, <cores> processes x
 1 thread), is fitted once per dataset on rnnfleet's own arrays (the same normalised
 features, targets, training, validation and test rows), with the same window length,
 batch, learning rate, epochs (as steps: an epoch's worth of windows per validation check)
-and patience, and forecasts every test window one step ahead. Both test skills are
+and patience, and forecasts every test window one step ahead; in float32 (`neuralforecast`,
+Lightning's default) and in bf16 (`neuralforecast-bf16`, precision "bf16-mixed"), as rnnfleet
+runs in both (`fp32`, and `snakemake` with train.amp auto: bf16 where the CPU computes it
+natively). The ratios at equal precision come first: the others mix the precision's speed-up
+into the comparison. Both test skills are
 computed on the same test windows against the same naive baseline (rnnfleet.evaluation).
 The peer's wall time is its whole program (imports, processes, fits, forecasts), as
 rnnfleet's is its whole run (Snakemake, preprocessing, training, scores, table, figures).
@@ -43,8 +48,10 @@ from bench_speed import metrics_of, timed  # noqa: E402
 
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
-ROWS = 1440
+BARS_PER_DAY = 1440
 PEER = "neuralforecast"
+# The peer's sides: Lightning's precision of each.
+PEER_PRECISIONS = {PEER: "32-true", f"{PEER}-bf16": "bf16-mixed"}
 NEURALFORECAST = "neuralforecast==3.3.0"
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
@@ -52,12 +59,14 @@ TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", type=int, default=24)
+    parser.add_argument("--days", type=int, default=1, help="days of bars a dataset")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--patience", type=int, default=3)
     parser.add_argument(
         "--variants",
-        default=f"snakemake,{PEER},fp32",
-        help=f"the sides in the order run: snakemake (amp auto), fp32 (amp off), {PEER} (after a side of rnnfleet's)",
+        default=f"snakemake,{PEER}-bf16,fp32,{PEER}",
+        help=f"the sides in the order run: snakemake (amp auto), fp32 (amp off), {PEER} (float32), {PEER}-bf16 "
+        "(bf16-mixed); a peer's side after a side of rnnfleet's",
     )
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument(
@@ -149,15 +158,22 @@ def peer_skill(forecasts: list[float], test: dict) -> float:
     return evaluation.skill(losses, naive)
 
 
-def run_peer(args: argparse.Namespace, python: Path, arrays: Path, work: Path, tests: dict) -> dict:
+def run_peer(args: argparse.Namespace, python: Path, arrays: Path, work: Path, tests: dict, precision: str) -> dict:
     command = [str(python), str(BENCH / "peer_neuralforecast.py"), str(arrays), str(work)]
     command += ["--processes", str(args.cores), "--epochs", str(args.epochs), "--patience", str(args.patience)]
-    seconds, _ = timed(command)
+    seconds, _ = timed([*command, "--precision", precision])
     skills = {}
     for dataset, test in tests.items():
         outcome = json.loads((work / f"{dataset}.json").read_text())
         skills[dataset] = peer_skill(outcome["test_forecasts"], test)
-    return {"seconds": seconds, "test_skill": skills}
+    return {"seconds": seconds, "test_skill": skills, "precision": "bf16" if "bf16" in precision else "fp32"}
+
+
+def side_precision(outcome: dict) -> str:
+    """bf16 or fp32: what a side computed in (rnnfleet's from its metrics' amp)."""
+    if "precision" in outcome:
+        return outcome["precision"]
+    return "bf16" if outcome["amp"] == ["bf16"] else "fp32"
 
 
 def load_text() -> str:
@@ -166,20 +182,40 @@ def load_text() -> str:
 
 def print_comparison(args: argparse.Namespace, results: dict[str, dict]) -> dict:
     """Each side's models/min and mean test skill; each rnnfleet side's ratio to the peer."""
-    summary: dict = {"datasets": args.datasets, "epochs": args.epochs, "patience": args.patience, "sides": {}}
+    summary: dict = {
+        "datasets": args.datasets,
+        "days": args.days,
+        "epochs": args.epochs,
+        "patience": args.patience,
+        "sides": {},
+    }
     print(f"\n{'side':<16}{'seconds':>9}{'models/min':>12}{'mean test skill':>17}")
     for name, outcome in results.items():
         per_min = args.datasets * 60 / outcome["seconds"]
         skill = statistics.mean(outcome["test_skill"].values())
         summary["sides"][name] = {**outcome, "models_per_min": per_min, "mean_test_skill": skill}
         print(f"{name:<16}{outcome['seconds']:9.1f}{per_min:12.1f}{skill:+17.4f}")
-    peer = summary["sides"].get(PEER)
-    for name, side in summary["sides"].items():
-        if peer and name != PEER:
-            ratio = side["models_per_min"] / peer["models_per_min"]
-            difference = side["mean_test_skill"] - peer["mean_test_skill"]
-            summary[f"{name}_vs_neuralforecast"] = {"ratio": ratio, "test_skill_difference": difference}
-            print(f"{name} / neuralforecast: {ratio:.2f}x, test skill {difference:+.4f} (rnnfleet - neuralforecast)")
+    ours = {name: side for name, side in summary["sides"].items() if name not in PEER_PRECISIONS}
+    peers = {name: side for name, side in summary["sides"].items() if name in PEER_PRECISIONS}
+    pairs = [(name, peer) for name in ours for peer in peers]
+    # Equal precision first: the comparison of the two programs; then across precisions.
+    pairs.sort(key=lambda pair: side_precision(ours[pair[0]]) != side_precision(peers[pair[1]]))
+    for name, peer in pairs:
+        side, other = ours[name], peers[peer]
+        ratio = side["models_per_min"] / other["models_per_min"]
+        difference = side["mean_test_skill"] - other["mean_test_skill"]
+        precisions = f"{side_precision(side)} / {side_precision(other)}"
+        equal = side_precision(side) == side_precision(other)
+        summary[f"{name}_vs_{peer}"] = {
+            "ratio": ratio,
+            "test_skill_difference": difference,
+            "precisions": precisions,
+            "equal_precision": equal,
+        }
+        print(
+            f"{'equal precision' if equal else 'across precisions'} ({precisions}): {name} / {peer}: {ratio:.2f}x, "
+            f"test skill {difference:+.4f} (rnnfleet - {peer})"
+        )
     return summary
 
 
@@ -188,21 +224,23 @@ def main(argv=None) -> None:
     python = None if args.no_peer else peers_python(Path(args.peers_venv))
     root = Path(tempfile.mkdtemp(prefix="rnnfleet-peers-"))
     data_dir = root / "data"
+    rows = args.days * BARS_PER_DAY
     for index in range(args.datasets):
-        write_synthetic_csv(data_dir / f"S{index:04d}_1m.csv", ROWS, 1000 + index)
+        write_synthetic_csv(data_dir / f"S{index:04d}_1m.csv", rows, 1000 + index)
     print(
-        f"{args.datasets} datasets x {ROWS} bars, LSTM 64x2, seq 60, batch 128, {args.epochs} epochs, "
+        f"{args.datasets} datasets x {rows} bars, LSTM 64x2, seq 60, batch 128, {args.epochs} epochs, "
         f"patience {args.patience}, {args.cores} cores; load {load_text()}"
     )
     results: dict[str, dict] = {}
     amps = {"snakemake": "auto", "fp32": "off"}
     sides = [name for name in args.variants.split(",") if name in amps or python is not None]
-    if sides[0] == PEER:
+    if sides[0] in PEER_PRECISIONS:
         raise SystemExit(f"{PEER} trains on rnnfleet's arrays: name a side of rnnfleet's before it in --variants")
     tests: dict[str, dict] = {}
     for name in sides:
-        if name == PEER:
-            results[name] = run_peer(args, python, root / "peer-arrays", root / "peer", tests)
+        if name in PEER_PRECISIONS:
+            peer_work = root / name
+            results[name] = run_peer(args, python, root / "peer-arrays", peer_work, tests, PEER_PRECISIONS[name])
         else:
             results[name] = run_rnnfleet(args, data_dir, root / name, amps[name])
             if len(results) == 1:  # the peer trains on the arrays of the first side

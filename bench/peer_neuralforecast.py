@@ -1,6 +1,6 @@
 """The peer: neuralforecast's LSTM fitted once per dataset, run by bench/bench_peers.py in its own venv.
 
-python bench/peer_neuralforecast.py ARRAYS_DIR OUT_DIR --processes 2 --epochs 20 --patience 3 ...
+python bench/peer_neuralforecast.py ARRAYS_DIR OUT_DIR --processes 2 --epochs 20 --patience 3 --precision bf16-mixed ...
 ARRAYS_DIR holds one <dataset>.npz per dataset as bench_peers.py exports it from rnnfleet's
 array files: the same normalised features and scaled targets, and the rows where the
 validation and test parts start. Each dataset is one series: y at row t + 1 is the target of
@@ -40,6 +40,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hidden-size", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument(
+        "--precision", default="32-true", help='Lightning\'s precision: 32-true (its default) or "bf16-mixed"'
+    )
     return parser.parse_args()
 
 
@@ -93,6 +96,7 @@ def fit_and_forecast(path: str, args: argparse.Namespace) -> dict:
         enable_checkpointing=False,
         logger=False,
         accelerator="cpu",
+        precision=args.precision,  # a Lightning Trainer argument, passed on by neuralforecast
         devices=1,
     )
     forecaster = NeuralForecast(models=[model], freq=1)

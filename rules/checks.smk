@@ -11,12 +11,12 @@ from snakemake.logging import logger
 
 from rnnfleet.checkpoint import folder_write_problem, model_file_problem
 from rnnfleet.errors import WRITE_CAUSES
-from rnnfleet.hooks.settings_changes import planned_settings_changes, report_lines
-from rnnfleet.hooks import update_plans
+from rnnfleet.workflow.settings_changes import planned_settings_changes, report_lines
+from rnnfleet.workflow import update_plans
 from rnnfleet.settings import PREPROCESS_CONFIG_KEYS, TRAIN_PARAM_CONFIG_KEYS
 
 # The files of one dataset a user may ask for by name, e.g. snakemake predictions/X.csv.
-PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS]
+PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS, EXPORT]
 
 
 def requested_datasets(targets):
@@ -118,7 +118,7 @@ def before_building_dag_of_this_run(target_files, target_rules, force_files):
 
 def report_changed_settings(dag):
     """After the DAG is built (dry-runs too): the models this run re-trains with settings
-    other than those they were trained with, in words (rnnfleet.hooks.settings_changes).
+    other than those they were trained with, in words (rnnfleet.workflow.settings_changes).
     """
     try:
         changes = planned_settings_changes(
@@ -145,7 +145,7 @@ def report_changed_settings(dag):
 
 def report_planned_fits(dag, settings_changed):
     """Whether each model trained before is updated or trained from scratch, as far as is
-    known before its bars are read (rnnfleet.hooks.update_plans)."""
+    known before its bars are read (rnnfleet.workflow.update_plans)."""
 
     def settings_of(dataset):
         dataset_config = DATASET_CONFIGS.get(dataset, config)

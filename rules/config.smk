@@ -7,10 +7,13 @@ from pathlib import Path
 import yaml
 from snakemake.utils import validate
 
-from rnnfleet.hooks.config_check import (
+from rnnfleet.workflow.config_check import (
     config_problems,
+    config_sources,
+    inverted_sign_note,
     model_section,
     set_given_values,
+    stop_run,
     to_plain_dict,
     typed_as_yaml,
 )
@@ -20,12 +23,10 @@ from rnnfleet.settings import preprocess_settings, train_settings
 SCHEMA_PATH = str(RNNFLEET_DIR / "schemas" / "config.schema.yaml")
 
 
-def config_layers(command_line_values):
-    """The configuration as its layers, earliest first, as Snakemake merges them: the
-    workflow's config file (unless --replace-workflow-config), the --configfile files, the
-    --config values."""
-    from snakemake.common.configfile import load_configfile
-
+def config_files():
+    """The configuration files read, earliest first, as Snakemake merges them: the
+    workflow's config file (unless --replace-workflow-config), the --configfile files.
+    """
     settings = workflow.config_settings
     command_line_files = [Path(path).absolute() for path in settings.configfiles]
     workflow_files = [
@@ -36,7 +37,15 @@ def config_layers(command_line_values):
     files = command_line_files
     if not settings.replace_workflow_config:
         files = workflow_files + files
-    return [load_configfile(path) for path in files] + [command_line_values]
+    return [str(path) for path in files]
+
+
+def config_layers(command_line_values):
+    """The configuration as its layers, earliest first: the files (config_files), then
+    the --config values."""
+    from snakemake.common.configfile import load_configfile
+
+    return [load_configfile(path) for path in config_files()] + [command_line_values]
 
 
 with open(SCHEMA_PATH) as schema_file:
@@ -46,15 +55,20 @@ COMMAND_LINE_VALUES = typed_as_yaml(
     to_plain_dict(workflow.config_settings.config), CONFIG_SCHEMA
 )
 set_given_values(config, COMMAND_LINE_VALUES)
-# One builder's keys never reach another builder (rnnfleet.hooks.config_check.model_section).
+# One builder's keys never reach another builder (rnnfleet.workflow.config_check.model_section).
 config["model"] = model_section(config_layers(COMMAND_LINE_VALUES), CONFIG_SCHEMA)
 CONFIG_PROBLEMS = config_problems(config, CONFIG_SCHEMA)
 if CONFIG_PROBLEMS:
-    raise WorkflowError(
-        "invalid configuration (config.yaml or --config):\n"
-        + "\n".join(f"  - {problem}" for problem in CONFIG_PROBLEMS)
+    # One line a problem, without Snakemake's wrapper around a raised error.
+    stop_run(
+        [
+            f"invalid configuration ({config_sources(config_files(), COMMAND_LINE_VALUES)}): {problem}"
+            for problem in CONFIG_PROBLEMS
+        ]
     )
 validate(config, schema=SCHEMA_PATH)  # fills in the schema's defaults
+if inverted_sign_note(config):
+    print(f"rnnfleet: {inverted_sign_note(config)}", file=sys.stderr)
 
 # What reading, cleaning and splitting a dataset depend on: the params of preprocess (so
 # editing one re-preprocesses) and of inspect (which reports what preprocess would do).
@@ -86,7 +100,7 @@ def check_plugin_files_exist():
             for reference in references:
                 require_file(reference, config_key)
     except UserError as error:
-        raise WorkflowError(f"{error}; nothing was run") from None
+        stop_run([f"{error}; nothing was run"])
 
 
 check_plugin_files_exist()
@@ -105,3 +119,14 @@ def check_plugin_files():
                 resolve(reference, {}, config_key)
     except UserError as error:
         raise WorkflowError(f"{error}; nothing was run") from None
+
+
+def check_machine_settings():
+    """Before the first job, where jobs run on this machine: train settings it cannot run
+    (a CUDA device it lacks, float16 on the CPU) stop the run in one line, instead of failing
+    every training after Snakemake has removed its metrics."""
+    from rnnfleet.runner.device import settings_unusable_here
+
+    problem = settings_unusable_here(config["train"]) if workflow.local_exec else None
+    if problem:
+        raise WorkflowError(f"{problem}; nothing was run")

@@ -6,13 +6,15 @@ import sys
 
 from rnnfleet.discovery import DATASET_NAME, discover_datasets
 from rnnfleet.errors import UserError
-from rnnfleet.hooks.after_failures import not_done_list_if_stale
-from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
+from rnnfleet.workflow.after_failures import not_done_list_if_stale
+from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
+from rnnfleet.workflow.unused_settings import unused_zone_note, zone_free_datasets
+from rnnfleet.settings import DEFAULT_ZONE, without_unused_zone
 
 SHEET_PATH = config["datasets"]["sheet"]
 SHEET_SCHEMA_PATH = RNNFLEET_DIR / "schemas" / "datasets.schema.yaml"
 # {dataset: its files} and their fingerprints: from the datasets sheet
-# (rnnfleet.hooks.dataset_sheet), else one walk of data_dir (rnnfleet.discovery).
+# (rnnfleet.workflow.dataset_sheet), else one walk of data_dir (rnnfleet.discovery).
 # DATASET_CONFIGS: {dataset: its configuration with the sheet's overrides}, only for the
 # datasets that have any ({} without a sheet: no per-dataset work anywhere).
 try:
@@ -31,7 +33,7 @@ try:
         )
         DATASET_CONFIGS = {}
 except UserError as error:
-    raise WorkflowError(str(error)) from None
+    stop_run([str(error)])
 if workflow.is_main_process:
     if FOUND.note:
         print(f"rnnfleet: {FOUND.note}", file=sys.stderr)
@@ -54,9 +56,11 @@ DATASET_QUALITY = {
 PATHS = config["paths"]
 for key, folder in PATHS.items():
     if os.path.exists(folder) and not os.path.isdir(folder):
-        raise WorkflowError(
-            f"config key 'paths.{key}' = {folder!r} is a file, not a folder; allowed: a folder "
-            "(made if missing) for that output"
+        stop_run(
+            [
+                f"config key 'paths.{key}' = {folder!r} is a file, not a folder; allowed: a folder "
+                "(made if missing) for that output"
+            ]
         )
 OUTPUT_FOLDERS = [
     PATHS[key] for key in ("prep", "models", "metrics", "results", "predictions")
@@ -72,7 +76,7 @@ LOSS_CURVES = f"{PATHS['results']}/loss_curves"
 # SVG written without a plotting library (rnnfleet.svg_chart, rnnfleet.plots.LOSS_CURVE_FORMAT):
 # small in a .zip report (bench/bench_report.py), sharp at any zoom, a few milliseconds a curve
 LOSS_CURVE_FORMAT = "svg"
-NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.hooks.after_failures
+NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.workflow.after_failures
 FORECASTS = (
     f"{PATHS['results']}/forecasts.csv"  # every dataset's forecast at its last bar
 )
@@ -95,7 +99,7 @@ def benchmark_path(rule_name):
 def per_distinct_config(build):
     """{dataset: build(its configuration)} for the datasets with settings of their own;
     build is called once per distinct configuration (datasets with the same overrides share
-    one object, rnnfleet.hooks.dataset_sheet)."""
+    one object, rnnfleet.workflow.dataset_sheet)."""
     built = {}
     for dataset_config in DATASET_CONFIGS.values():
         if id(dataset_config) not in built:
@@ -189,13 +193,56 @@ def datasets_to_forecast(requested):
         return DATASETS
     unknown = sorted(set(requested) - set(DATA_FILES))
     if unknown:
-        raise WorkflowError(
-            f"predict.datasets names {', '.join(unknown)}: not a dataset in data_dir '{config['data_dir']}'"
+        stop_run(
+            [
+                f"predict.datasets names {', '.join(unknown)}: not a dataset in data_dir '{config['data_dir']}'"
+            ]
         )
     return list(requested)
 
 
 FORECAST_DATASETS = datasets_to_forecast(config["predict"]["datasets"])
+
+
+def dataset_zones():
+    """{dataset: its format.timezone} where one is set (not auto) for the run or in the
+    sheet; {} otherwise (no per-dataset work)."""
+    configs = [config, *DATASET_CONFIGS.values()]
+    if all(each["format"]["timezone"] == DEFAULT_ZONE for each in configs):
+        return {}
+    return {
+        dataset: DATASET_CONFIGS.get(dataset, config)["format"]["timezone"]
+        for dataset in DATASETS
+    }
+
+
+# The datasets whose times format.timezone does not apply to (rnnfleet.workflow.unused_settings):
+# their params carry the default zone, so the setting re-runs nothing for them.
+DATASET_ZONES = dataset_zones()
+ZONE_UNUSED = set(
+    zone_free_datasets(DATASET_ZONES, lambda dataset: ARRAYS.format(dataset=dataset))
+)
+if ZONE_UNUSED and workflow.is_main_process:
+    print(
+        f"rnnfleet: {unused_zone_note(sorted(ZONE_UNUSED), DATASET_ZONES)}",
+        file=sys.stderr,
+    )
+
+
+def zone_checked(params):
+    """A rule's params (dataset_params) with read_format at the default zone for the
+    datasets in ZONE_UNUSED."""
+    if not ZONE_UNUSED:
+        return params
+    given = params["read_format"]
+
+    def read_format(wildcards):
+        value = given(wildcards) if callable(given) else given
+        if wildcards.dataset in ZONE_UNUSED:
+            return without_unused_zone(value)
+        return value
+
+    return {**params, "read_format": read_format}
 
 
 wildcard_constraints:
@@ -204,5 +251,5 @@ wildcard_constraints:
 
 def stale_not_done_list(wildcards):
     """An input of summarize only when the table written after failures must be rewritten
-    although no dataset trains again (rnnfleet.hooks.after_failures)."""
+    although no dataset trains again (rnnfleet.workflow.after_failures)."""
     return not_done_list_if_stale(NOT_DONE, DATA_FILES, METRICS)

@@ -6,14 +6,14 @@ import time
 
 from snakemake.logging import logger
 
-from rnnfleet.hooks.after_failures import (
+from rnnfleet.workflow.after_failures import (
     ResultPaths,
     drop_not_done_list_if_replaced,
     write_results_after_failures,
 )
-from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore
-from rnnfleet.hooks.previous_models import restore_previous_models
-from rnnfleet.hooks.recovery import (
+from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore, forget_records
+from rnnfleet.workflow.previous_models import restore_previous_models
+from rnnfleet.workflow.recovery import (
     JobsOfKilledRunAlive,
     RunWorkingUnlocked,
     SnakemakeFolderFull,
@@ -38,7 +38,7 @@ from rnnfleet.hooks.packed_jobs import (
 )
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.summary import print_run_summary
-from rnnfleet.hooks.tracking import TrackedPaths, load_mlflow_early, log_run_to_mlflow
+from rnnfleet.workflow.tracking import TrackedPaths, load_mlflow_early, log_run_to_mlflow
 from rnnfleet.updating import rnnfleet_version
 from rnnfleet.plots import drop_stale_snakemake_backup
 
@@ -103,7 +103,7 @@ if workflow.is_main_process:
     if ALONE_IN_FOLDER:
         # Alone in the folder: a backup still here belongs to a plots job that was killed
         # (rnnfleet.plots.drop_stale_snakemake_backup), or is a model an earlier rnnfleet
-        # kept aside during a re-train that was killed (rnnfleet.hooks.previous_models).
+        # kept aside during a re-train that was killed (rnnfleet.workflow.previous_models).
         restore_previous_models(PATHS["models"])
         drop_stale_snakemake_backup(LOSS_CURVES)
 
@@ -112,6 +112,7 @@ onstart:
     mark_run_working()
     check_output_folders_writable()
     check_plugin_files()
+    check_machine_settings()
     write_job_settings()
     stop_jobs_on_signals()
     start_mps_if_on()
@@ -163,6 +164,7 @@ onerror:
         fleet=config["fleet"],
         quality_thresholds=config["quality"],
         dataset_quality=DATASET_QUALITY,
+        unpublished=lambda paths: forget_records(workflow.persistence, paths),
     )
     log_run_to_mlflow(
         config["tracking"]["mlflow"],

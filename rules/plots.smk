@@ -13,21 +13,21 @@ rule plots:
         metrics=rules.summarize.input.metrics,
         start_template=START_TEMPLATE,
     output:
-        start_page=START_PAGE,
+        start_page=update(START_PAGE),
         table_html=report(
-            SUMMARY_HTML,
+            update(SUMMARY_HTML),
             caption="../report/summary_table.rst",
             category="All datasets",
             labels={"figure": "summary table"},
         ),
         skill_plot=report(
-            SKILL_PLOT,
+            update(SKILL_PLOT),
             caption="../report/skill_overview.rst",
             category="All datasets",
             labels={"figure": "skill by dataset"},
         ),
         coverage_plot=report(
-            COVERAGE_PLOT,
+            update(COVERAGE_PLOT),
             caption="../report/coverage.rst",
             category="All datasets",
             labels={"figure": "interval coverage"},

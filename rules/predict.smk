@@ -9,7 +9,7 @@ rule predict:
     conda:
         "../envs/rnnfleet.yaml"
     params:
-        **dataset_params(predict_read_params),
+        **zone_checked(dataset_params(predict_read_params)),
         # The user named these in the config: a model file may run them (rnnfleet.plugins).
         last=config["predict"]["last"] or None,
         trusted_plugins=MODEL_CODE + FEATURE_CODE,

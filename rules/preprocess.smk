@@ -12,7 +12,7 @@ rule preprocess:
         "../envs/rnnfleet.yaml"
     threads: 1
     params:
-        **dataset_params(preprocess_settings),
+        **zone_checked(dataset_params(preprocess_settings)),
         **JOB_SETTINGS_PARAM,
         files_fingerprint=files_fingerprint,
         files_json=files_json,

@@ -6,9 +6,11 @@ rule summarize:
     input:
         metrics=expand(METRICS, dataset=DATASETS),
         not_done=stale_not_done_list,
+    # update(): a table stays at its path until its replacement is renamed over it, and a
+    # failed job's is put back (rnnfleet.hooks.atomic_restore): a full disk loses no table.
     output:
-        table=SUMMARY,
-        forecasts=FORECASTS,
+        table=update(SUMMARY),
+        forecasts=update(FORECASTS),
     log:
         f"{PATHS['logs']}/summarize.log",
     conda:

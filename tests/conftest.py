@@ -143,6 +143,22 @@ def schema_defaults(section: str) -> dict:
     return {key: spec.get("default") for key, spec in schema["properties"][section]["properties"].items()}
 
 
+def schema_keys(properties: dict, prefix: str = "") -> dict[str, object]:
+    """{dotted key: its default, or None} for every key a user sets, as docs/configuration.md
+    lists them: an object whose own keys have defaults is listed key by key; an object whose
+    keys have none (format.positions) is one key."""
+    keys: dict[str, object] = {}
+    for name, schema in properties.items():
+        children = dict(schema.get("properties", {}))
+        for child, child_schema in schema.get("then", {}).get("properties", {}).items():
+            children[child] = {**child_schema, **children.get(child, {})}  # model: the rnn keys
+        if children and any("default" in child or "properties" in child for child in children.values()):
+            keys.update(schema_keys(children, f"{prefix}{name}."))
+        else:
+            keys[f"{prefix}{name}"] = schema.get("default")
+    return keys
+
+
 def write_config(workdir: Path, **overrides) -> Path:
     """config.yaml in workdir: the repo's, with TINY_CONFIG and overrides merged in."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.errors import WRITE_CAUSES, UserError, one_line, write_error
+from rnnfleet.errors import WRITE_CAUSES, UserError, WriteError, one_line, write_error
 from rnnfleet.faults import pause_point, raise_injected_full_disk
 
 FORMAT_VERSION = 3  # 2: builder, feature definition and target recorded; 3: the split and test scores
@@ -93,12 +93,19 @@ def atomic_write(path: str | os.PathLike, durable: bool = True) -> Iterator[IO[b
         with contextlib.suppress(FileNotFoundError):
             os.unlink(handle.name)
         if isinstance(error, OSError) and error.errno in WRITE_CAUSES:
-            raise write_error(target, error) from None
+            raise kept_or_not(write_error(target, error), target) from None
         if isinstance(error, Exception) and recorder.write_failure is not None:
-            raise write_error(target, recorder.write_failure) from None
+            raise kept_or_not(write_error(target, recorder.write_failure), target) from None
         raise
     if durable:
         _sync_folder(target.parent)
+
+
+def kept_or_not(failure: WriteError, target: Path) -> WriteError:
+    """failure, saying that the file already at target is kept where there is one."""
+    if target.is_file():
+        return WriteError(f"{failure}; the previous {target.name} is kept")
+    return failure
 
 
 def guard_publishing(guard: Callable[[Path], contextlib.AbstractContextManager]) -> None:

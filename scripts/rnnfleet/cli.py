@@ -1,9 +1,10 @@
-"""The `rnnfleet` command (installed by `pip install -e .`): init, predict, inspect.
+"""The `rnnfleet` command (installed by `pip install -e .`): init, predict, inspect, export.
 
     rnnfleet init my-fleet --data /path/to/bars   a project folder of your own (docs/project-folder.md)
     rnnfleet predict --model ... --csv ... --out ...   forecasts from a model file
     rnnfleet predict --dataset NAME --out ...      the same for a dataset of a project folder
     rnnfleet inspect [FOLDER]                      every dataset read and checked, nothing trained
+    rnnfleet export [NAME ...] / --model ... --csv ...   models as ONNX files (docs/export.md)
 
 The workflow files (Snakefile, rules/, schemas/, profiles/, envs/, report/, scripts/*.py) are
 found next to this package in a clone (an editable install), else where a non-editable
@@ -18,11 +19,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rnnfleet.discovery import period_files_layout
 from rnnfleet.errors import UserError
 
 WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "scripts")
 PROJECT_CONFIG = Path("config") / "config.yaml"
 PROFILES = ("default", "slurm", "slurm-packed")
+COMMENT_COLUMN = 26  # where the comments of config.yaml's keys start
+NO_DEFAULT = object()  # a schema key without a default: absent unless the user sets it
 
 
 def workflow_dir() -> Path:
@@ -74,8 +78,10 @@ def project_snakefile() -> str:
     )
 
 
-def project_config(workflow: Path, data_dir: str) -> str:
-    """The demo's commented config.yaml (every key, each at its schema default) with data_dir set."""
+def project_config(workflow: Path, data_dir: str, files_pattern: str = "") -> str:
+    """The demo's commented config.yaml with data_dir (and datasets.files) set, and every
+    key of the schema it lacks added at its default (config_with_every_key): every key a
+    user can set, each at its schema default."""
     lines = (workflow / "config.yaml").read_text().splitlines(keepends=True)
     header = (
         "# The settings of this rnnfleet project folder (docs/configuration.md lists every key).\n"
@@ -84,7 +90,100 @@ def project_config(workflow: Path, data_dir: str) -> str:
     )
     body = "".join(lines[next(i for i, line in enumerate(lines) if not line.startswith("#")) :])
     data_line = next(line for line in body.splitlines() if line.startswith("data_dir:"))
-    return header + body.replace(data_line, f"data_dir: {quoted_yaml(data_dir)}", 1)
+    body = body.replace(data_line, f"data_dir: {quoted_yaml(data_dir)}", 1)
+    if files_pattern:
+        files_line = next(line for line in body.splitlines() if line.startswith("  files:"))
+        body = body.replace(files_line, f"  files: {quoted_yaml(files_pattern)}", 1)
+    return header + config_with_every_key(body, schema_defaults(workflow))
+
+
+def schema_defaults(workflow: Path) -> dict[str, tuple[object, str]]:
+    """{dotted key: (its default, its description)} of every key a user sets, from
+    schemas/config.schema.yaml: an object whose keys have defaults key by key, one without
+    (format.positions) as one key; the built-in model's keys (its `then`) included."""
+    import yaml
+
+    schema = yaml.safe_load((workflow / "schemas" / "config.schema.yaml").read_text())
+
+    def keys_of(properties: dict, prefix: str) -> dict[str, tuple[object, str]]:
+        found = {}
+        for name, spec in properties.items():
+            children = dict(spec.get("properties", {}))
+            for child, child_spec in spec.get("then", {}).get("properties", {}).items():
+                children[child] = {**child_spec, **children.get(child, {})}
+            if children and any("default" in child or "properties" in child for child in children.values()):
+                found.update(keys_of(children, f"{prefix}{name}."))
+            else:
+                found[f"{prefix}{name}"] = (
+                    spec.get("default", NO_DEFAULT),
+                    " ".join(str(spec.get("description", "")).split()),
+                )
+        return found
+
+    return keys_of(schema["properties"], "")
+
+
+def config_with_every_key(text: str, defaults: dict[str, tuple[object, str]]) -> str:
+    """A config's YAML text with each key of `defaults` it lacks added at its default: a
+    top-level key at the end, a key of a section at the end of that section's block (the
+    section added where it is missing), each with its description as a comment; a key
+    without a default (NO_DEFAULT) as a commented-out line."""
+    import yaml
+
+    given = yaml.safe_load(text) or {}
+    lines = text.splitlines()
+    for key, (default, description) in defaults.items():
+        if holds_key(given, key):
+            continue
+        section, _, name = key.partition(".")
+        if "." in name:
+            raise ValueError(f"config key {key!r}: config_with_every_key adds keys one level deep only")
+        indent = "  " if name else ""
+        if default is NO_DEFAULT:  # unset unless given (columns.date): shown commented out
+            entry = f"{indent}# {name or section}:"
+        else:
+            entry = f"{indent}{name or section}: {yaml_value(default)}"
+        if description:  # at the column of the demo's comments
+            entry = f"{entry.ljust(COMMENT_COLUMN - 1)} # {short_text(description)}"
+        if not name:
+            lines.append(entry)
+            continue
+        start = next((number for number, line in enumerate(lines) if line.startswith(f"{section}:")), None)
+        if start is None:
+            lines += [f"{section}:", entry]
+            given[section] = {}
+        else:
+            end = start + 1
+            while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+                end += 1
+            while end > start + 1 and not lines[end - 1].strip():
+                end -= 1  # before the blank lines that end the block
+            lines.insert(end, entry)
+        given.setdefault(section, {})[name] = default
+    return "\n".join(lines) + "\n"
+
+
+def holds_key(config: dict, key: str) -> bool:
+    """Whether a config holds the dotted key (train.seq_len)."""
+    value = config
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return False
+        value = value[part]
+    return True
+
+
+def yaml_value(value: object) -> str:
+    """A value as YAML writes it in one line (null, [], '', auto)."""
+    import yaml
+
+    return yaml.safe_dump([value], default_flow_style=True, width=10**6).strip()[1:-1]
+
+
+def short_text(text: str, width: int = 90) -> str:
+    """The first sentence of text, cut at a word to at most `width` characters."""
+    first = text.split(". ")[0].split("; ")[0]
+    return first if len(first) <= width else first[: first.rfind(" ", 0, width)] + " ..."
 
 
 def quoted_yaml(text: str) -> str:
@@ -93,13 +192,13 @@ def quoted_yaml(text: str) -> str:
     return json.dumps(text)  # a JSON string is a YAML string
 
 
-def init(folder: Path, data_dir: str) -> list[Path]:
+def init(folder: Path, data_dir: str, files_pattern: str = "") -> list[Path]:
     """Write a project folder: Snakefile, config/config.yaml, profiles/{default,slurm,slurm-packed}.
     Refuses (UserError) when one of them exists: nothing already there is replaced."""
     workflow = workflow_dir()
     files = {
         folder / "Snakefile": project_snakefile(),
-        folder / PROJECT_CONFIG: project_config(workflow, data_dir),
+        folder / PROJECT_CONFIG: project_config(workflow, data_dir, files_pattern),
     }
     for profile in PROFILES:  # the run settings and the SLURM profiles, the folder's own to edit
         files[folder / "profiles" / profile / "config.yaml"] = (
@@ -121,8 +220,13 @@ def run_init(args: argparse.Namespace) -> int:
     if args.data and not os.path.isdir(args.data):
         raise UserError(f"--data {args.data}: no such folder; nothing was written (give the folder of your bar files)")
     data_dir = os.path.abspath(args.data) if args.data else "data"
-    written = init(folder, data_dir)
+    layout = period_files_layout(data_dir) if args.data else None
+    written = init(folder, data_dir, layout[1] if layout else "")
     print(f"rnnfleet project folder {folder}: wrote {', '.join(str(path.relative_to(folder)) for path in written)}")
+    if layout:
+        words, files_pattern, datasets = layout
+        shown = ", ".join(datasets[:5]) + (f" and {len(datasets) - 5} more" if len(datasets) > 5 else "")
+        print(f"{args.data} holds {words}: datasets.files set to {files_pattern!r} ({len(datasets)} datasets: {shown})")
     if not args.data:
         print(f"put your bar files in {folder / 'data'} (or set data_dir in {folder / PROJECT_CONFIG})")
     print(f"then:  cd {folder} && snakemake -n   (what would run), snakemake --cores all   (run it)")
@@ -218,7 +322,7 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
     try:
         os.chdir(folder)  # a run's relative paths are the folder's
         if config["datasets"]["sheet"]:
-            from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
+            from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
 
             row_schema = yaml.safe_load((schemas / "datasets.schema.yaml").read_text())
             found = read_dataset_sheet(
@@ -233,6 +337,15 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
         raise UserError(f"--dataset {name}: no such dataset in {folder} ({len(found.files)} found: {known or 'none'})")
     model = Path(config["paths"]["models"]) / f"{name}.pt"
     return str((folder / model).absolute()), [str((folder / path).absolute()) for path in found.files[name]]
+
+
+def models_in_project(folder: Path) -> tuple[list[str], Path]:
+    """(the names of the model files in the project folder's paths.models, in name order; the
+    folder its exports go to, paths.exports)."""
+    config, _ = folder_config(folder)
+    paths = config.get("paths") or {}
+    models = folder / str(paths.get("models", "models"))
+    return sorted(path.stem for path in models.glob("*.pt")), folder / str(paths.get("exports", "exports"))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -260,6 +373,12 @@ def parser() -> argparse.ArgumentParser:
         add_help=False,
     ).set_defaults(run=None)
 
+    commands.add_parser(
+        "export",
+        help="models as ONNX files holding the whole forecast, for MetaTrader 5, C#, C++ (rnnfleet export --help)",
+        add_help=False,
+    ).set_defaults(run=None)
+
     inspect_parser = commands.add_parser(
         "inspect",
         help="read and check every dataset as preprocess would, train nothing (results/inspect.csv)",
@@ -280,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
         from rnnfleet.predict import main as predict_main
 
         return predict_main(argv[1:], prog="rnnfleet predict", find_dataset=dataset_in_project)
+    if argv[:1] == ["export"]:  # its own options (rnnfleet.export_onnx; onnx is imported only there)
+        from rnnfleet.export_onnx import main as export_main
+
+        return export_main(
+            argv[1:], prog="rnnfleet export", find_dataset=dataset_in_project, project_models=models_in_project
+        )
     args = parser().parse_args(argv)
     try:
         return args.run(args)

@@ -76,6 +76,13 @@ PERIOD_EXPORTERS = ("Dukascopy export",)
 # QuantConnect Lean's minute trade files (rnnfleet.formats.LEAN_PATH): one dataset per ticker
 # where data_dir is a Lean data folder and neither `pattern` nor `datasets.files` finds files.
 LEAN_FILES = "*/*/minute/{dataset}/*_trade.zip"
+# The trees of period files that datasets.files serves, as `rnnfleet init` tries them on a
+# data folder whose files the default pattern does not take (docs/data.md).
+PERIOD_FILE_LAYOUTS = (
+    ("Binance Data Vision's tree of daily and monthly files", "**/{dataset}-1m-*"),
+    ("histdata.com's yearly files", "DAT_ASCII_{dataset}_M1_*"),
+    ("one folder per symbol", "{dataset}/*"),
+)
 LEAN_ASSET_FOLDERS = ("equity", "crypto")
 
 
@@ -352,3 +359,21 @@ def no_match_message(
         f"config key 'pattern' = {pattern!r} matches no file in data_dir {data_dir!r} ({holds}); "
         f"allowed: a glob on the names of bar files ({' '.join(READABLE_SUFFIXES)}), e.g. '*1m*'"
     )
+
+
+def period_files_layout(data_dir: str, pattern: str = "*1m*") -> tuple[str, str, list[str]] | None:
+    """(the layout's words, its datasets.files, the datasets it gives) for a data_dir whose
+    files `pattern` does not take but one of PERIOD_FILE_LAYOUTS does (the first that
+    finds a dataset); None where the default finds datasets, or nothing fits."""
+    try:
+        discover_datasets(data_dir, pattern)
+        return None
+    except UserError:
+        pass
+    for words, files_pattern in PERIOD_FILE_LAYOUTS:
+        try:
+            found = discover_datasets(data_dir, pattern, files_pattern)
+        except UserError:
+            continue
+        return words, files_pattern, list(found.files)
+    return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -71,6 +72,24 @@ WRITE_CAUSES = {
     )
     if hasattr(errno, name)
 }
+
+
+# Less room than this in a job's log folder and the job's messages could not be kept: the
+# job stops at once (rnnfleet.runner.job_client.open_log), and its empty log says why.
+LOG_ROOM_BYTES = 16 * 1024
+
+
+def room_left(folder: str | os.PathLike) -> int | None:
+    """Bytes this process may still write in folder's file system (root: all free blocks);
+    None where the OS does not say (Windows: a full disk shows when a file is written)."""
+    if not hasattr(os, "statvfs"):
+        return None
+    try:
+        status = os.statvfs(folder)
+    except OSError:
+        return None
+    blocks = status.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else status.f_bavail
+    return blocks * status.f_frsize
 
 
 def write_error(path: object, error: OSError) -> WriteError:

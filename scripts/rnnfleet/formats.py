@@ -40,6 +40,7 @@ import io
 import lzma
 import os
 import re
+import stat
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnfleet.errors import DataError, one_line
+from rnnfleet.shared_folders import shared_folder_refusal
 
 PRICE_KEYS = ("open", "high", "low", "close")
 DEFAULT_COLUMNS = {
@@ -209,10 +211,16 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     name = str(path)
     requested = lean_layout(name, requested_layout(columns, read_format))
     layout = requested
+    cut_notes: list[str] = []
     try:
-        if os.path.getsize(path) == 0:
-            raise DataError(f"{name}: the file is empty")
+        check_regular_file(name)
         with open(path, "rb") as raw:  # the one open of the file: sniffed, then parsed
+            opened = os.fstat(raw.fileno())
+            refusal = shared_folder_refusal(name, opened)
+            if refusal:
+                raise DataError(refusal)
+            if opened.st_size == 0:
+                raise DataError(f"{name}: the file is empty")
             if raw.read(4) == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
                 raw.seek(0)
                 frame, layout = read_parquet(raw, name, requested)
@@ -226,9 +234,11 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
                         head.decode(encoding, errors="replace"), name, replace(requested, encoding=encoding)
                     )
                     frame = read_text(stream, name, layout)
+                    if stream is raw and not frame.empty and last_line_unterminated(raw):
+                        frame, cut_notes = without_cut_last_row(frame, name)
         if frame.empty:
             raise DataError(f"{name}: has a header but no data rows")
-        notes = check_numeric(frame, name, layout)
+        notes = cut_notes + check_numeric(frame, name, layout)
         timestamps, time_read_as, time_notes, zone = parse_times(frame, name, layout)
         frame = take_price_side(frame, layout)[[key for key in BAR_KEYS if key in frame]].astype(np.float64)
         if layout.price_scale != 1.0:
@@ -256,6 +266,24 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     frame.attrs["read_as"] = f"{describe_layout(layout)}, time from {time_read_as}"
     frame.attrs["timezone"] = zone
     return frame
+
+
+NOT_REGULAR = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def check_regular_file(name: str) -> None:
+    """DataError naming what `name` is (links followed) when it is not a regular file: a
+    pipe or a device would be read as a stream (or block), not as a file of bars."""
+    mode = os.stat(name).st_mode
+    for test, what in NOT_REGULAR:
+        if test(mode):
+            raise DataError(f"{name}: is {what}, not a regular file; give a file of bars")
 
 
 # QuantConnect Lean's minute trade files: <asset>/<market>/minute/<ticker>/<YYYYMMDD>_trade.zip,
@@ -644,6 +672,29 @@ def sniff_headerless(cells: list[str], line: str, name: str, layout: Layout) -> 
 def is_histdata_name(name: str) -> bool:
     """Whether the file is named as histdata.com names its downloads."""
     return Path(name).name.upper().startswith(HISTDATA_NAME_PREFIXES)
+
+
+# Bytes that may follow a file's last line end: spaces, tabs, UTF-16's zero bytes.
+AFTER_LAST_LINE_END = b" \t\x00"
+CUT_LINE = "the last line has no line end (the file may have been cut while it was written)"
+
+
+def last_line_unterminated(raw) -> bool:
+    """Whether an uncompressed text file's last data line lacks its line end: the mark of a
+    file cut while it was written (a download or a copy stopped), whose last number may be cut
+    short (43.21806 read as 43). Compressed files need no such check: cut, they do not
+    decompress."""
+    raw.seek(max(raw.seek(0, io.SEEK_END) - 64, 0))
+    tail = raw.read().rstrip(AFTER_LAST_LINE_END)
+    return bool(tail) and not tail.endswith((b"\n", b"\r"))
+
+
+def without_cut_last_row(frame, name: str):
+    """The frame without its last row, read from a line without its line end, and the note
+    that says so; DataError where that row is the file's only one."""
+    if len(frame) == 1:
+        raise DataError(f"{name}: {CUT_LINE}, and it is the only data line: nothing is left to read")
+    return frame.iloc[:-1].copy(), [f"{CUT_LINE}: its last row was left out"]
 
 
 def read_text(stream, name: str, layout: Layout):

@@ -410,7 +410,12 @@ def main(
         help="instead of --model and --csv: the dataset NAME of the project folder, its model file and "
         "its own bar files, found as a run there finds them",
     )
-    parser.add_argument("--project", default=".", metavar="FOLDER", help="the project folder of --dataset (default: .)")
+    parser.add_argument(
+        "--project",
+        default=".",
+        metavar="FOLDER",
+        help="the project folder of --dataset, whose data and outputs --out may not replace (default: .)",
+    )
     add_format_options(parser)
     parser.add_argument("--out", required=True, help="forecasts CSV to write")
     parser.add_argument("--last", type=positive_int, help="forecast only at the last N bars (default: every bar)")
@@ -442,7 +447,7 @@ def main(
                 raise UserError("--dataset is answered by the rnnfleet command (rnnfleet predict --dataset ...)")
             args.model, args.csv = find_dataset(args.dataset, Path(args.project))
         bars_files = expanded_paths(args.csv)
-        check_command_paths(args.model, bars_files, args.out)
+        check_command_paths(args.model, bars_files, args.out, args.project)
         check_device(args.device)
         checkpoint = load_checkpoint(args.model)
         check_coverage_option(checkpoint, args.model, args.coverage)
@@ -494,8 +499,16 @@ def expanded_paths(given: list[str]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def check_command_paths(model: str, csv: list[str], out: str) -> None:
-    """UserError when --out would replace the command's own input or is a folder."""
+# What a run writes in a project folder (the config's paths:, with their defaults) and reads
+# from (data_dir): --out never lands there.
+PROJECT_FOLDER_KEYS = ("prep", "models", "metrics", "results", "logs", "benchmarks", "predictions")
+MODEL_FILE_START = b"PK\x03\x04"  # torch.save writes a zip archive
+
+
+def check_command_paths(model: str, csv: list[str], out: str, project: str | os.PathLike = ".") -> None:
+    """UserError when --out would replace the command's own input, a model file, or a file of
+    the project folder's data or outputs (or add a file there), however the path is spelled
+    (links, `.` and `..`, hard links), or is a folder."""
     for option, given in (*(("--csv", path) for path in csv), ("--model", model)):
         if os.path.exists(out) and os.path.exists(given) and os.path.samefile(out, given):
             raise UserError(
@@ -505,6 +518,67 @@ def check_command_paths(model: str, csv: list[str], out: str) -> None:
         raise UserError(
             f"--out {out} is a folder; name the forecasts file to write, e.g. {os.path.join(out, 'forecasts.csv')}"
         )
+    if is_model_file(out):
+        raise UserError(f"--out {out} is a model file: it would be replaced by the forecasts; name another file")
+    place = place_in_project(out, Path(project))
+    if place:
+        raise UserError(f"--out {out} {place}: the forecasts would replace or add to its files; name a file elsewhere")
+
+
+def is_model_file(path: str) -> bool:
+    """Whether `path` is a file that starts as a model file does (whatever its name)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(MODEL_FILE_START)) == MODEL_FILE_START
+    except OSError:
+        return False
+
+
+def project_folders(project: Path) -> dict[str, Path]:
+    """{what: folder} of the project folder's data and outputs, resolved (links followed):
+    its config's data_dir and paths: (config/config.yaml, else config.yaml; the defaults
+    where it has neither or a key is missing)."""
+    import yaml
+
+    config = {}
+    for config_path in (project / "config" / "config.yaml", project / "config.yaml"):
+        if config_path.is_file():
+            try:
+                config = yaml.safe_load(config_path.read_text()) or {}
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                config = {}  # the run says what is wrong with it; the defaults are still guarded
+            break
+    config = config if isinstance(config, dict) else {}
+    paths = config.get("paths") if isinstance(config.get("paths"), dict) else {}
+    folders = {"data_dir": str(config.get("data_dir") or "demo_data")}
+    folders |= {f"paths.{key}": str(paths.get(key) or key) for key in PROJECT_FOLDER_KEYS}
+    return {what: Path(os.path.realpath(project / folder)) for what, folder in folders.items()}
+
+
+def place_in_project(out: str, project: Path) -> str | None:
+    """Where `out` lies among the project folder's data and outputs, in words; None when it
+    lies elsewhere. A file that is one of theirs under another name (a hard link) counts."""
+    resolved = Path(os.path.realpath(out))
+    folders = project_folders(project)
+    for what, folder in folders.items():
+        if resolved.is_relative_to(folder):
+            return f"lies in the project folder's {what} folder {folder}"
+    try:
+        out_stat = os.stat(out)
+    except OSError:
+        return None
+    if out_stat.st_nlink < 2:
+        return None
+    for folder in folders.values():
+        for root, _, names in os.walk(folder):
+            for name in names:
+                try:
+                    other = os.stat(os.path.join(root, name))
+                except OSError:
+                    continue
+                if (other.st_dev, other.st_ino) == (out_stat.st_dev, out_stat.st_ino):
+                    return f"is {os.path.join(root, name)} of the project folder under another name (a hard link)"
+    return None
 
 
 def check_device(device: str) -> None:

@@ -8,6 +8,7 @@ splits a dataset exactly as the preprocess job does.
 
 from __future__ import annotations
 
+from rnnfleet.formats import FORMAT_DEFAULTS, TIMEZONE_EPOCH, TIMEZONE_IN_FILE
 from rnnfleet.quality import fail_thresholds
 
 # Train settings that change only how fast or where a model trains, not what it learns:
@@ -28,6 +29,8 @@ PREPROCESS_CONFIG_KEYS = {
     "test_fraction": "preprocess.test_fraction",
     "val_bars": "preprocess.val_bars",
     "test_bars": "preprocess.test_bars",
+    "val_max_bars": "preprocess.val_max_bars",
+    "test_max_bars": "preprocess.test_max_bars",
     "features": "features",
     "target": "target",
     "quality": "quality",
@@ -36,8 +39,19 @@ PREPROCESS_CONFIG_KEYS = {
 # Settings added after projects were made without them, and their defaults: at the default
 # they are left out of the rules' params, the array files' settings hash and a model's
 # fingerprint, so that a project made before they existed re-runs and updates as before.
-LATER_KEYS = {"preprocess.val_bars": None, "preprocess.test_bars": None, "train.horizons": [], "train.quantiles": []}
-LATER_KEYS |= {"train.init": "scratch", "train.finetune_lr": None}  # the fleet's head start (rnnfleet.pretraining)
+# The parts' caps at their default (rnnfleet.data.DEFAULT_MAX_PART_BARS) are left out too: a
+# project whose history is below them keeps its arrays; one above them updates onto the capped
+# parts the next time its arrays are made (its fingerprint is unchanged).
+LATER_KEYS = {
+    "preprocess.val_bars": None,
+    "preprocess.test_bars": None,
+    "preprocess.val_max_bars": 10_080,
+    "preprocess.test_max_bars": 10_080,
+    "train.horizons": [],
+    "train.quantiles": [],
+    "train.init": "scratch",  # the fleet's head start (rnnfleet.pretraining)
+    "train.finetune_lr": None,
+}
 
 # The config section of each param of the train rule (named after its section); the
 # train section without RUNTIME_ONLY_TRAIN_KEYS.
@@ -120,3 +134,32 @@ def full_fit_due(updates_since_full_fit: int, update: dict) -> str | None:
     if updates_since_full_fit >= update["full_every"]:
         return f"update.full_every: {updates_since_full_fit} update(s) since the full fit"
     return None
+
+
+# The zones an array file records for times format.timezone does not apply to
+# (rnnfleet.workflow.unused_settings): epoch numbers, and times written with their zone.
+ZONE_FREE = (TIMEZONE_EPOCH, TIMEZONE_IN_FILE)
+DEFAULT_ZONE = "auto"
+
+
+def times_zone_free(recorded_zones: str) -> bool:
+    """Whether the zone(s) an array file records (joined by '; ' for several files) are all
+    zone-free: epoch numbers or times with their zone in the file."""
+    return bool(recorded_zones) and all(zone in ZONE_FREE for zone in recorded_zones.split("; "))
+
+
+def without_unused_zone(read_format: dict) -> dict:
+    """The `format:` settings with timezone at its default, in the order of a config the
+    schema's defaults filled in (Snakemake compares params in their order): what the
+    params were before the zone was set, whichever way it was given."""
+    keys = [*FORMAT_DEFAULTS, *(key for key in read_format if key not in FORMAT_DEFAULTS)]
+    return {key: DEFAULT_ZONE if key == "timezone" else read_format.get(key, FORMAT_DEFAULTS.get(key)) for key in keys}
+
+
+def settings_for_hash(settings: dict, arrays_zones: str) -> dict:
+    """The preprocess settings an array file's settings hash (and so its models'
+    fingerprint) is computed from: format.timezone at its default where the arrays' times
+    were zone-free, so that the setting re-trains nothing it cannot change."""
+    if "read_format" in settings and times_zone_free(arrays_zones):
+        return {**settings, "read_format": without_unused_zone(settings["read_format"])}
+    return settings

@@ -1,5 +1,5 @@
 """All per-dataset metrics -> one table; after a run with failures, which failed and why
-(rnnfleet.hooks.after_failures writes the table then)."""
+(rnnfleet.workflow.after_failures writes the table then)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import os
 import sys
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.errors import DATA_ERROR_NOTE, ERROR_PREFIX, SETTINGS_ERROR_NOTE, last_marked_line
+from rnnfleet.errors import (
+    DATA_ERROR_NOTE,
+    ERROR_PREFIX,
+    LOG_ROOM_BYTES,
+    SETTINGS_ERROR_NOTE,
+    last_marked_line,
+    room_left,
+)
 from rnnfleet.fleet import fleet_columns
 from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
@@ -119,7 +126,7 @@ FORECAST_METRICS = {
 # "settings error": a setting the dataset cannot train with (the same, until it changes);
 # "failed": a crash or out of memory, which may pass; "stopped": by a signal;
 # "previous model kept": a re-train failed (the error starts with which of the above),
-# the model from before is still in place (rnnfleet.hooks.previous_models); "not run": no job of it ran to an end (killed, or left out).
+# the model from before is still in place (rnnfleet.workflow.previous_models); "not run": no job of it ran to an end (killed, or left out).
 STATUSES = ("ok", "data error", "settings error", "failed", "stopped", "previous model kept", "not run")
 SHOWN_FAILURES = 20
 
@@ -256,13 +263,16 @@ def write_summary(
 
 
 def unwritten_log(log_path: str) -> bool:
-    """Whether a step's log is empty in a full file system: its job ran, its lines were lost."""
-    import shutil
-
+    """Whether a step's log is empty in a file system too full for a job's log (less than
+    LOG_ROOM_BYTES left, where its job stops at once): its job ran, its lines were lost. (A
+    re-train's job frees its old log's room first, so "full" is not "0 bytes left".)"""
     try:
-        return os.path.getsize(log_path) == 0 and shutil.disk_usage(os.path.dirname(log_path) or ".").free == 0
+        if os.path.getsize(log_path) != 0:
+            return False
     except OSError:
         return False
+    room = room_left(os.path.dirname(log_path) or ".")
+    return room is not None and room < LOG_ROOM_BYTES
 
 
 def outcome_row(

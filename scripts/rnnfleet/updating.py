@@ -106,7 +106,8 @@ def plan_training(
 ) -> Plan:
     """UPDATE when the previous model's lineage has this fingerprint, fewer rows than the
     arrays and the same hash over them, and fewer than update.full_every updates since its
-    full fit; else FULL with the first reason that rules the update out."""
+    full fit; else FULL with the first reason that rules the update out (the rows' hash is
+    compared before their count)."""
     if previous is None:
         return Plan(FULL, previous_problem or NO_PREVIOUS_MODEL)
     lineage = previous.get("lineage")
@@ -120,10 +121,14 @@ def plan_training(
     if lineage["settings_sha256"] != fingerprint:
         return Plan(FULL, "settings or code changed")
     seen = int(lineage["rows"])
-    if arrays.rows <= seen:
-        return Plan(FULL, "no new bars" if arrays.rows == seen else "fewer bars than the model has seen")
+    if arrays.rows < seen:
+        return Plan(FULL, "fewer bars than the model has seen")
+    # The digests before the count: a bar the model has seen that changed (a repaired last
+    # line) is a change, not "no new bars".
     if rows_sha256(arrays, seen) != lineage["rows_sha256"]:
         return Plan(FULL, "earlier bars changed")
+    if arrays.rows == seen:
+        return Plan(FULL, "no new bars")
     due = full_fit_due(int(lineage["updates"]), update)
     if due:
         return Plan(FULL, due)

@@ -32,9 +32,11 @@ def test_another_file_is_replaced_in_one_rename(tmp_path):
 
 def test_snakemake_restores_through_the_hook(tmp_path, monkeypatch):
     import snakemake.api  # noqa: F401  (imports snakemake.persistence in the order it needs)
-    from snakemake.persistence import FileBackupMixin
+    from snakemake.persistence import FileBackupMixin, PersistenceBase
 
-    monkeypatch.setattr(FileBackupMixin, "restore_output", FileBackupMixin.restore_output)
+    for owner, name in ((FileBackupMixin, "restore_output"), (FileBackupMixin, "backup_output")):
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    monkeypatch.setattr(PersistenceBase, "finished", PersistenceBase.finished)
     assert atomic_restore.apply(warn=False), atomic_restore.source_differences(atomic_restore.STOCK_SOURCE_SHA256)
     assert FileBackupMixin.restore_output is atomic_restore.restore_output
 

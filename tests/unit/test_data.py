@@ -124,3 +124,41 @@ def test_parts_of_a_fixed_size_keep_their_size_whatever_the_history_and_need_the
     assert not long_enough(fewest - 1, 30, 1, 0.2, 0.15, 1, 1_000, 500)
     # Without them, the fractions as before.
     assert split_points(1_000, 30, 1, 0.2, 0.15, 1) == (618, 650, 818, 850)
+
+
+def test_at_the_defaults_the_validation_and_test_parts_stop_growing_past_one_week_of_minute_bars():
+    """The preprocess settings of the repo's config.yaml, as the preprocess job passes them: at
+    30 days the parts are the fractions' exactly; at 90 and 180 days each holds its cap."""
+    import yaml
+    from conftest import REPO
+
+    from rnnfleet.data import DEFAULT_MAX_PART_BARS, part_sizes, split_points
+    from rnnfleet.settings import LATER_KEYS, preprocess_settings
+
+    schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["properties"]["preprocess"]
+    for key in ("val_max_bars", "test_max_bars"):
+        assert schema["properties"][key]["default"] == LATER_KEYS[f"preprocess.{key}"] == DEFAULT_MAX_PART_BARS
+    settings = preprocess_settings(yaml.safe_load((REPO / "config.yaml").read_text()))
+    seq_len, horizon = settings["seq_len"], settings["horizon"]
+    sizes = {}
+    for days in (30, 90, 180):
+        rows = days * 1440
+        arrays = split_and_normalise(
+            np.random.default_rng(days).normal(size=(rows, 2)),
+            np.random.default_rng(days).normal(size=rows),
+            seq_len,
+            horizon,
+            settings["val_fraction"],
+            1.0,
+            test_fraction=settings["test_fraction"],
+            **{
+                key: settings[key]
+                for key in ("val_bars", "test_bars", "val_max_bars", "test_max_bars")
+                if key in settings
+            },
+        )
+        sizes[days] = part_sizes(rows, arrays.split, seq_len)[1:]
+    fractions = split_points(30 * 1440, seq_len, horizon, settings["val_fraction"], settings["test_fraction"])
+    assert sizes[30] == part_sizes(30 * 1440, fractions, seq_len)[1:]
+    assert max(sizes[30]) < DEFAULT_MAX_PART_BARS
+    assert sizes[90] == sizes[180] == (DEFAULT_MAX_PART_BARS, DEFAULT_MAX_PART_BARS)

@@ -1,4 +1,4 @@
-"""The datasets sheet reader (rnnfleet.hooks.dataset_sheet): rows of dataset, files and
+"""The datasets sheet reader (rnnfleet.workflow.dataset_sheet): rows of dataset, files and
 dotted-key overrides become datasets, their files and their own configurations; every bad row
 is one line naming the sheet, the line and the problem."""
 
@@ -14,8 +14,8 @@ from conftest import REPO
 from snakemake.utils import validate
 
 from rnnfleet.errors import UserError
-from rnnfleet.hooks.dataset_sheet import read_dataset_sheet
 from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
 
 CONFIG_SCHEMA_PATH = REPO / "schemas" / "config.schema.yaml"
 CONFIG_SCHEMA = yaml.safe_load(CONFIG_SCHEMA_PATH.read_text())
@@ -203,7 +203,7 @@ def test_another_builder_takes_model_keys_its_function_declares(folder):
 
 
 def test_the_sheet_schema_allows_the_columns_of_every_section_the_sheet_reads():
-    from rnnfleet.hooks.dataset_sheet import SECTIONS, TOP_LEVEL_KEYS
+    from rnnfleet.workflow.dataset_sheet import SECTIONS, TOP_LEVEL_KEYS
 
     pattern = yaml.safe_load((REPO / "schemas" / "datasets.schema.yaml").read_text())["propertyNames"]["pattern"]
     for key in [*TOP_LEVEL_KEYS, *(f"{section}.some_key" for section in SECTIONS)]:

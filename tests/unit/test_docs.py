@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import REPO, schema_keys
 
 PAGES = sorted([REPO / "README.md", REPO / "bench" / "README.md", *(REPO / "docs").glob("*.md")])
 README_MAX_LINES = 220
@@ -117,22 +117,6 @@ def test_the_link_checker_catches_a_missing_file_a_missing_anchor_and_ignores_co
 def test_the_readme_stays_short():
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail to docs/"
-
-
-def schema_keys(properties: dict, prefix: str = "") -> dict[str, object]:
-    """{dotted key: its default, or None} for every key a user sets, as docs/configuration.md
-    lists them: an object whose own keys have defaults is listed key by key; an object whose
-    keys have none (format.positions) is one key."""
-    keys: dict[str, object] = {}
-    for name, schema in properties.items():
-        children = dict(schema.get("properties", {}))
-        for child, child_schema in schema.get("then", {}).get("properties", {}).items():
-            children[child] = {**child_schema, **children.get(child, {})}  # model: the rnn keys
-        if children and any("default" in child or "properties" in child for child in children.values()):
-            keys.update(schema_keys(children, f"{prefix}{name}."))
-        else:
-            keys[f"{prefix}{name}"] = schema.get("default")
-    return keys
 
 
 def written_default(value: object) -> str:

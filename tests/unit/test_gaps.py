@@ -14,7 +14,7 @@ from rnnfleet.gaps import usable_window_ends
 
 
 def test_a_bad_max_gap_is_a_config_error_naming_the_key():
-    from rnnfleet.hooks.config_check import config_problems
+    from rnnfleet.workflow.config_check import config_problems
 
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     problems = config_problems({"preprocess": {"max_gap": "5 minutes"}}, schema)

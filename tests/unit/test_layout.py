@@ -1,5 +1,6 @@
-"""The package's three parts stay apart: the core imports nothing of the runner or the hooks,
-the runner nothing of the hooks, docs/architecture.md names every module, and no module imports itself back through others (read from the source, every import counted,
+"""The package's four parts stay apart: the core imports nothing of the runner, the workflow or
+the hooks, each outer part only what docs/architecture.md allows it, that page names every
+module, and no module imports itself back through others (read from the source, every import counted,
 also those inside functions)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from conftest import REPO
 
 PACKAGE = REPO / "scripts" / "rnnfleet"
-OUTER_PARTS = ("rnnfleet.runner", "rnnfleet.hooks")
+OUTER_PARTS = ("rnnfleet.runner", "rnnfleet.workflow", "rnnfleet.hooks")
 # What a reader of the core must not meet: processes, sockets, locks, Snakemake.
 NOT_IN_THE_CORE = ("socket", "selectors", "fcntl", "filelock", "snakemake", "subprocess")
 
@@ -55,11 +56,18 @@ def test_the_core_imports_nothing_of_the_runner_or_the_hooks():
         assert outer == [], f"{path.name} imports {outer}"
 
 
-def test_the_runner_imports_nothing_of_the_hooks():
-    # the hooks may use the runner's locks and run files; a job's process never loads the hooks
-    for path in sorted((PACKAGE / "runner").glob("*.py")):
-        hooks = sorted(name for name in imported_names(path) if name.startswith("rnnfleet.hooks"))
-        assert hooks == [], f"runner/{path.name} imports {hooks}"
+# What each outer part may import of the others (the core: none; cli.py is the front door).
+OUTER_IMPORTS = {"runner": (), "hooks": (), "workflow": ("rnnfleet.runner",)}
+
+
+def test_each_outer_part_imports_only_the_core_and_what_it_is_allowed():
+    # the workflow may use the runner's locks and run files; a job's process never loads the
+    # workflow or Snakemake's patches, and the patches touch Snakemake alone
+    for part, allowed in OUTER_IMPORTS.items():
+        for path in sorted((PACKAGE / part).glob("*.py")):
+            others = [name for name in OUTER_PARTS if name != f"rnnfleet.{part}" and not name.startswith(allowed)]
+            found = sorted(name for name in imported_names(path) if name.startswith(tuple(others)))
+            assert found == [], f"{part}/{path.name} imports {found}"
 
 
 def test_every_module_of_the_package_is_named_in_architecture_md():

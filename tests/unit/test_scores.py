@@ -16,10 +16,10 @@ from rnnfleet import evaluation
 from rnnfleet.data import DataError, prepare_dataset, split_and_normalise, split_points
 from rnnfleet.errors import UserError
 from rnnfleet.gaps import window_numbers
-from rnnfleet.hooks.config_check import config_problems
 from rnnfleet.scoring import score_test_period
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.training import train_model
+from rnnfleet.workflow.config_check import config_problems
 
 # --- the split ----------------------------------------------------------------------------
 

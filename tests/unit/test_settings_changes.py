@@ -1,5 +1,5 @@
 """Which settings changed since a model was trained, from Snakemake's record of a job's params
-(rnnfleet.hooks.settings_changes), and the warning block that names them; the hook that runs
+(rnnfleet.workflow.settings_changes), and the warning block that names them; the hook that runs
 it once the DAG is built (rnnfleet.hooks.snakemake_hooks.after_building_dag)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rnnfleet.hooks import snakemake_hooks
-from rnnfleet.hooks.settings_changes import Change, report_lines, settings_changes
 from rnnfleet.settings import PREPROCESS_CONFIG_KEYS, TRAIN_PARAM_CONFIG_KEYS
+from rnnfleet.workflow.settings_changes import Change, report_lines, settings_changes
 
 MODEL = {"builder": "rnnfleet.model:build_rnn", "cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "patience": 2}

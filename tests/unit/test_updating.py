@@ -13,7 +13,6 @@ import torch
 from conftest import schema_defaults
 
 from rnnfleet.data import prepare_dataset, row_digests, save_arrays
-from rnnfleet.hooks.update_plans import NEW_BARS, SETTINGS_CHANGED, array_rows, expected_fit
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.training import StartState, build_checkpoint, train_model
 from rnnfleet.updating import (
@@ -27,6 +26,7 @@ from rnnfleet.updating import (
     skill_drop,
     with_normalisation,
 )
+from rnnfleet.workflow.update_plans import NEW_BARS, SETTINGS_CHANGED, array_rows, expected_fit
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}
@@ -83,6 +83,10 @@ def test_new_bars_plan_an_update_and_the_rest_a_fit_from_scratch(grown):
     assert plan(previous=None).label == "full fit: no previous model"
     assert plan(fingerprint="0" * 64).label == "re-train: settings or code changed"
     assert plan(arrays=before).label == "re-train: no new bars"
+    # As many rows as the model has seen, the last one changed (a repaired cut line): a change.
+    repaired = before.row_digests.copy()
+    repaired[-1] ^= np.uint64(1)
+    assert plan(arrays=replace(before, row_digests=repaired)).label == "re-train: earlier bars changed"
     assert plan(enabled=False).label == "re-train: update.enabled is false"
     assert plan(full_every=0).label == "re-train: update.full_every: 0 update(s) since the full fit"
     assert plan(evaluate={"production": "refit", "folds": 0}).kind == FULL

@@ -17,7 +17,6 @@ from conftest import REPO
 from rnnfleet.data import embargo_rows, prepare_dataset
 from rnnfleet.errors import SettingsError
 from rnnfleet.gaps import window_numbers
-from rnnfleet.hooks.config_check import config_problems
 from rnnfleet.scoring import score_test_period
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.training import all_rows_train, refit_on_all_rows, train_model
@@ -29,6 +28,7 @@ from rnnfleet.walkforward import (
     is_own_split,
     run_folds,
 )
+from rnnfleet.workflow.config_check import config_problems
 
 SEQ_LEN, HORIZON = 16, 1
 SMALL_MODEL = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}

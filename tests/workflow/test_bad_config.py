@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
-from conftest import add_datasets, snakemake, write_config
+from conftest import add_datasets, pending_jobs, snakemake, trained_folder, write_config
 
 CASES = {
     "misspelled key": (
@@ -85,6 +85,11 @@ CASES = {
         ["--config", 'train={"lr": ".inf"}'],
         "config key 'train.lr' = inf is not allowed; allowed: a finite number > 0 (Adam learning rate)",
     ),
+    "misspelled time zone": (
+        {"format": {"timezone": "Europe/Berln"}},
+        [],
+        "config key 'format.timezone' = 'Europe/Berln' is not allowed (did you mean 'Europe/Berlin'?); allowed: auto",
+    ),
     "unknown time zone": (
         {"format": {"timezone": "Mars/Olympus"}},
         [],
@@ -145,9 +150,43 @@ def test_bad_setting_fails_before_any_job_naming_the_key(tmp_path, case):
     write_config(tmp_path, **{"data_dir": "data", **overrides})
     result = snakemake(tmp_path, *arguments, check=False)
     assert result.returncode != 0
-    assert message in result.stdout + result.stderr, result.stdout + result.stderr
-    assert "Building DAG" not in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    assert message in output, output
+    assert "Building DAG" not in output
+    # The line alone, not inside Snakemake's "WorkflowError in file .../rules/config.smk, line 53:".
+    assert "WorkflowError" not in output and ".smk" not in output, output
     assert not (tmp_path / "logs").exists() and not (tmp_path / "prep").exists()
+
+
+def test_a_project_folders_bad_setting_is_one_line_naming_its_config_file(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", train={"lrr": 0.01})
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config.yaml").rename(tmp_path / "config" / "config.yaml")
+    result = snakemake(tmp_path, "-n", check=False)
+    assert result.returncode == 1
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    lines = [line for line in lines if not line.startswith("Using workflow specific profile")]  # Snakemake's own
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        "invalid configuration (config/config.yaml): unknown config key 'train.lrr' (did you mean 'lr'?); allowed "
+    )
+    command_line = snakemake(tmp_path, "-n", "--config", 'train={"epochs": 0}', check=False).stderr.splitlines()
+    assert (
+        "invalid configuration (config/config.yaml or --config): config key 'train.epochs' = 0 is not allowed; "
+        + ("allowed: an integer >= 1")
+        in command_line
+    ), command_line
+
+
+def test_an_etc_gmt_zone_gets_a_note_that_its_sign_is_inverted(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", format={"timezone": "Etc/GMT-2"})
+    result = snakemake(tmp_path, "-n")
+    assert (
+        "rnnfleet: note: format.timezone 'Etc/GMT-2' is UTC+2, 2 hour(s) ahead of UTC: the Etc/GMT zones invert "
+        "the sign (POSIX)"
+    ) in result.stderr, result.stderr
 
 
 def test_every_bad_setting_is_reported_at_once(tmp_path):
@@ -181,15 +220,37 @@ def test_cuda_asked_for_where_there_is_none_is_a_user_error_naming_the_key(monke
     from rnnfleet.runner.device import choose_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(UserError, match="config key 'train.device' is 'cuda:1' but CUDA is not available"):
+    with pytest.raises(UserError, match=r"config key 'train.device' = 'cuda:1' cannot run on this machine \("):
         choose_device("cuda:1")
+
+
+def test_settings_this_machine_cannot_run_stop_the_run_before_any_job_and_keep_the_metrics(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: train.device: cuda and train.amp: fp16 run here")
+    trained_folder(tmp_path, ["A_1m"])
+    metrics = (tmp_path / "metrics/A_1m.json").read_bytes()
+    add_datasets(tmp_path, ["B_1m"])  # a training to run with either setting
+    cases = {
+        'train={"device": "cuda"}': "config key 'train.device' = 'cuda' cannot run on this machine (",
+        'train={"amp": "fp16"}': "config key 'train.amp' = 'fp16' cannot run on this machine: float16 autocast needs "
+        "a CUDA GPU, and training would run on the CPU (no CUDA GPU here); set train.amp: auto, off or bf16; "
+        "nothing was run",
+    }
+    for setting, line in cases.items():
+        result = snakemake(tmp_path, "--config", setting, check=False)
+        assert result.returncode != 0 and line in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr and "rule train:" not in result.stderr
+        assert (tmp_path / "metrics/A_1m.json").read_bytes() == metrics
+    assert list(pending_jobs(snakemake(tmp_path, "-n").stdout, "train")) == ["B_1m"]  # A_1m stays trained
 
 
 def test_a_time_zone_only_pandas_knows_is_allowed():
     # Not in the IANA database zoneinfo reads, yet a zone pandas reads times in (pytz's name).
     import zoneinfo
 
-    from rnnfleet.hooks.config_check import timezone_problems
+    from rnnfleet.workflow.config_check import timezone_problems
 
     with pytest.raises(zoneinfo.ZoneInfoNotFoundError):
         zoneinfo.ZoneInfo("dateutil/UTC")

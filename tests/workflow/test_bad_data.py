@@ -14,15 +14,23 @@ from rnnfleet.errors import DATA_ERROR_NOTE
 from rnnfleet.model import load_model
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 
+CUT_LINE = "the last line has no line end (the file may have been cut while it was written)"
 GOOD = ["GOOD_1m", "Zürich_1m", "ES=F@cme,x+y_1m"]  # names with unicode and allowed punctuation work end to end
 CLEANED = {  # trains, after the noted clean-up
     "SHUFFLED_1m": ["rows were not in time order and were sorted", "3 duplicate timestamp(s) dropped"],
     "FEWBAD_1m": ["2 row(s) with NaN or infinite values dropped"],
+    # Its last line cut inside its last number, without a line end: left out, the file named.
+    "CUT_1m": [f"data/CUT_1m.csv: note: {CUT_LINE}: its last row was left out"],
 }
 
 
 def bars_text(rows: int = TINY_ROWS) -> list[str]:
     return synthetic_bars(rows, seed=3).to_csv(index=False, float_format="%.6f").splitlines()
+
+
+def text(lines) -> str:
+    """A file's text: the lines, each with its line end."""
+    return "".join(f"{line}\n" for line in lines)
 
 
 def with_cell(lines: list[str], row: int, column: int, value: str) -> list[str]:
@@ -41,16 +49,17 @@ def bad_files() -> dict[str, tuple[bytes, str]]:
         "EMPTY_1m": (b"", "the file is empty"),
         "HEADERONLY_1m": ((lines[0] + "\n").encode(), "has a header but no data rows"),
         "NOCLOSE_1m": (
-            "\n".join(",".join(c for i, c in enumerate(line.split(",")) if i != 4) for line in lines).encode(),
+            text(",".join(c for i, c in enumerate(line.split(",")) if i != 4) for line in lines).encode(),
             "missing required column(s) close",
         ),
-        "TEXTPRICE_1m": ("\n".join(with_cell(lines, 9, 2, "abc")).encode(), "column 'high' is not numeric"),
-        "BADTIME_1m": ("\n".join(with_cell(lines, 5, 0, "yesterday")).encode(), "has a value that is not a time"),
-        "MANYNAN_1m": ("\n".join(many_nan).encode(), "20 of 400 rows hold NaN or infinite values"),
-        "ZEROPRICE_1m": ("\n".join(with_cell(lines, 7, 3, "0")).encode(), "zero or negative price"),
-        "NEGVOLUME_1m": ("\n".join(with_cell(lines, 7, 5, "-5")).encode(), "negative volume"),
-        "SHORT_1m": ("\n".join(lines[:12]).encode(), "too few rows for one training window"),
-        "LATIN1_1m": ("\n".join(with_cell(lines, 40, 4, "1\xe9")).encode("latin-1"), "not UTF-8 text (line 41"),
+        "TEXTPRICE_1m": (text(with_cell(lines, 9, 2, "abc")).encode(), "column 'high' is not numeric"),
+        "BADTIME_1m": (text(with_cell(lines, 5, 0, "yesterday")).encode(), "has a value that is not a time"),
+        "MANYNAN_1m": (text(many_nan).encode(), "20 of 400 rows hold NaN or infinite values"),
+        "ZEROPRICE_1m": (text(with_cell(lines, 7, 3, "0")).encode(), "zero or negative price"),
+        "NEGVOLUME_1m": (text(with_cell(lines, 7, 5, "-5")).encode(), "negative volume"),
+        "SHORT_1m": (text(lines[:12]).encode(), "too few rows for one training window"),
+        "LATIN1_1m": (text(with_cell(lines, 40, 4, "1\xe9")).encode("latin-1"), "not UTF-8 text (line 41"),
+        "CUTONLY_1m": (f"{lines[0]}\n{lines[1][:-3]}".encode(), f"{CUT_LINE}, and it is the only data line"),
     }
 
 
@@ -58,7 +67,8 @@ def cleanable_files() -> dict[str, bytes]:
     lines = bars_text()
     shuffled = [lines[0], *lines[200:], *lines[1:200], lines[5], lines[6], lines[7]]
     few_bad = with_cell(with_cell(lines, 50, 4, "nan"), 60, 2, "inf")
-    return {"SHUFFLED_1m": "\n".join(shuffled).encode(), "FEWBAD_1m": "\n".join(few_bad).encode()}
+    cut = text(lines[:-1]) + lines[-1][:-3]
+    return {"SHUFFLED_1m": text(shuffled).encode(), "FEWBAD_1m": text(few_bad).encode(), "CUT_1m": cut.encode()}
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,33 @@ def test_peer_skill_scores_forecasts_on_rnnfleets_test_windows():
     assert peer_skill([9.0, 0.5, -1.0], test) == 1 - (0.25 + 1.0) / (1.0 + 4.0)
 
 
+def test_peer_comparison_leads_with_the_ratios_at_equal_precision(capsys):
+    sys.path.insert(0, str(REPO / "bench"))
+    from argparse import Namespace
+
+    from bench_peers import print_comparison
+
+    def side(seconds: float, **precision) -> dict:
+        return {"seconds": seconds, "test_skill": {"S0000_1m": 0.1}, **precision}
+
+    results = {
+        "snakemake": side(10.0, amp=["bf16"]),
+        "neuralforecast-bf16": side(11.0, precision="bf16"),
+        "fp32": side(20.0, amp=["off"]),
+        "neuralforecast": side(21.0, precision="fp32"),
+    }
+    summary = print_comparison(Namespace(datasets=6, days=30, epochs=20, patience=3), results)
+    ratios = [line for line in capsys.readouterr().out.splitlines() if " / neuralforecast" in line]
+    assert [line.split(":")[0] for line in ratios] == [
+        "equal precision (bf16 / bf16)",
+        "equal precision (fp32 / fp32)",
+        "across precisions (bf16 / fp32)",
+        "across precisions (fp32 / bf16)",
+    ]
+    assert summary["snakemake_vs_neuralforecast-bf16"]["ratio"] == 11.0 / 10.0
+    assert summary["fp32_vs_neuralforecast"]["equal_precision"] and summary["days"] == 30
+
+
 def day_files_bench(tmp_path, name: str, days: str) -> tuple[str, dict]:
     """bench_<name>.py on 2 datasets of `days` day files, 2 epochs: its output and its one record."""
     command = [sys.executable, str(REPO / "bench" / f"bench_{name}.py"), "--datasets", "2", "--days", days]
@@ -115,6 +142,7 @@ def test_morning_bench_reads_only_the_new_day_and_reports_its_share_of_a_full_re
     assert morning["files_read"] == 2 and full["files_read"] == 2 * 4  # one new day each; every day
     assert morning["forecasts"] == full["forecasts"] == 2
     assert history["cost_ratio"] > 0 and history["noop_seconds"] > 0
+    assert "test skill's 95% interval" in output and morning["test_windows"] > 0 and morning["test_interval_width"] > 0
 
 
 def test_heads_bench_times_heads_the_single_forecast_and_another_checkouts_and_prints_the_ratios(tmp_path):

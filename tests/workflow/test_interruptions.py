@@ -34,9 +34,9 @@ from conftest import (
 
 from rnnfleet.checkpoint import load_checkpoint, write_json
 from rnnfleet.faults import TRAIN_CRASH
-from rnnfleet.hooks.recovery import RUN_VARIABLE, RUNS_DIR
 from rnnfleet.model import load_model
 from rnnfleet.runner.orphans import RunGone, run_job_guard
+from rnnfleet.workflow.recovery import RUN_VARIABLE, RUNS_DIR
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -299,7 +299,7 @@ def test_a_job_of_a_killed_run_that_does_not_stop_makes_the_new_run_refuse(one_m
     holder = hold_job_file(workdir, partial)
     try:
         new_run = start_python(
-            "from rnnfleet.hooks import recovery\n"
+            "from rnnfleet.workflow import recovery\n"
             "recovery.ORPHAN_WAIT_SECONDS = 0.5\n"
             "recovery.claim_run_folder(['models'])\n",
             workdir,
@@ -322,7 +322,7 @@ def test_a_job_of_a_run_that_died_publishes_nothing_and_does_not_start(tmp_path,
     monkeypatch.chdir(tmp_path)
     run = start_python(
         "import os, time\n"
-        "from rnnfleet.hooks.recovery import RUN_VARIABLE, claim_run_folder\n"
+        "from rnnfleet.workflow.recovery import RUN_VARIABLE, claim_run_folder\n"
         "claim_run_folder([])\n"
         "print(os.environ[RUN_VARIABLE], flush=True)\n"
         "time.sleep(600)\n",

@@ -193,6 +193,29 @@ def test_a_full_disk_while_the_results_are_written_gives_one_plain_line(tmp_path
     assert (tmp_path / "models/A_1m.pt").exists()
 
 
+def test_a_full_disk_while_the_forecasts_are_written_keeps_the_previous_ones_until_the_next_run(tmp_path):
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path)
+    previous = (tmp_path / "results/forecasts.csv").read_bytes()
+    add_datasets(tmp_path, ["B_1m"])  # the table and the forecasts are written again
+
+    failed = snakemake(tmp_path, check=False, env={FULL_DISK: "results/forecasts.csv"})
+
+    line = (
+        "results/forecasts.csv: cannot be written: the disk is full (no space left on device); free some space "
+        "and run again; the previous forecasts.csv is kept"
+    )
+    assert failed.returncode != 0 and "Traceback" not in failed.stderr
+    assert f"ERROR: {line}" in (tmp_path / "logs/summarize.log").read_text()  # the summarize job
+    assert f"rnnfleet: ERROR: {line}" in failed.stderr  # and the run's own attempt after it
+    assert (tmp_path / "results/forecasts.csv").read_bytes() == previous  # never deleted
+    assert planned_rules(snakemake(tmp_path, "-n").stdout).get("summarize") == 1
+    snakemake(tmp_path)  # a plain run writes it
+    with open(tmp_path / "results/forecasts.csv", encoding="utf-8") as handle:
+        assert [row["dataset"] for row in csv.DictReader(handle)] == ["A_1m", "B_1m"]
+
+
 def mounted_tmpfs(folder: Path, options: str) -> bool:
     """Mount a small tmpfs on folder; False where this user or system cannot."""
     folder.mkdir()
@@ -249,6 +272,27 @@ def test_a_full_logs_folder_fails_each_job_with_a_line_naming_its_log(tmp_path):
         assert (table(tmp_path)[dataset]["status"], table(tmp_path)[dataset]["error"]) == ("failed", reason)
 
 
+def test_a_full_logs_folder_during_a_retrain_gives_the_rows_their_error(tmp_path):
+    # The re-train's job removes its old log first: the folder is nearly, not quite, full.
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+    snakemake(tmp_path)
+    logs, kept = tmp_path / "logs", tmp_path / "logs_before"
+    logs.rename(kept)
+    if not mounted_tmpfs(logs, "size=64k"):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        shutil.copytree(kept, logs, dirs_exist_ok=True)
+        (logs / "filler").write_bytes(bytes(os.statvfs(logs).f_bfree * os.statvfs(logs).f_frsize - 4096))
+        (logs / "more").write_bytes(bytes(4096))  # every block of it taken
+        result = snakemake(tmp_path, "--config", "train={'epochs': 3}", check=False)
+    finally:
+        subprocess.run(["umount", str(logs)], check=True)
+    reason = "failed: train: its log logs/train/A_1m.log could not be written (no space left in its file system)"
+    assert result.returncode != 0 and f"  A_1m: previous model kept: {reason}" in result.stderr, result.stderr[-3000:]
+    assert (table(tmp_path)["A_1m"]["status"], table(tmp_path)["A_1m"]["error"]) == ("previous model kept", reason)
+
+
 def test_a_full_snakemake_folder_stops_the_run_with_one_line_naming_it(tmp_path):
     add_datasets(tmp_path, ["A_1m"])
     write_config(tmp_path, data_dir="data")
@@ -270,6 +314,38 @@ def test_a_full_snakemake_folder_stops_the_run_with_one_line_naming_it(tmp_path)
         assert result.returncode != 0 and line in output, output[-3000:]
         assert "Traceback" not in output and "Logging error" not in output and "Errno" not in output
     assert not (tmp_path / "prep").exists() and not (tmp_path / "models").exists()
+
+
+def test_a_full_snakemake_folder_when_a_model_is_kept_aside_stops_with_one_line_naming_it(tmp_path):
+    # Room for the run to start (over 1 MB), not for Snakemake's copy of the model it re-trains.
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data", model={"hidden_size": 112, "num_layers": 2})
+    snakemake(tmp_path)
+    model = tmp_path / "models/A_1m.pt"
+    previous = model.read_bytes()
+    folder, records = tmp_path / ".snakemake", tmp_path / "records"
+    folder.rename(records)
+    if not mounted_tmpfs(folder, "size=3m"):
+        pytest.skip("cannot mount a tmpfs on .snakemake here (mount refused)")
+    try:
+        shutil.copytree(records, folder, symlinks=True, dirs_exist_ok=True)
+        room = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+        (folder / "filler").write_bytes(bytes(room - 1100 * 1024))
+        assert len(previous) > 1100 * 1024
+        result = snakemake(tmp_path, "--config", "train={'epochs': 3}", check=False)
+        left_over = list((folder / "backups").rglob("*.pt"))
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+    line = (
+        f"{folder}/backups: cannot be written: the disk is full (no space left on device); free some space and run "
+        "again; Snakemake keeps there the copy of models/A_1m.pt it puts back if the job that replaces it fails, so "
+        "the run stopped before that job: models/A_1m.pt is untouched and was not made again, and the jobs not "
+        "started yet were not run"
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and line in output, output[-3000:]
+    assert "Traceback" not in output and "Errno" not in output
+    assert model.read_bytes() == previous and left_over == []
 
 
 def test_a_model_written_to_a_really_full_disk_says_so(full_disk):

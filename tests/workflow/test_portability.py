@@ -36,6 +36,6 @@ def test_without_fcntl_fork_and_unix_sockets_the_same_models_come_out(tmp_path):
         metrics = json.loads((tmp_path / "portable" / "metrics" / f"{name}.json").read_text())
         assert metrics["val_loss"] == usual[name]["metrics"]["val_loss"]
     assert (tmp_path / "portable" / "results" / "metrics.csv").exists()
-    # Snakemake's own process had no OS file locks either: no run registry (rnnfleet.hooks.recovery)
+    # Snakemake's own process had no OS file locks either: no run registry (rnnfleet.workflow.recovery)
     assert not (tmp_path / "portable" / ".snakemake" / "rnnfleet-runs").exists()
     assert (tmp_path / "usual" / ".snakemake" / "rnnfleet-runs").is_dir()

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, TINY_ROWS
+from conftest import REPO, TINY_ROWS, write_config
 
 from rnnfleet import intervals
 from rnnfleet.checkpoint import save_checkpoint
@@ -308,3 +308,52 @@ def test_out_naming_an_input_a_folder_or_an_unusable_device_is_one_line_and_repl
         )
         assert completed.returncode == 1 and "Traceback" not in completed.stderr, completed.stderr
         assert completed.stderr.startswith("error: --device cuda: "), completed.stderr
+
+
+def test_out_never_replaces_a_model_a_data_file_or_an_output_of_the_project_however_spelled(
+    trained, tmp_path, monkeypatch, capsys
+):
+    csv_path, model_path, _, _ = trained
+    write_config(tmp_path, data_dir="data")
+    for folder in ("data", "models", "results"):
+        (tmp_path / folder).mkdir()
+    for name in ("A_1m", "B_1m"):
+        shutil.copy(csv_path, tmp_path / "data" / f"{name}.csv")
+        shutil.copy(model_path, tmp_path / "models" / f"{name}.pt")
+    (tmp_path / "results" / "metrics.csv").write_text("dataset,status\nA_1m,ok\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "model_link.csv").symlink_to("models/B_1m.pt")
+    os.link(tmp_path / "models/B_1m.pt", tmp_path / "model_hard_link.csv")
+    os.link(tmp_path / "data/B_1m.csv", tmp_path / "data_hard_link.csv")
+    (tmp_path / "sub" / "table_link.csv").symlink_to("../results/metrics.csv")
+    kept = {
+        path: path.read_bytes() for folder in ("data", "models", "results") for path in (tmp_path / folder).iterdir()
+    }
+    project = os.path.realpath(tmp_path)
+    cases = {
+        "models/B_1m.pt": "is a model file",
+        "./models/../models/B_1m.pt": "is a model file",
+        "model_link.csv": "is a model file",
+        "model_hard_link.csv": "is a model file",
+        "data_hard_link.csv": f"is {project}/data/B_1m.csv of the project folder under another name (a hard link)",
+        "sub/table_link.csv": f"lies in the project folder's paths.results folder {project}/results",
+        "./results/../results/metrics.csv": f"lies in the project folder's paths.results folder {project}/results",
+        "data/NEW_1m.csv": f"lies in the project folder's data_dir folder {project}/data",
+    }
+    monkeypatch.chdir(tmp_path)
+    for out, words in cases.items():
+        assert main(["--model", "models/A_1m.pt", "--csv", "data/A_1m.csv", "--out", out]) == 1, out
+        error = capsys.readouterr().err
+        assert error.startswith(f"error: --out {out} {words}") and error.count("\n") == 1, (out, error)
+    assert {path: path.read_bytes() for path in kept} == kept
+    assert not (tmp_path / "data/NEW_1m.csv").exists()
+    assert main(["--model", "models/A_1m.pt", "--csv", "data/A_1m.csv", "--out", "forecasts.csv", "--last", "1"]) == 0
+
+
+def test_a_named_pipe_given_to_csv_is_named_as_such(trained, tmp_path, capsys):
+    _, model_path, _, _ = trained
+    pipe = tmp_path / "recent.csv"
+    os.mkfifo(pipe)  # opening it would wait for a writer: it is named before any open
+    assert main(["--model", str(model_path), "--csv", str(pipe), "--out", str(tmp_path / "f.csv")]) == 1
+    error = capsys.readouterr().err
+    assert error == f"error: {pipe}: is a named pipe (FIFO), not a regular file; give a file of bars\n"

@@ -10,15 +10,16 @@ import subprocess
 import sys
 import sysconfig
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, TINY_CONFIG, add_datasets, pending_jobs, snakemake, write_config
+from conftest import REPO, TINY_CONFIG, add_datasets, pending_jobs, schema_keys, snakemake, write_config
 
 from rnnfleet.cli import project_config
-from rnnfleet.hooks.config_check import config_problems, model_section, typed_as_yaml
 from rnnfleet.model import load_model
+from rnnfleet.workflow.config_check import config_problems, model_section, typed_as_yaml
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
 # Folders a run or an editable install may write in the repository, not outputs.
@@ -160,6 +161,43 @@ def test_the_generated_config_has_every_key_at_its_schema_default():
     for section, values in config.items():
         if isinstance(values, dict) and section != "model":
             assert_at_schema_defaults(values, SCHEMA["properties"][section], section)
+    # Every key docs/configuration.md lists is there (the schema's, not a hand list); a key
+    # without a default (columns.date) commented out, since it may not be null.
+    text, missing = project_config(REPO, "/data/bars"), []
+    for key, default in schema_keys(SCHEMA["properties"]).items():
+        value = config
+        for part in key.split("."):
+            value = value.get(part, missing) if isinstance(value, dict) else missing
+        if value is missing and not (default is None and f"# {key.split('.')[-1]}:" in text):
+            missing.append(key)
+    assert missing == []
+
+
+def test_init_on_a_binance_data_vision_tree_sets_datasets_files_and_the_first_dry_run_works(tmp_path):
+    tree = tmp_path / "data.binance.vision" / "data" / "spot"
+    for symbol in ("BTCUSDT", "ETHUSDT"):
+        for period in ("daily/klines/{s}/1m/{s}-1m-2024-01-01.zip", "monthly/klines/{s}/1m/{s}-1m-2024-01.zip"):
+            path = tree / period.format(s=symbol)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with zipfile.ZipFile(path, "w") as archive:  # the dry-run reads no bars: one line is enough
+                archive.writestr(path.with_suffix(".csv").name, "1704067200000,1,1,1,1,1,1704067259999,1,1,1,1,0\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+    entry_point = [sys.executable, "-c", "import sys; from rnnfleet.cli import main; sys.exit(main())"]
+    init = subprocess.run(
+        [*entry_point, "init", "fleet", "--data", str(tree)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert init.returncode == 0, init.stderr
+    assert (
+        f"{tree} holds Binance Data Vision's tree of daily and monthly files: datasets.files set to "
+        "'**/{dataset}-1m-*' (2 datasets: BTCUSDT, ETHUSDT)"
+    ) in init.stdout
+    config = yaml.safe_load((tmp_path / "fleet" / "config" / "config.yaml").read_text())
+    assert config["datasets"]["files"] == "**/{dataset}-1m-*" and config["data_dir"] == str(tree)
+    dry_run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n"], cwd=tmp_path / "fleet", env=env, capture_output=True, text=True
+    )
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert set(pending_jobs(dry_run.stdout, "preprocess")) == {"BTCUSDT", "ETHUSDT"}
 
 
 def assert_at_schema_defaults(values: dict, schema: dict, where: str) -> None:

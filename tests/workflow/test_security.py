@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PROGRAMS, REPO, add_datasets, as_intruder, snakemake, write_config
+from conftest import PROGRAMS, REPO, add_datasets, as_intruder, snakemake, summary_by_dataset, write_config
 
 from rnnfleet.checkpoint import ModelFileError, load_checkpoint
 from rnnfleet.runner.warm_client import WarmUnavailable, connect, socket_name
@@ -203,3 +204,41 @@ def test_forecasting_with_a_model_file_that_holds_code_fails_with_one_line(tmp_p
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "could run code" in result.stderr
     assert not marker.exists() and not (tmp_path / "forecast.csv").exists()
+
+
+# The other account's step of the confused-deputy attack: link a file only the run's user may
+# read into the data folder it can write, to read it back from the run's outputs.
+LINKER = "import os, sys; os.symlink(sys.argv[1], sys.argv[2])"
+
+
+def test_a_file_another_account_links_into_a_shared_data_folder_reaches_no_output_it_can_read(
+    tmp_path, intruder, shared_tmp
+):
+    secret_value = "API_KEY=hunter2-7f1c9e"
+    secret = tmp_path / "secret.env"  # the run's user's alone
+    secret.write_text(f"{secret_value}\nOTHER=0\n")
+    secret.chmod(0o600)
+    data = shared_tmp / "data"  # a team folder: its group (the other account's) may add files
+    add_datasets(shared_tmp, ["A_1m"])
+    os.chown(data, -1, intruder.pw_gid)
+    data.chmod(0o2775)
+    project = tmp_path / "project"
+    project.mkdir()
+    write_config(project, data_dir=str(data))
+    linker = as_intruder(intruder, LINKER, str(secret), str(data / "LEAK_1m.csv"))
+    assert linker.wait(30) == 0 and (data / "LEAK_1m.csv").is_symlink()
+
+    run = snakemake(project, check=False)
+
+    line = (
+        f"{data}/LEAK_1m.csv: refused: group {intruder.pw_name} can write the folder {data} (mode 2775), but cannot "
+        f"read the file (a link to {secret}); its content would reach outputs they can read"
+    )
+    assert run.returncode != 0 and line in run.stderr, run.stderr[-3000:]
+    rows = summary_by_dataset(project)
+    assert rows["A_1m"]["status"] == "ok" and rows["LEAK_1m"]["status"] == "data error"
+    assert rows["LEAK_1m"]["error"].startswith(f"preprocess: {line}")
+    readable_by_others = [path for path in project.rglob("*") if path.is_file() and path.stat().st_mode & stat.S_IROTH]
+    assert project / "results" / "metrics.csv" in readable_by_others  # the outputs were there to leak into
+    assert [path for path in readable_by_others if secret_value.encode() in path.read_bytes()] == []
+    assert [path for path in readable_by_others if b"hunter2" in path.read_bytes()] == []

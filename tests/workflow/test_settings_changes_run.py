@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import add_datasets, copy_of_run, pending_jobs, snakemake, trained_folder
 
+from rnnfleet.faults import TRAIN_CRASH
+
 DATASETS = ["A_1m", "B_1m"]
 REPORT = "model(s) will be re-trained because settings changed"
 
@@ -75,3 +77,15 @@ def test_a_real_run_names_the_change_before_its_first_job(trained_copy):
     # Trained with the new settings: the next run with them re-trains nothing and says nothing.
     again = snakemake(trained_copy, "-n", "--config", 'train={"epochs": 3}')
     assert pending_jobs(again.stdout, "train") == {} and report_line(again) is None
+
+
+def test_after_a_failed_retrain_the_words_compare_with_the_settings_the_kept_model_was_trained_with(trained_copy):
+    # A_1m's re-train with train.epochs 3 fails (its model from epochs 2 is kept); B_1m's succeeds.
+    failed = snakemake(trained_copy, "--config", 'train={"epochs": 3}', check=False, env={TRAIN_CRASH: "A_1m"})
+    assert failed.returncode != 0 and "A_1m: previous model kept" in failed.stderr
+
+    back = snakemake(trained_copy, "-n")  # the config's epochs 2: A_1m's model was trained with them
+    assert set(pending_jobs(back.stdout, "train")) == set(DATASETS)
+    assert report_line(back) == f"rnnfleet: 1 {REPORT}: train.epochs 3 -> 2 (datasets: B_1m)"
+    again = snakemake(trained_copy, "-n", "--config", 'train={"epochs": 3}')
+    assert report_line(again) == f"rnnfleet: 1 {REPORT}: train.epochs 2 -> 3 (datasets: A_1m)"

@@ -38,7 +38,9 @@ def test_sizing_reads_a_dataset_exactly_as_its_preprocess_job(tmp_path):
     plain = write_synthetic_csv(tmp_path / "plain.csv", 400, 3)
     lines = plain.read_text().splitlines()[1:]  # headerless, ';'-delimited, 15 minutes cut out
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "X_1m.csv").write_text("\n".join(line.replace(",", ";") for line in lines[:200] + lines[215:]))
+    (tmp_path / "data" / "X_1m.csv").write_text(
+        "".join(line.replace(",", ";") + "\n" for line in lines[:200] + lines[215:])
+    )
     config_path = write_config(
         tmp_path,
         data_dir="data",

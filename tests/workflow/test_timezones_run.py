@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, decoded, report_results, snakemake, summary_by_dataset, write_config
+from conftest import REPO, decoded, planned_jobs, report_results, snakemake, summary_by_dataset, write_config
 
 from rnnfleet.formats import NAIVE_AS_UTC
-from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 
 # TOKYO: naive times in Asia/Tokyo (the sheet says so); PLAIN: naive times, no zone anywhere.
 SHEET = "dataset\tfiles\tformat.timezone\nTOKYO\tTOKYO_1m.csv\tAsia/Tokyo\nPLAIN\tPLAIN_1m.csv\t\n"
@@ -147,3 +147,32 @@ def test_a_model_file_without_the_record_still_forecasts_and_says_so(run):
         "bars read with timezone 'Asia/Tokyo'\n" in completed.stderr
     )
     pd.testing.assert_frame_equal(pd.read_csv(run / "older.csv"), pd.read_csv(run / "predictions" / "TOKYO.csv"))
+
+
+def test_a_time_zone_set_for_epoch_time_files_re_runs_nothing_for_them_and_the_dry_run_says_so(tmp_path):
+    bars = synthetic_bars(400, 5)
+    bars["timestamp"] = pd.to_datetime(bars["timestamp"]).astype("int64") // 10**6  # epoch milliseconds
+    (tmp_path / "data").mkdir()
+    bars.to_csv(tmp_path / "data" / "EPOCH_1m.csv", index=False, float_format="%.6f")
+    write_synthetic_csv(tmp_path / "data" / "NAIVE_1m.csv", 400, 6)  # naive text times: the zone applies
+    write_config(tmp_path, data_dir="data", predict={"datasets": "all"})
+    snakemake(tmp_path)
+    outputs = [tmp_path / "prep" / "EPOCH_1m.npz", tmp_path / "models" / "EPOCH_1m.pt"]
+    written = [path.stat().st_mtime_ns for path in outputs]
+
+    def datasets_planned(*arguments: str) -> tuple[set[str], str]:
+        result = snakemake(tmp_path, "-n", *arguments)
+        jobs = planned_jobs(result.stdout)
+        return {job.wildcards.split("dataset=")[1] for job in jobs if job.wildcards}, result.stderr
+
+    zoned = ("--config", 'format={"timezone": "Europe/Berlin"}')
+    planned, said = datasets_planned(*zoned)
+    assert planned == {"NAIVE_1m"}
+    assert (
+        "rnnfleet: note: format.timezone 'Europe/Berlin' is not used by 1 dataset(s) whose files give their times "
+        "as epoch numbers or with their zone: EPOCH_1m; nothing is re-run for it"
+    ) in said, said
+    snakemake(tmp_path, *zoned)
+    assert datasets_planned(*zoned)[0] == set()
+    assert datasets_planned()[0] == {"NAIVE_1m"}  # the setting removed: again only the naive times change
+    assert [path.stat().st_mtime_ns for path in outputs] == written

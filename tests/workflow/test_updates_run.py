@@ -203,6 +203,29 @@ def test_the_dry_run_counts_new_bars_once_the_arrays_are_made(run, bars):
     assert planned_lines(snakemake(run, "-n")) == [f"update: {DAY} new bars: 2 (datasets: DAYS, GROWING)"]
 
 
+def test_a_day_file_cut_inside_its_last_line_is_read_without_it_and_its_repair_is_an_update(run, bars):
+    first = metrics(run, "DAYS")
+    day_file = run / "data" / f"DAYS-1m-{DAYS:02d}.csv"
+    bars["DAYS"].iloc[DAYS * DAY : (DAYS + 1) * DAY].to_csv(day_file, index=False, float_format="%.6f")
+    whole = day_file.read_text()
+    day_file.write_text(whole[:-4])  # the line end and the last number's last three digits lost
+    snakemake(run)
+    cut = metrics(run, "DAYS")
+    assert (cut["made"], cut["rows"]) == ("update 1", first["rows"] + DAY - 1)
+    note = (
+        f"note: {day_file.relative_to(run)}: the last line has no line end (the file may have been cut while it "
+        "was written): its last row was left out"
+    )
+    assert note in preprocess_log(run, "DAYS")
+
+    day_file.write_text(whole)  # the file repaired: one more bar, the others unchanged
+    assert planned_lines(snakemake(run, "-n")) == ["update: new bars/new files: 1 (datasets: DAYS)"]
+    snakemake(run)
+    assert "DAYS: update: 1 new bars" in train_log(run, "DAYS")
+    repaired = metrics(run, "DAYS")
+    assert (repaired["made"], repaired["rows"]) == ("update 2", first["rows"] + DAY)
+
+
 def test_a_changed_setting_trains_from_scratch(run, bars):
     appended(run, bars)
     changed = ("--config", 'train={"lr": 0.002}')

@@ -1,2 +1,2 @@
-"""What a run does around its jobs: recovery after killed runs, previous models kept on failed
-re-trains, results after failures, configuration checks, the version-guarded Snakemake speed-ups."""
+"""Changes to Snakemake's own functions, and nothing else: each listed with its stock source's
+hash in snakemake_contract.CONTRACT (docs/architecture.md, "What rnnfleet changes in Snakemake")."""

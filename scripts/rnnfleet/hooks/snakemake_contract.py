@@ -95,6 +95,16 @@ CONTRACT = (
         "atomic_restore",
         "64748f0e794d9de6d478c106252f46544607eea63f33ed63bffea899b691d29c",
     ),
+    Patch(
+        "snakemake.persistence:FileBackupMixin.backup_output",
+        "atomic_restore",
+        "0567435ee10946db380e7bad0d6893a9bd08070ebc7abe3532f69f2195bd09c3",
+    ),
+    Patch(
+        "snakemake.persistence:PersistenceBase.finished",
+        "atomic_restore",
+        "3f347851a55e224352090af29258781870b2e5b6fdd7977e7fb6df0d442edf58",
+    ),
     # rnnfleet.hooks.snakemake_hooks: wrappers (before and after the DAG, clean-up, protected outputs)
     Patch(
         "snakemake.dag:DAG.__init__",

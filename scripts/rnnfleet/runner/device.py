@@ -53,12 +53,53 @@ def choose_device(preferred: str = "auto"):
 
     if preferred == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(preferred)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    problem = device_unusable_here(preferred)
+    if problem:
         from rnnfleet.errors import UserError
 
-        raise UserError(f"config key 'train.device' is '{preferred}' but CUDA is not available on this machine")
-    return device
+        raise UserError(problem)
+    return torch.device(preferred)
+
+
+def device_unusable_here(preferred: str) -> str | None:
+    """Why `train.device` = preferred cannot run on this machine, in one sentence; None when it can."""
+    import torch
+
+    if not preferred.startswith("cuda"):
+        return None
+    index = int(preferred.partition(":")[2] or 0)
+    if not torch.cuda.is_available():
+        why = "a CPU-only build of PyTorch" if torch.version.cuda is None else "PyTorch sees no CUDA GPU here"
+    elif index >= torch.cuda.device_count():
+        why = (
+            f"PyTorch sees {torch.cuda.device_count()} CUDA GPU(s) here, cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+        )
+    else:
+        return None
+    return (
+        f"config key 'train.device' = '{preferred}' cannot run on this machine ({why}); set train.device: auto or cpu"
+    )
+
+
+def settings_unusable_here(train: dict) -> str | None:
+    """Why the `train:` settings cannot run on this machine (a CUDA device it lacks, or float16
+    autocast, which needs a CUDA GPU, where training would run on the CPU), in one sentence;
+    None when they can. Imports torch only for settings other than the defaults."""
+    device, amp = train.get("device", "auto"), train.get("amp", "auto")
+    if device == "auto" and amp != "fp16":
+        return None
+    problem = device_unusable_here(device)
+    if problem or amp != "fp16":
+        return problem
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        where = "train.device: cpu" if device == "cpu" else "no CUDA GPU here"
+        return (
+            f"config key 'train.amp' = 'fp16' cannot run on this machine: float16 autocast needs a CUDA GPU, and "
+            f"training would run on the CPU ({where}); set train.amp: auto, off or bf16"
+        )
+    return None
 
 
 def claim_device(preferred: str, gpu_mem_gb: int) -> tuple[torch.device, GpuSlot]:

@@ -112,26 +112,11 @@ def job_arguments(options: SimpleNamespace) -> tuple[dict, bool]:
     return job_kwargs, warm
 
 
-# Less room than this in the log's folder and the job's messages could not be kept.
-LOG_ROOM_BYTES = 16 * 1024
-
-
-def room_left(folder: str | os.PathLike) -> int | None:
-    """Bytes this process may still write in folder's file system (root: all free blocks);
-    None where the OS does not say (Windows: a full disk shows when a file is written)."""
-    if not hasattr(os, "statvfs"):
-        return None
-    try:
-        status = os.statvfs(folder)
-    except OSError:
-        return None
-    blocks = status.f_bfree if hasattr(os, "geteuid") and os.geteuid() == 0 else status.f_bavail
-    return blocks * status.f_frsize
-
-
 def open_log(path: str):
     """The job's log, opened for its stderr; SystemExit with one line (to Snakemake's output)
     when it cannot be written or its folder is full, where the line would be lost."""
+    from rnnfleet.errors import LOG_ROOM_BYTES, room_left
+
     try:
         log = open(path, "w", buffering=1)
     except OSError as error:

@@ -42,6 +42,7 @@ from rnnfleet.runner.device import (
     torch_threads,
 )
 from rnnfleet.runner.orphans import run_job_guard
+from rnnfleet.settings import settings_for_hash
 from rnnfleet.updating import NO_PREVIOUS_MODEL, settings_sha256
 
 if TYPE_CHECKING:
@@ -153,7 +154,8 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     read_versions = files_version(data_files)
     arrays, notes = prepare_dataset(data_files, **settings, bars_cache=cache_path_for(arrays_path))
     # What an update checks the arrays were made with (the dataset's name aside).
-    arrays = replace(arrays, settings_sha256=settings_sha256({**settings, "dataset": None}))
+    hashed = settings_for_hash({**settings, "dataset": None}, arrays.timezone)
+    arrays = replace(arrays, settings_sha256=settings_sha256(hashed))
     csv_path = bars_label(data_files, settings.get("dataset", ""))
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Where a run and its jobs tell each other they are alive: the names both sides use.
 
-The run (the Snakemake process, rnnfleet.hooks.recovery) holds locked files in RUNS_DIR for its
+The run (the Snakemake process, rnnfleet.workflow.recovery) holds locked files in RUNS_DIR for its
 life; each of its jobs (rnnfleet.runner.orphans) holds one of its own there and tests the run's.
 """
 

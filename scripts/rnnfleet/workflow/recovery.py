@@ -29,9 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.errors import STOP_SIGNALS, UserError
+from rnnfleet.errors import STOP_SIGNALS, UserError, room_left
 from rnnfleet.runner.file_locks import os_locks_available, try_lock, wait_for_lock
-from rnnfleet.runner.job_client import room_left
 from rnnfleet.runner.run_files import (
     ALIVE_SUFFIX,
     JOB_PREFIX,

@@ -39,7 +39,9 @@ from rnnfleet.discovery import (
     is_bar_file_name,
 )
 from rnnfleet.errors import UserError
-from rnnfleet.hooks.config_check import (
+from rnnfleet.joining import CHECKSUM_SUFFIX
+from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS
+from rnnfleet.workflow.config_check import (
     allowed_values,
     config_problems,
     did_you_mean,
@@ -47,8 +49,6 @@ from rnnfleet.hooks.config_check import (
     to_plain_dict,
     typed_as_yaml,
 )
-from rnnfleet.joining import CHECKSUM_SUFFIX
-from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS
 
 NAME_COLUMNS = ("dataset", "files")
 BAR_FILES = "files rnnfleet reads: .csv .txt .tsv, each also compressed, .parquet, .pq"

@@ -3,7 +3,7 @@
 A train job that replaces an existing model either updates it with new bars or trains it
 from scratch (rnnfleet.updating.plan_training decides, in the job, from the bars
 themselves). Before the run (dry-runs too) this module says which to expect, from what is
-known without reading any bars: the settings changes (rnnfleet.hooks.settings_changes), the
+known without reading any bars: the settings changes (rnnfleet.workflow.settings_changes), the
 `update:` and `evaluate:` settings, the model's metrics file (its lineage: updates since the
 full fit, rows seen) and, where the array file is not made again first, its row count
 (the header of its features array, nothing more). Where the preprocess job runs first, the

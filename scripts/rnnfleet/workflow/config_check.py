@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
+import sys
+from typing import NoReturn
 
 from rnnfleet.formats import is_time_zone
 
@@ -76,9 +79,33 @@ def timezone_problems(config: dict) -> list[str]:
     if not isinstance(zone, str) or zone == "auto" or is_time_zone(zone):
         return []
     return [
-        f"config key 'format.timezone' = {zone!r} is not allowed; allowed: auto or a time zone name "
-        "such as UTC, Europe/Athens, America/New_York, Etc/GMT+5"
+        f"config key 'format.timezone' = {zone!r} is not allowed{did_you_mean_zone(zone)}; allowed: auto or a time "
+        "zone name such as UTC, Europe/Athens, America/New_York, Etc/GMT+5"
     ]
+
+
+def did_you_mean_zone(zone: str) -> str:
+    """' (did you mean 'Europe/Berlin'?)' for the known zone name nearest to a misspelled
+    one (case aside), or '' where none is near."""
+    import zoneinfo
+
+    by_lower = {name.lower(): name for name in zoneinfo.available_timezones()}
+    nearest = difflib.get_close_matches(zone.lower(), by_lower, n=1, cutoff=0.75)
+    return f" (did you mean {by_lower[nearest[0]]!r}?)" if nearest else ""
+
+
+def inverted_sign_note(config: dict) -> str | None:
+    """A note for an Etc/GMT±N zone: POSIX inverts the sign, Etc/GMT-2 is UTC+2; None otherwise."""
+    format_settings = config.get("format") if isinstance(config.get("format"), dict) else {}
+    found = re.fullmatch(r"Etc/GMT([+-])(\d+)", str(format_settings.get("timezone", "")))
+    if not found:
+        return None
+    sign, hours = found.groups()
+    offset, side = ("+", "ahead of") if sign == "-" else ("-", "behind")
+    return (
+        f"note: format.timezone {found.group(0)!r} is UTC{offset}{hours}, {hours} hour(s) {side} UTC: "
+        "the Etc/GMT zones invert the sign (POSIX)"
+    )
 
 
 def split_problems(config: dict, schema: dict) -> list[str]:
@@ -211,12 +238,10 @@ def to_plain_dict(mapping) -> dict:
 
 
 def checked_config_file(path: str) -> str:
-    """`path`, after checking that it is valid YAML: a UserError naming the file, line and
-    column of the first problem otherwise (Snakemake's own message names neither). A
-    missing file is left to Snakemake."""
+    """`path`, after checking that it is valid YAML: else the run stops (stop_run) with one
+    line naming the file, line and column of the first problem (Snakemake's own message
+    names neither). A missing file is left to Snakemake."""
     import yaml
-
-    from rnnfleet.errors import UserError
 
     try:
         with open(path, encoding="utf-8") as handle:
@@ -226,7 +251,25 @@ def checked_config_file(path: str) -> str:
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UserError(f"{path}: not valid YAML{where}: {error.problem or error.context}") from None
+        stop_run([f"{path}: not valid YAML{where}: {error.problem or error.context}"])
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise UserError(f"{path}: not valid YAML: {error}") from None
+        stop_run([f"{path}: not valid YAML: {one_line_error(error)}"])
     return path
+
+
+def one_line_error(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def stop_run(lines: list[str]) -> NoReturn:
+    """Stop Snakemake while it reads the workflow, before any job: `lines` on stderr as they
+    are (not inside Snakemake's "WorkflowError in file ..., line ...:" wrapper), exit status 1."""
+    for line in lines:
+        print(line, file=sys.stderr)
+    raise SystemExit(1)
+
+
+def config_sources(files: list[str], command_line_values: dict) -> str:
+    """Where the configuration was read from, as the user named it: 'config/config.yaml',
+    'config.yaml or --config', ..."""
+    return " or ".join([*files, *(["--config"] if command_line_values else [])]) or "--config"

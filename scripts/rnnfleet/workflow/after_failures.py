@@ -29,13 +29,12 @@ import csv
 import io
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
-from rnnfleet.hooks.previous_models import KEPT_STATUS
 from rnnfleet.plots import (
     draw_coverage_overview,
     draw_skill_overview,
@@ -53,6 +52,7 @@ from rnnfleet.summary import (
     write_forecasts,
     write_table,
 )
+from rnnfleet.workflow.previous_models import KEPT_STATUS
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,10 @@ class ResultPaths:
     start_template: str  # the report's start page: its template, and the page with the verdicts
     start_page: str
     forecasts: str  # the fleet's forecasts, one row per dataset
+
+    def published(self) -> list[str]:
+        """The outputs of the summarize and plots rules."""
+        return [self.table, self.forecasts, self.table_html, self.skill_plot, self.coverage_plot, self.start_page]
 
 
 def read_text_or_none(path: str) -> str | None:
@@ -87,8 +91,11 @@ def write_results_after_failures(
     fleet: dict,
     quality_thresholds: dict | None = None,
     dataset_quality: dict | None = None,
+    unpublished: Callable[[list[str]], None] | None = None,
 ) -> list[dict]:
-    """See the module doc. The patterns hold `{dataset}`. A dataset that is not done but has
+    """See the module doc. unpublished: called with every path of the table and figures
+    when one of them could not be written (what was there before stays): the next run must
+    write them again. The patterns hold `{dataset}`. A dataset that is not done but has
     a model (put back by previous_models, or untouched because an earlier step failed) is
     marked "previous model kept", its error starting with what happened (e.g. "data error: ").
     Tells the user on stderr which datasets are not done and returns their rows."""
@@ -127,6 +134,8 @@ def write_results_after_failures(
                 handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
     except UserError as error:  # a WriteError: disk full, read-only folder, ...
         print(f"rnnfleet: ERROR: {error}", file=sys.stderr)
+        if unpublished is not None:
+            unpublished(paths.published())
     pause_point("after-failures")
     print_quality_warnings(rows)
     print(failure_report(not_ok, len(rows), paths.table), file=sys.stderr)

@@ -1,0 +1,138 @@
+"""ONNX files through the real workflow and the real `rnnfleet export` command: export.onnx
+writes exports/<dataset>.onnx for every model, an unchanged model is not exported again and a
+changed one is; the command exports a project's models (one bad name costs itself alone),
+refuses to write over a model or data file, prints a file's metadata, and says in one line
+what to install where onnx is missing (rnnfleet itself runs without it). In process:
+tests/unit/test_export_onnx.py."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, snakemake, write_config
+
+pytest.importorskip("onnxruntime", reason="the export's optional packages: pip install -r requirements-onnx.txt")
+from rnnfleet.cli import main  # noqa: E402
+
+DATASETS = ["A_1m", "B_1m"]
+
+
+def rnnfleet(folder, *args: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of the `rnnfleet` command's main (rnnfleet.cli.main) run
+    in this process in folder (torch is imported once for the whole file)."""
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(list(args))
+    finally:
+        os.chdir(here)
+    return status, out.getvalue(), err.getvalue()
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A folder after one real run with export.onnx: true."""
+    folder = tmp_path_factory.mktemp("export_run")
+    add_datasets(folder, DATASETS)
+    write_config(folder, data_dir="data", export={"onnx": True})
+    snakemake(folder)
+    return folder
+
+
+def test_the_workflow_exports_every_model_and_again_only_the_one_that_changed(exported):
+    for name in DATASETS:
+        status, described, _ = rnnfleet(exported, "export", "--describe", f"exports/{name}.onnx")
+        assert status == 0 and f"dataset: {name}" in described
+        assert f"model_sha256: {sha256(exported / 'models' / f'{name}.pt')}" in described
+        assert "checked with ONNX Runtime" in (exported / "logs" / "export" / f"{name}.log").read_text()
+    assert pending_jobs(snakemake(exported, "-n").stdout, "export_onnx") == {}  # unchanged: not again
+    unknown = snakemake(exported, "exports/C_1m.onnx", check=False)
+    assert unknown.returncode != 0 and "exports/C_1m.onnx: no dataset 'C_1m'" in unknown.stderr
+
+    b_export = (exported / "exports" / "B_1m.onnx").stat().st_mtime_ns
+    add_datasets(exported, ["A_1m"], rows=TINY_ROWS + 60)  # new bars for A: its model is trained again
+    old_model = sha256(exported / "models" / "A_1m.pt")
+    snakemake(exported)
+    assert sha256(exported / "models" / "A_1m.pt") != old_model
+    _, described, _ = rnnfleet(exported, "export", "--describe", "exports/A_1m.onnx")
+    assert f"model_sha256: {sha256(exported / 'models' / 'A_1m.pt')}" in described
+    assert (exported / "exports" / "B_1m.onnx").stat().st_mtime_ns == b_export
+
+
+def test_the_command_exports_a_projects_models_and_one_bad_name_costs_itself_alone(exported):
+    status, _, stderr = rnnfleet(exported, "export", "--out-dir", "mine")
+    assert status == 0, stderr
+    assert sorted(path.name for path in (exported / "mine").iterdir()) == ["A_1m.onnx", "B_1m.onnx"]
+    status, _, stderr = rnnfleet(exported, "export", "B_1m", "C_1m", "--out-dir", "some")
+    assert status == 1
+    assert [path.name for path in (exported / "some").iterdir()] == ["B_1m.onnx"]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "C_1m" in errors[0]
+
+
+def test_the_command_never_writes_over_a_model_or_data_file(exported):
+    before = sha256(exported / "models" / "B_1m.pt")
+    given = ["--model", "models/A_1m.pt", "--csv", "data/A_1m.csv"]
+    for out in ("models/B_1m.pt", "data/A_1m.csv", "models"):
+        status, _, stderr = rnnfleet(exported, "export", *given, "--out", out)
+        assert status == 1 and stderr.count("\n") == 1 and out in stderr
+    assert sha256(exported / "models" / "B_1m.pt") == before
+    status, _, stderr = rnnfleet(exported, "export", *given, "--out", "one/A.onnx")
+    assert status == 0 and (exported / "one" / "A.onnx").exists(), stderr
+
+
+def test_without_onnx_rnnfleet_imports_and_runs_and_export_says_what_to_install(exported):
+    """A fresh Python where onnx and onnxruntime cannot be imported: the rnnfleet command and
+    its modules import, and the export refuses in one line naming what to install."""
+    code = (
+        "import sys; sys.modules['onnx'] = sys.modules['onnxruntime'] = None\n"
+        "import rnnfleet.cli, rnnfleet.predict, rnnfleet.export_onnx\n"
+        "sys.exit(rnnfleet.cli.main(['export', 'A_1m']))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
+    result = subprocess.run([sys.executable, "-c", code], cwd=exported, capture_output=True, text=True, env=env)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: rnnfleet export needs onnx and onnxruntime")
+    assert "requirements-onnx.txt" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_the_python_example_gives_rnnfleet_predicts_forecast_with_onnx_runtime_alone(exported):
+    """examples/onnx/forecast.py (onnxruntime, numpy, pandas; no rnnfleet, no torch) on an
+    exported file and its dataset's bars: the forecast rnnfleet predict makes at the last bar."""
+    status, _, stderr = rnnfleet(exported, "predict", "--dataset", "B_1m", "--out", "b.csv", "--last", "1")
+    assert status == 0, stderr
+    wanted = pd.read_csv(exported / "b.csv")
+    example = [sys.executable, str(REPO / "examples" / "onnx" / "forecast.py"), "exports/B_1m.onnx", "data/B_1m.csv"]
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(example, cwd=exported, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "1 bar(s) ahead:" in line)
+    forecast, close = re.search(r"ahead: (\S+) \(close (\S+)\)", line).groups()
+    target_std = float(torch.load(exported / "models" / "B_1m.pt", weights_only=True)["normalisation"]["target_std"])
+    assert abs(float(forecast) - wanted["forecast_log_return"].iloc[-1]) < 1e-4 * target_std
+    assert float(close) == pytest.approx(wanted["forecast_close"].iloc[-1], rel=1e-6)
+
+
+def test_the_export_bench_runs_end_to_end_and_reports_each_latency():
+    """bench/bench_export.py at tiny sizes (no timing is asserted): every row of its table."""
+    command = [sys.executable, str(REPO / "bench" / "bench_export.py"), "--rows", "400", "--batch", "8"]
+    command += ["--reps", "1", "--command-reps", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for row in ("one window (in process)", "batch of 8 windows (in process)", "one forecast, a fresh process"):
+        assert re.search(rf"{re.escape(row)} +[0-9.]+ ms +[0-9.]+ ms +[0-9.]+x", result.stdout), result.stdout
