@@ -153,12 +153,19 @@ def fit_dataset(
         )
         if updated:
             arrays, result, test_scores = updated
+    comparison = {}
     if fit_plan.kind == FULL:
         if fleet is not None:
             log(f"{dataset}: trains {fleet.note}")
         result, test_scores = train_and_score(arrays, full_hparams, full_start)
+        if full_start is not None and train_hparams.get("compare_init"):
+            scratch_fit, comparison = compare_init(
+                dataset, arrays, (result, test_scores), fleet, settings, train_and_score
+            )
+            if comparison["init_kept"] == "scratch":
+                (result, test_scores), full_start, full_hparams = scratch_fit, None, train_hparams
 
-    metrics = scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) | job_facts
+    metrics = scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) | job_facts | comparison
     if folds:
         metrics |= folds_metrics(folds, fold_entries, result, test_scores)
     metrics["product"] = evaluate["production"]
@@ -169,7 +176,8 @@ def fit_dataset(
     if fit_plan.kind == FULL and fleet is not None:
         lineage["init"] = {
             "from": "scratch" if full_start is None else "fleet",
-            "note": fleet.note,
+            "note": fleet.note
+            + ("; validation preferred the fit from scratch" if comparison.get("init_kept") == "scratch" else ""),
             "pretrained": fleet.path,
             "pretrained_sha256": fleet.sha256,
         }
@@ -198,6 +206,32 @@ def fit_dataset(
     checkpoint["calibration"] = calibration_record(result)  # the forecasts' intervals
     metrics |= forecast_at_last_bar(product.model, checkpoint, arrays)  # the fleet's forecasts table
     return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
+
+
+def compare_init(
+    dataset: str, arrays: PreparedArrays, fleet_fit, fleet: FleetStart, settings: Settings, train_and_score
+):
+    """train.compare_init: the same fit from scratch, compared with the fit from the fleet's
+    start (rnnfleet.pretraining.compare_starts): (the fit from scratch, the comparison's
+    metrics, init_kept the one validation prefers)."""
+    from rnnfleet.pretraining import compare_starts
+
+    log(f"{dataset}: train.compare_init: the same fit from scratch, to compare")
+    scratch_fit = train_and_score(arrays)
+    kept, comparison = compare_starts(
+        arrays,
+        fleet_fit,
+        scratch_fit,
+        fleet.weights,
+        settings.model,
+        int(settings.train["seq_len"]),
+        int(settings.evaluate["block_bars"]),
+    )
+    log(
+        f"{dataset}: validation loss from the fleet's start {comparison['init_fleet_val_loss']:.5f}, from scratch "
+        f"{comparison['init_scratch_val_loss']:.5f}: keeps the fit from {'the fleet' if kept == 'fleet' else 'scratch'}"
+    )
+    return scratch_fit, comparison | {"init_kept": kept}
 
 
 def scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) -> dict:

@@ -20,6 +20,7 @@ from rnnfleet.checkpoint import atomic_write
 from rnnfleet.evaluation import BEATS, CONFIDENCE, NOT_DISTINGUISHABLE, WORSE
 from rnnfleet.fleet import BEATS_AFTER, as_number
 from rnnfleet.intervals import COVERAGE
+from rnnfleet.pretraining import init_headline
 from rnnfleet.svg_chart import Band, Line, Mark, Panel, chart_svg
 
 # The loss curves' format (rules/datasets.smk's LOSS_CURVE_FORMAT), and those of earlier
@@ -202,6 +203,8 @@ def write_start_page(template_path: str | os.PathLike, rows: list[dict[str, str]
     headline = f"**The fleet.** {fleet_numbers(rows, rst_literal)}"
     if counts:
         headline += f" {fleet_headline(counts, rst_literal)}"
+    if comparison := init_headline(rows):  # train.compare_init (rnnfleet.pretraining) leads
+        headline = f"{comparison}\n\n{headline}"
     template = template.replace(HEADLINE_MARKER, headline, 1)
     with atomic_write(path) as handle:
         handle.write(template.encode())

@@ -45,7 +45,7 @@ KIND = "rnnfleet fleet pretrained model"
 # A dataset with few bars before the cutoff validates on at most this share (1/VAL_SHARE) of them.
 VAL_SHARE = 4
 # Train settings that say how a dataset's own fit starts, not what the pretraining learns.
-START_KEYS = ("init", "finetune_lr")
+START_KEYS = ("init", "finetune_lr", "compare_init")
 
 
 def pretrained_paths(models_folder: str) -> tuple[str, str]:
@@ -447,3 +447,141 @@ def fleet_start(path: str, arrays, model_hparams: dict, train_hparams: dict) -> 
         note = f"from the fleet's pretrained model {path} (sha256 {sha256[:12]}, cutoff {lineage['cutoff']})"
         return FleetStart(contents["state_dict"], sha256, str(Path(path)), note)
     return FleetStart(None, sha256, str(Path(path)), note)
+
+
+# ---- train.compare_init: the fleet's start against scratch, per dataset and for the fleet -----
+
+# The metrics (and table columns) of a comparison: the kept model's start is `init`.
+COMPARE_COLUMNS = (
+    "init_fleet_test_skill",  # the fit from the pretrained model
+    "init_scratch_test_skill",  # the fit from scratch
+    "init_pretrained_test_skill",  # the pretrained model itself: one model for all, a forward pass
+    "init_dm_stat",  # Diebold-Mariano on the test windows, fleet start - scratch (< 0: the fleet start's loss is lower)
+    "init_dm_pvalue",
+    "init_fleet_seconds",
+    "init_scratch_seconds",
+    "init_verdict",  # over the fleet: the same correction as fleet_verdict (the `fleet:` settings)
+    "init_qvalue",
+)
+FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE = (
+    "the fleet's start beat scratch (fleet-corrected)",
+    "the fleet's start was worse than scratch (fleet-corrected)",
+    "no difference after the fleet's correction",
+)
+
+
+def first_horizon_losses(arrays, result, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the model's, the naive baseline's) loss on each test window, of the first horizon's point forecast."""
+    from rnnfleet.evaluation import window_losses
+    from rnnfleet.scoring import horizon_arrays, horizon_outputs
+    from rnnfleet.targets import TARGETS
+
+    if result.heads.single:
+        numbers, point, naive, own = result.test_numbers, result.test_outputs, float(result.naive_output), arrays
+    else:
+        outputs = horizon_outputs(result, 0)
+        numbers, point, naive, own = outputs.numbers, outputs.point, outputs.naive, horizon_arrays(arrays, 0)
+    actual = own.targets[numbers + (seq_len - 1)]
+    classification = TARGETS[arrays.target].classification
+    return (
+        window_losses(point, actual, classification),
+        window_losses(np.full(len(actual), naive), actual, classification),
+    )
+
+
+def pretrained_outputs(weights: dict, arrays, model_hparams: dict, result, seq_len: int) -> np.ndarray:
+    """The pretrained model's own outputs on the result's test windows (no training)."""
+    import torch
+
+    from rnnfleet.model import build_model
+    from rnnfleet.training import window_outputs, window_view, with_outputs
+
+    model = build_model(with_outputs(model_hparams, result.heads), arrays.features.shape[1], seq_len)
+    model.load_state_dict(weights)
+    windows = window_view(torch.from_numpy(arrays.features), seq_len)
+    return window_outputs(model, windows, None, torch.from_numpy(result.test_numbers), result.heads)
+
+
+def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams: dict, seq_len: int, block_bars: int):
+    """(which fit validation prefers, "fleet" or "scratch", and the comparison's metrics) of
+    two fits of one dataset, each (TrainingResult, test scores). The choice reads the
+    validation losses only; the test windows (the same for both) give the paired difference."""
+    from dataclasses import replace
+
+    from rnnfleet.evaluation import bootstrap_block, diebold_mariano, skill
+
+    fleet_result, scratch_result = fleet_fit[0], scratch_fit[0]
+    kept = "fleet" if fleet_result.val_loss <= scratch_result.val_loss else "scratch"
+    metrics = {
+        "init_fleet_val_loss": fleet_result.val_loss,
+        "init_scratch_val_loss": scratch_result.val_loss,
+        "init_fleet_epochs": fleet_result.epochs_run,
+        "init_scratch_epochs": scratch_result.epochs_run,
+        "init_fleet_seconds": fleet_result.train_seconds,
+        "init_scratch_seconds": scratch_result.train_seconds,
+    }
+    if not len(fleet_result.test_numbers):
+        return kept, metrics
+    fleet_losses, naive_losses = first_horizon_losses(arrays, fleet_result, seq_len)
+    scratch_losses, _ = first_horizon_losses(arrays, scratch_result, seq_len)
+    one_for_all = replace(
+        fleet_result, test_outputs=pretrained_outputs(weights, arrays, model_hparams, fleet_result, seq_len)
+    )
+    pretrained_losses, _ = first_horizon_losses(arrays, one_for_all, seq_len)
+    statistic, p_value = diebold_mariano(fleet_losses, scratch_losses, bootstrap_block(block_bars, len(fleet_losses)))
+    return kept, metrics | {
+        "init_fleet_test_skill": skill(fleet_losses, naive_losses),
+        "init_scratch_test_skill": skill(scratch_losses, naive_losses),
+        "init_pretrained_test_skill": skill(pretrained_losses, naive_losses),
+        "init_dm_stat": statistic,
+        "init_dm_pvalue": p_value,
+    }
+
+
+def init_verdicts(rows: list[dict], method: str, fdr: float) -> list[dict]:
+    """The table's rows with init_qvalue and init_verdict over the datasets compared (status
+    ok, an init_dm_pvalue): their p-values adjusted as fleet_verdict's (rnnfleet.fleet)."""
+    import math
+
+    from rnnfleet.fleet import adjusted_p_values, as_number
+
+    p_values = [as_number(row.get("init_dm_pvalue")) if row.get("status", "ok") == "ok" else math.nan for row in rows]
+    if all(math.isnan(value) for value in p_values):
+        return rows
+    filled = []
+    for row, q_value in zip(rows, adjusted_p_values(p_values, method), strict=True):
+        statistic = as_number(row.get("init_dm_stat"))
+        verdict = ""
+        if not math.isnan(q_value) and not math.isnan(statistic):
+            verdict = NO_DIFFERENCE
+            if q_value <= fdr:
+                verdict = FLEET_START_BETTER if statistic < 0 else FLEET_START_WORSE
+        filled.append({**row, "init_qvalue": "" if math.isnan(q_value) else q_value, "init_verdict": verdict})
+    return filled
+
+
+def init_headline(rows: list[dict]) -> str:
+    """The report's first line with train.compare_init (rnnfleet.plots.write_start_page): how
+    often the fleet's start beat scratch after the fleet's correction, was worse, how often
+    one model for all beat both, and the fits' training time; '' without a comparison."""
+    from rnnfleet.fleet import as_number
+
+    compared = [row for row in rows if row.get("init_verdict")]
+    if not compared:
+        return ""
+    better = sum(row["init_verdict"] == FLEET_START_BETTER for row in compared)
+    worse = sum(row["init_verdict"] == FLEET_START_WORSE for row in compared)
+    one_model = sum(
+        as_number(row.get("init_pretrained_test_skill"))
+        > max(as_number(row.get("init_fleet_test_skill")), as_number(row.get("init_scratch_test_skill")))
+        for row in compared
+    )
+    seconds = {
+        start: sum(as_number(row.get(f"init_{start}_seconds")) for row in compared) for start in ("fleet", "scratch")
+    }
+    return (
+        f"**The fleet's start.** It beat scratch on {better} of {len(compared)} datasets after the fleet's "
+        f"correction, was worse on {worse}; one model for all beat both on {one_model}; training time "
+        f"{seconds['fleet']:.0f} s from the fleet's start against {seconds['scratch']:.0f} s from scratch "
+        "(the pretraining not included)."
+    )

@@ -51,6 +51,7 @@ LATER_KEYS = {
     "train.quantiles": [],
     "train.init": "scratch",  # the fleet's head start (rnnfleet.pretraining)
     "train.finetune_lr": None,
+    "train.compare_init": False,
 }
 
 # The config section of each param of the train rule (named after its section); the

@@ -19,6 +19,7 @@ from rnnfleet.errors import (
     room_left,
 )
 from rnnfleet.fleet import fleet_columns
+from rnnfleet.pretraining import COMPARE_COLUMNS, init_verdicts
 from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
 SUMMARY_COLUMNS = (
@@ -72,6 +73,7 @@ SUMMARY_COLUMNS = (
     "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.updating)
     "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.pretraining)
     "init_note",
+    *COMPARE_COLUMNS,  # train.compare_init: the fleet's start against scratch
     "model",  # which model, features and target the dataset trained with
     "features",
     "target",
@@ -184,7 +186,7 @@ def summary_rows(
 
 def with_fleet_columns(rows: list[dict], fleet: dict) -> list[dict]:
     """The rows with the fleet's verdicts over them (`fleet`: the `fleet:` settings)."""
-    return fleet_columns(rows, fleet["method"], fleet["fdr"])
+    return init_verdicts(fleet_columns(rows, fleet["method"], fleet["fdr"]), fleet["method"], fleet["fdr"])
 
 
 def table_text(rows: list[dict]) -> str:

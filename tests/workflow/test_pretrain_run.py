@@ -14,7 +14,7 @@ from conftest import copy_of_run, planned_rules, snakemake, summary_by_dataset, 
 
 from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.data import load_arrays
-from rnnfleet.pretraining import file_sha256
+from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
 
 # SHORT's training part ends first: its first embargo bar is the fleet's cutoff. LONG's bars
 # from PLANTED_ROW on follow each other (a return repeats the one before): inside SHORT's
@@ -39,7 +39,7 @@ def fleet_run(tmp_path_factory) -> tuple[Path, str]:
     folder = tmp_path_factory.mktemp("pretrain")
     for seed, (name, rows) in enumerate(FLEET.items()):
         write_fleet_dataset(folder, name, rows, seed)
-    write_config(folder, data_dir="data", train={"init": "fleet", "finetune_lr": 0.002})
+    write_config(folder, data_dir="data", train={"init": "fleet", "finetune_lr": 0.002, "compare_init": True})
     return folder, snakemake(folder).stderr
 
 
@@ -53,7 +53,8 @@ def job_block(output: str, rule: str) -> str:
 def test_one_pretrain_job_runs_before_the_fine_tunes_and_declares_gpu_mem(fleet_run):
     folder, output = fleet_run
     assert output.count("rule pretrain:") == 1, output
-    assert f"0 trained from scratch, {len(FLEET)} from the fleet's pretrained model, 0 updated" in output
+    fleet_started = sum(row["init"] == "fleet" for row in summary_by_dataset(folder).values())
+    assert f"{len(FLEET) - fleet_started} trained from scratch, {fleet_started} from the fleet's pretrained" in output
     assert output.index("rule pretrain:") < output.index("rule train:")
     assert "gpu_mem=2" in job_block(output, "pretrain")
     made_at = json.loads((folder / "models/.fleet/pretrained.json").read_text())["made_at"]
@@ -76,10 +77,29 @@ def test_the_pretrained_file_loads_with_weights_only_and_the_models_name_it(flee
     table = summary_by_dataset(folder)
     for name in FLEET:
         model_lineage = load_checkpoint(folder / f"models/{name}.pt")["lineage"]
-        assert model_lineage["init"]["from"] == "fleet"
         assert model_lineage["init"]["pretrained_sha256"] == lineage["sha256"]
-        assert table[name]["init"] == "fleet"
         assert lineage["sha256"][:12] in table[name]["init_note"]
+
+
+def test_compare_init_keeps_validations_choice_and_the_report_leads_with_the_verdict(fleet_run):
+    folder, _ = fleet_run
+    table = summary_by_dataset(folder)
+    for name in FLEET:
+        metrics = json.loads((folder / f"metrics/{name}.json").read_text())
+        fleet_preferred = metrics["init_fleet_val_loss"] <= metrics["init_scratch_val_loss"]
+        assert table[name]["init"] == metrics["init_kept"] == ("fleet" if fleet_preferred else "scratch")
+        assert load_checkpoint(folder / f"models/{name}.pt")["lineage"]["init"]["from"] == table[name]["init"]
+        assert metrics["val_loss"] == min(metrics["init_fleet_val_loss"], metrics["init_scratch_val_loss"])
+        kept_skill = metrics[f"init_{metrics['init_kept']}_test_skill"]
+        assert float(table[name]["test_skill"]) == pytest.approx(kept_skill)
+        for column in ("init_scratch_test_skill", "init_pretrained_test_skill", "init_dm_stat"):
+            float(table[name][column])
+        assert 0 <= float(table[name]["init_dm_pvalue"]) <= float(table[name]["init_qvalue"]) + 1e-12 <= 1 + 1e-12
+        assert table[name]["init_verdict"] in (FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE)
+    start_page = (folder / "results/report_start.rst").read_text()
+    assert "**The fleet's start.** It beat scratch on " in start_page
+    assert f"of {len(FLEET)} datasets after the fleet's correction" in start_page
+    assert start_page.index("**The fleet's start.**") < start_page.index("**The fleet.**")
 
 
 def test_the_pretraining_reads_no_bar_at_or_after_the_fleet_cutoff(fleet_run):
