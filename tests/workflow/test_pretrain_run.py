@@ -4,6 +4,7 @@ cutoff across datasets, what re-runs it and what does not (rules/pretrain.smk, r
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,10 @@ def fleet_run(tmp_path_factory) -> tuple[Path, str]:
     folder = tmp_path_factory.mktemp("pretrain")
     for seed, (name, rows) in enumerate(FLEET.items()):
         write_fleet_dataset(folder, name, rows, seed)
+    # OTHER's next bars, for a morning's update: the file with 60 more, kept aside.
+    write_fleet_dataset(folder / "later", "OTHER_1m", FLEET["OTHER_1m"] + 60, 2)
+    lines = (folder / "later/data/OTHER_1m.csv").read_text().splitlines(keepends=True)
+    (folder / "data/OTHER_1m.csv").write_text("".join(lines[: FLEET["OTHER_1m"] + 1]))
     write_config(folder, data_dir="data", train={"init": "fleet", "finetune_lr": 0.002, "compare_init": True})
     return folder, snakemake(folder).stderr
 
@@ -133,9 +138,14 @@ def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scrat
     assert "before the fleet pretraining's cutoff" in (folder / "logs/train/EARLY_1m.log").read_text()
     assert "EARLY_1m" not in json.loads((folder / "models/.fleet/pretrained.json").read_text())["datasets"]
 
-    # New bars of a dataset it serves: that dataset re-trains, the pretraining does not.
-    write_fleet_dataset(folder, "OTHER_1m", 560, 2)
+    # A morning's new bars of a dataset it serves: that dataset's model is updated from its own
+    # weights (as from scratch), the pretraining is not re-run.
+    pretrained_made = (folder / "models/.fleet/pretrained.pt").stat().st_mtime_ns
+    shutil.copyfile(folder / "later/data/OTHER_1m.csv", folder / "data/OTHER_1m.csv")
     assert "pretrain" not in planned_rules(snakemake(folder, "-n").stdout)
+    snakemake(folder)
+    assert (folder / "models/.fleet/pretrained.pt").stat().st_mtime_ns == pretrained_made
+    assert summary_by_dataset(folder)["OTHER_1m"]["made"] == "update 1"
     # A changed pretrain setting (from --config, where nested values arrive as text): the
     # pretraining and every dataset that starts from it.
     dry_run = snakemake(folder, "-n", "--config", "pretrain={train_windows: 100}")
