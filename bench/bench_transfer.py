@@ -51,6 +51,8 @@ def parse_args():
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-windows", type=int, default=2000, help="pretrain.train_windows")
+    parser.add_argument("--val-windows", type=int, default=500, help="pretrain.val_windows")
     parser.add_argument("--out", default=str(BENCH / "out"))
     parser.add_argument(
         "--memory", type=int, metavar="N", help="instead: the pretraining's peak memory over N generated array files"
@@ -136,7 +138,8 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         scratch_seconds += time.perf_counter() - started
         scratch[name], scratch_epochs = test_skill(arrays, result), [*scratch_epochs, result.epochs_run]
 
-    settings = pretrain_settings(MODEL, train, {}, {"train_windows": 2000, "val_windows": 500}, {})
+    windows = {"train_windows": args.train_windows, "val_windows": args.val_windows}
+    settings = pretrain_settings(MODEL, train, {}, windows, {})
     started = time.perf_counter()
     checkpoint, lineage = pretrain(
         paths, {**settings, "settings_sha256": settings_fingerprint(settings)}, device, log=quiet
@@ -160,6 +163,7 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         "fleet": kind,
         "datasets": args.datasets,
         "rows": args.rows,
+        "pretrain_windows": windows,
         "scratch_mean_test_skill": statistics.mean(scratch.values()),
         "fleet_mean_test_skill": statistics.mean(fleet.values()),
         "one_for_all_mean_test_skill": statistics.mean(one_for_all.values()),
