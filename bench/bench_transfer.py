@@ -20,9 +20,10 @@ arrays, model and settings (LSTM 1x16, seq 30, batch 128, at most --epochs epoch
 Test skill is rnnfleet.scoring.score_test_period's (1 - test MSE / the naive forecast's) on
 each dataset's test period, which neither training reads. Prints per fleet the mean test
 skill of each, the paired difference fleet - scratch (mean, datasets better/worse, a
-sign-flip permutation p-value over datasets), epochs, and wall time (the pretraining
-included) with the ratio fleet / scratch; appends one JSON line to bench/out/transfer.jsonl.
-Wall times are the trainings' own (no Snakemake, no job starts).
+sign-flip permutation p-value over datasets), epochs, and wall and CPU time (the pretraining
+included) with the ratios fleet / scratch; appends one JSON line to bench/out/transfer.jsonl.
+Times are the trainings' own (no Snakemake, no job starts); on a shared machine the CPU
+time is the one to compare (the wall time includes waiting for a core).
 """
 
 from __future__ import annotations
@@ -131,27 +132,25 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         save_arrays(arrays, paths[name])
 
     train_model(arrays, MODEL, {**train, "epochs": 1}, device)  # warm-up: the first training pays for torch's start
-    scratch, scratch_seconds, scratch_epochs = {}, 0.0, []
+    scratch, scratch_clock, scratch_epochs = {}, Clock(), []
     for name, arrays in arrays_of.items():
-        started = time.perf_counter()
-        result = train_model(arrays, MODEL, train, device)
-        scratch_seconds += time.perf_counter() - started
+        with scratch_clock:
+            result = train_model(arrays, MODEL, train, device)
         scratch[name], scratch_epochs = test_skill(arrays, result), [*scratch_epochs, result.epochs_run]
 
-    windows = {"train_windows": args.train_windows, "val_windows": args.val_windows}
-    settings = pretrain_settings(MODEL, train, {}, windows, {})
-    started = time.perf_counter()
-    checkpoint, lineage = pretrain(
-        paths, {**settings, "settings_sha256": settings_fingerprint(settings)}, device, log=quiet
-    )
-    pretrain_seconds = time.perf_counter() - started
-    fleet, fleet_seconds, fleet_epochs, one_for_all = {}, pretrain_seconds, [], {}
+    pretrain_windows = {"train_windows": args.train_windows, "val_windows": args.val_windows}
+    settings = pretrain_settings(MODEL, train, {}, pretrain_windows, {})
+    pretrain_clock, fleet_clock = Clock(), Clock()
+    with pretrain_clock, fleet_clock:
+        checkpoint, lineage = pretrain(
+            paths, {**settings, "settings_sha256": settings_fingerprint(settings)}, device, log=quiet
+        )
+    fleet, fleet_epochs, one_for_all = {}, [], {}
     pretrained = build_model(MODEL, arrays_of[next(iter(arrays_of))].features.shape[1], SEQ_LEN)
     pretrained.load_state_dict(checkpoint["state_dict"])
     for name, arrays in arrays_of.items():
-        started = time.perf_counter()
-        result = train_model(arrays, MODEL, train, device, StartState(checkpoint["state_dict"], None, 0))
-        fleet_seconds += time.perf_counter() - started
+        with fleet_clock:
+            result = train_model(arrays, MODEL, train, device, StartState(checkpoint["state_dict"], None, 0))
         fleet[name], fleet_epochs = test_skill(arrays, result), [*fleet_epochs, result.epochs_run]
         numbers = torch.from_numpy(usable_windows(arrays, SEQ_LEN).test)
         windows = window_view(torch.from_numpy(arrays.features), SEQ_LEN)
@@ -163,7 +162,7 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         "fleet": kind,
         "datasets": args.datasets,
         "rows": args.rows,
-        "pretrain_windows": windows,
+        "pretrain_windows": pretrain_windows,
         "scratch_mean_test_skill": statistics.mean(scratch.values()),
         "fleet_mean_test_skill": statistics.mean(fleet.values()),
         "one_for_all_mean_test_skill": statistics.mean(one_for_all.values()),
@@ -175,11 +174,31 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         "fleet_epochs_mean": statistics.mean(fleet_epochs),
         "pretrain_epochs": lineage["scores"]["epochs_run"],
         "pretrain_val_skill": lineage["scores"]["skill"],
-        "scratch_seconds": scratch_seconds,
-        "fleet_seconds": fleet_seconds,
-        "pretrain_seconds": pretrain_seconds,
-        "time_ratio": fleet_seconds / scratch_seconds,
+        "scratch_seconds": scratch_clock.wall,
+        "fleet_seconds": fleet_clock.wall,
+        "pretrain_seconds": pretrain_clock.wall,
+        "time_ratio": fleet_clock.wall / scratch_clock.wall,
+        "scratch_cpu_seconds": scratch_clock.cpu,
+        "fleet_cpu_seconds": fleet_clock.cpu,
+        "pretrain_cpu_seconds": pretrain_clock.cpu,
+        "cpu_ratio": fleet_clock.cpu / scratch_clock.cpu,
     }
+
+
+class Clock:
+    """Wall and this process's CPU seconds, summed over the spans timed (CPU time is the
+    trainings' own work, which other work on a shared machine does not inflate)."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def __enter__(self):
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *_exc):
+        self.wall += time.perf_counter() - self._wall
+        self.cpu += time.process_time() - self._cpu
 
 
 def quiet(*_args) -> None:
@@ -275,7 +294,9 @@ def main() -> None:
             f"sign-flip p {result['sign_flip_pvalue']:.3f}); epochs {result['scratch_epochs_mean']:.1f} vs "
             f"{result['fleet_epochs_mean']:.1f} (+ pretraining {result['pretrain_epochs']}); wall "
             f"{result['scratch_seconds']:.1f}s vs {result['fleet_seconds']:.1f}s "
-            f"(pretraining {result['pretrain_seconds']:.1f}s): ratio {result['time_ratio']:.2f}"
+            f"(pretraining {result['pretrain_seconds']:.1f}s): ratio {result['time_ratio']:.2f}; CPU "
+            f"{result['scratch_cpu_seconds']:.1f}s vs {result['fleet_cpu_seconds']:.1f}s "
+            f"(pretraining {result['pretrain_cpu_seconds']:.1f}s): ratio {result['cpu_ratio']:.2f}"
         )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
