@@ -186,16 +186,16 @@ RUN_END_PHASES = (
     ("plots", "draw_skill_overview", "figures: the skill overview"),
     ("plots", "draw_coverage_overview", "figures: the interval coverage"),
     ("plots", "write_start_page", "figures: the report's start page"),
-    ("plots", "draw_loss_curves", "figures: loss curves"),
-    ("plots", "pyplot", "figures: matplotlib imported"),
+    ("loss_curves", "draw_loss_curves", "figures: loss curves"),
+    ("fleet_charts", "pyplot", "figures: matplotlib imported"),
 )
 
 
 def wrap_run_end_phases(clock: PhaseClock) -> None:
     """The clocks of what a run's end makes once over every dataset (summarize, plots)."""
-    from rnnfleet import plots, summary
+    from rnnfleet import fleet_charts, loss_curves, plots, summary
 
-    modules = {"summary": summary, "plots": plots}
+    modules = {"summary": summary, "plots": plots, "loss_curves": loss_curves, "fleet_charts": fleet_charts}
     for module, name, phase in RUN_END_PHASES:
         clock.wrap(modules[module], name, phase)
 

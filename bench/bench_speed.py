@@ -69,6 +69,11 @@ def parse_args():
         help="also run the workflow with this many concurrent trainings, e.g. 1,2,4,8 (each declares "
         "gpu_mem=2, budget --resources gpu_mem=2*N): the GPU concurrency curve",
     )
+    parser.add_argument(
+        "--phases",
+        help="append `<start> <end> <name> <trainings at once> <declared GB>` per concurrency run to this file "
+        "(bench/gpu_samples.py reads it beside nvidia-smi samples)",
+    )
     return parser.parse_args()
 
 
@@ -279,7 +284,11 @@ def run_workload(args, workload: str) -> dict:
     if args.concurrency:
         curve = {}
         for concurrent in map(int, args.concurrency.split(",")):
+            started = time.time()
             outcome = run_workflow(args, data_dir, root / f"curve-{concurrent}", warm=True, concurrent=concurrent)
+            if args.phases:
+                with open(args.phases, "a") as phases:
+                    phases.write(f"{started:.3f} {time.time():.3f} concurrency-{concurrent} {concurrent} 2\n")
             curve[concurrent] = args.datasets * 60 / outcome["seconds"]
             print(f"{concurrent} concurrent trainings: {curve[concurrent]:.1f} models/min", flush=True)
         summary["concurrency_models_per_min"] = curve

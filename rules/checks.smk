@@ -13,7 +13,7 @@ from rnnfleet.checkpoint import folder_write_problem, model_file_problem
 from rnnfleet.errors import WRITE_CAUSES
 from rnnfleet.workflow.settings_changes import planned_settings_changes, report_lines
 from rnnfleet.workflow import update_plans
-from rnnfleet.settings import PREPROCESS_CONFIG_KEYS, TRAIN_PARAM_CONFIG_KEYS
+from rnnfleet.settings import TRAIN_PARAM_CONFIG_KEYS, preprocess_config_keys
 
 # The files of one dataset a user may ask for by name, e.g. snakemake predictions/X.csv.
 PER_DATASET_OUTPUTS = [ARRAYS, MODEL, METRICS, PREDICTIONS, EXPORT]
@@ -127,7 +127,7 @@ def report_changed_settings(dag):
             "train",
             TRAIN_PARAM_CONFIG_KEYS,
             "preprocess",
-            PREPROCESS_CONFIG_KEYS,
+            preprocess_config_keys(config),
         )
     # A report must never stop the run: a Snakemake whose DAG or records read otherwise
     # gets one line instead.

@@ -3,7 +3,8 @@
 # only and below every training in priority: a failing export costs its own file alone.
 EXPORT = f"{PATHS['exports']}/{{dataset}}.onnx"
 EXPORTS = expand(EXPORT, dataset=DATASETS) if config["export"]["onnx"] else []
-OUTPUT_FOLDERS.append(PATHS["exports"])  # a killed run's .partial files there are removed
+# A killed run's .partial files there are removed by the next run (claim_run_folder).
+OUTPUT_FOLDERS.append(PATHS["exports"])
 
 if EXPORTS:
     import importlib.util

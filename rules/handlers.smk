@@ -12,7 +12,10 @@ from rnnfleet.workflow.after_failures import (
     write_results_after_failures,
 )
 from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore, forget_records
-from rnnfleet.workflow.previous_models import restore_previous_models
+from rnnfleet.workflow.previous_models import (
+    drop_stale_snakemake_backup,
+    restore_previous_models,
+)
 from rnnfleet.workflow.recovery import (
     JobsOfKilledRunAlive,
     RunWorkingUnlocked,
@@ -38,9 +41,12 @@ from rnnfleet.hooks.packed_jobs import (
 )
 from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.summary import print_run_summary
-from rnnfleet.workflow.tracking import TrackedPaths, load_mlflow_early, log_run_to_mlflow
+from rnnfleet.workflow.tracking import (
+    TrackedPaths,
+    load_mlflow_early,
+    log_run_to_mlflow,
+)
 from rnnfleet.updating import rnnfleet_version
-from rnnfleet.plots import drop_stale_snakemake_backup
 
 # The run's start, for its last line: which datasets this run trained (print_run_summary).
 RUN_STARTED = time.time()
@@ -102,7 +108,7 @@ if workflow.is_main_process:
         raise WorkflowError(str(error)) from None
     if ALONE_IN_FOLDER:
         # Alone in the folder: a backup still here belongs to a plots job that was killed
-        # (rnnfleet.plots.drop_stale_snakemake_backup), or is a model an earlier rnnfleet
+        # (rnnfleet.workflow.previous_models.drop_stale_snakemake_backup), or is a model an earlier rnnfleet
         # kept aside during a re-train that was killed (rnnfleet.workflow.previous_models).
         restore_previous_models(PATHS["models"])
         drop_stale_snakemake_backup(LOSS_CURVES)

@@ -29,6 +29,7 @@ import hashlib
 import io
 import math
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -41,10 +42,18 @@ from torch import nn
 
 from rnnfleet.errors import UserError, one_line
 from rnnfleet.heads import Heads
-from rnnfleet.intervals import COVERAGE, half_width
+from rnnfleet.intervals import COVERAGE, half_width, nearest_coverage
 from rnnfleet.model import DEFAULT_BUILDER
 from rnnfleet.plugins import describe, is_file_reference, resolve
-from rnnfleet.predict import checkpoint_heads, forecast_frame, training_read
+from rnnfleet.predict import (
+    checkpoint_heads,
+    forecast_frame,
+    head_columns,
+    interval_columns,
+    is_model_file,
+    place_in_project,
+    training_read,
+)
 from rnnfleet.targets import TARGETS
 
 INPUT_NAME = "bars"
@@ -59,6 +68,8 @@ CHECK_WINDOWS = 64  # windows of the model's own bars run through ONNX Runtime b
 TOLERANCE = 1e-4
 FLOAT32_ROUNDING = 2.0**-22  # four steps of a float32 value, relative to it
 REQUIREMENTS = "requirements-onnx.txt"
+# The forecasts table's columns that describe the window, not its forecast.
+NOT_FORECASTS = ("time", "close", "horizon", "target")
 
 
 class ExportRefused(UserError):
@@ -162,6 +173,7 @@ class ExportPlan:
         return tuple(names)
 
 
+# What each output holds, in the file's metadata (output_<name>).
 OUTPUTS = {
     "forecast": "[batch, horizons]: the point forecast in the target's units (direction: probability of an up move)",
     "quantiles": "[batch, horizons, quantiles]: each quantile in the target's units, ascending",
@@ -219,9 +231,9 @@ def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float 
 
 def interval_margins(checkpoint: dict, heads: Heads, target, coverage: float) -> tuple[list[int], np.ndarray]:
     """(the intervals kept: indices into heads.pairs(), or [0] for point heads; their margins
-    (horizons, intervals)) as rnnfleet.intervals.horizon_bands
-    computes them: point heads one interval at `coverage`, quantile heads one per quantile pair;
-    an interval with too few calibration scores at some horizon is left out."""
+    (horizons, intervals)), as rnnfleet.intervals.horizon_bands computes them from the model
+    file's calibration scores: point heads one interval at `coverage`, quantile heads one per
+    quantile pair; an interval with too few scores at some horizon is left out."""
     scores = checkpoint.get("calibration", {}).get("scores")
     horizons = len(heads.horizons)
     if target.classification or scores is None or not len(scores):
@@ -255,6 +267,8 @@ class ForecastGraph(nn.Module):
         for name, values in as_buffer.items():
             self.register_buffer(name, torch.tensor(np.asarray(values, np.float32)))
 
+    # Target.to_units and Target.within_range in tensor operations (theirs call numpy, which a
+    # trace cannot follow).
     def to_units(self, outputs: torch.Tensor) -> torch.Tensor:
         """Outputs (batch, horizons, ...) in the target's units (rnnfleet.targets.Target.to_units)."""
         if TARGETS[self.plan.target].classification:
@@ -391,6 +405,7 @@ def metadata(checkpoint: dict, plan: ExportPlan, model_path: str | os.PathLike, 
         "quantiles": ",".join(f"{q:g}" for q in plan.heads.quantiles),
         "interval_coverages": ",".join(f"{c:g}" for c in plan.coverages),
         "outputs": ",".join(plan.output_names),
+        **{f"output_{name}": OUTPUTS[name] for name in plan.output_names},
         "features": ",".join(plan.feature_references),
         "rnnfleet_version": rnnfleet_version(),
         "model_file": os.path.basename(model_path),
@@ -421,39 +436,43 @@ def input_windows(bars, windows: int, window_bars: int) -> np.ndarray:
     return np.stack([values[end - window_bars + 1 : end + 1] for end in ends])
 
 
-def predict_columns(outputs: Mapping[str, np.ndarray], plan: ExportPlan) -> dict[str, np.ndarray]:
-    """The ONNX outputs under the forecasts CSV's column names (rnnfleet.predict.forecast_frame),
-    float64, for comparison with rnnfleet predict."""
-    column, heads = TARGETS[plan.target].forecast_column, plan.heads
-    per_horizon = []
-    for k, horizon in enumerate(heads.horizons):
-        entry = {"forecast": outputs["forecast"][:, k], "close": None, "bands": [], "close_bands": []}
-        if "forecast_close" in outputs:
-            entry["close"] = outputs["forecast_close"][:, k]
-        entry["quantiles"] = {q: outputs["quantiles"][:, k, i] for i, q in enumerate(heads.quantiles)}
-        for j, coverage in enumerate(plan.coverages):
-            entry["bands"].append((coverage, outputs["lower"][:, k, j], outputs["upper"][:, k, j]))
-            if entry["close"] is not None:
-                closes = (outputs["forecast_close_lower"][:, k, j], outputs["forecast_close_upper"][:, k, j])
-                entry["close_bands"].append((coverage, *closes))
-        per_horizon.append((horizon, entry))
-    _, first = per_horizon[0]
-    columns = {column: first["forecast"]}
-    if first["close"] is not None:
-        columns["forecast_close"] = first["close"]
-    for coverage, low, high in first["bands"]:
-        columns |= {f"{column}_low_{coverage * 100:g}": low, f"{column}_high_{coverage * 100:g}": high}
-    for coverage, low, high in first["close_bands"]:
-        columns |= {f"forecast_close_low_{coverage * 100:g}": low, f"forecast_close_high_{coverage * 100:g}": high}
+def predict_columns(outputs: Mapping[str, np.ndarray], plan: ExportPlan, close: np.ndarray) -> dict[str, np.ndarray]:
+    """The ONNX outputs under the forecasts table's column names, named by rnnfleet predict's own
+    functions (forecast_frame's columns, interval_columns, head_columns), float64; close: each
+    window's last close. The closes are the file's own outputs, never derived here."""
+    heads, log_return = plan.heads, plan.target == "log_return"
+    per_horizon = [
+        {
+            "horizon": horizon,
+            "forecast": outputs["forecast"][:, k],
+            "quantiles": {q: outputs["quantiles"][:, k, i] for i, q in enumerate(heads.quantiles)},
+            "bands": [(c, outputs["lower"][:, k, j], outputs["upper"][:, k, j]) for j, c in enumerate(plan.coverages)],
+        }
+        for k, horizon in enumerate(heads.horizons)
+    ]
+    file_closes = {}  # {predict's column: the file's output}
+    columns = {"forecast": per_horizon[0]["forecast"]}
+    if log_return:
+        columns["forecast_close"] = outputs["forecast_close"][:, 0]
+    if plan.coverages:
+        j = plan.coverages.index(nearest_coverage(list(plan.coverages), lambda coverage: coverage))
+        columns |= interval_columns(plan.target, *per_horizon[0]["bands"][j], close)
+        columns["coverage"] = np.full(len(close), plan.coverages[j])
+        if log_return:
+            file_closes |= {
+                "forecast_close_low": outputs["forecast_close_lower"][:, 0, j],
+                "forecast_close_high": outputs["forecast_close_upper"][:, 0, j],
+            }
     if not heads.single:
-        for horizon, entry in per_horizon:
-            named = f"{column}_h{horizon}"
-            columns[named] = entry["forecast"]
-            if entry["close"] is not None:
-                columns[f"forecast_close_h{horizon}"] = entry["close"]
-            columns |= {f"{named}_q{q * 100:g}": values for q, values in entry["quantiles"].items()}
-            for coverage, low, high in entry["bands"]:
-                columns |= {f"{named}_low_{coverage * 100:g}": low, f"{named}_high_{coverage * 100:g}": high}
+        columns |= head_columns(plan.target, per_horizon, close)
+        if log_return:
+            file_closes |= {
+                f"forecast_close_h{h}": outputs["forecast_close"][:, k] for k, h in enumerate(heads.horizons)
+            }
+    # A name predict does not use stays apart (and the comparison says so): never a silent match.
+    columns |= {
+        name if name in columns else f"{name} (not in rnnfleet predict's table)": v for name, v in file_closes.items()
+    }
     return {name: np.asarray(values, np.float64) for name, values in columns.items()}
 
 
@@ -461,8 +480,9 @@ def column_scale(name: str, plan: ExportPlan, close: np.ndarray) -> np.ndarray:
     """The scale a difference in column `name` is measured in (see TOLERANCE)."""
     if TARGETS[plan.target].classification:
         return np.ones_like(close)
-    horizon = next((h for h in plan.heads.horizons if f"_h{h}" in name), plan.heads.horizons[0])
-    scale = float(plan.scales[plan.heads.horizons.index(horizon)])
+    horizon = re.search(r"_h(\d+)", name)
+    k = plan.heads.horizons.index(int(horizon[1])) if horizon else 0
+    scale = float(plan.scales[k])
     return close * scale if name.startswith("forecast_close") else np.full_like(close, scale)
 
 
@@ -486,7 +506,7 @@ def compared(onnx_columns: Mapping[str, np.ndarray], reference, plan: ExportPlan
     plus FLOAT32_ROUNDING of its value (a float32 output's own rounding: a price of 100 has
     steps of 8e-6); a column that one of them lacks, or a NaN, is worst = inf."""
     close = reference["close"].to_numpy(np.float64)
-    expected = [name for name in reference.columns if name not in ("timestamp", "close", "horizon")]
+    expected = [name for name in reference.columns if name not in NOT_FORECASTS]
     missing = sorted(set(expected) ^ set(onnx_columns))
     if missing:
         return Comparison(math.inf, math.inf, math.inf, f"{missing[0]} (in only one of them)")
@@ -511,8 +531,10 @@ def checked(model_bytes: bytes, bars, windows: int, network, checkpoint: dict, p
     one alone (a batch of 1), against rnnfleet predict's forecasts of the same bars; the worse."""
     reference = forecast_frame(network, checkpoint, bars, windows, plan.dataset or "bars", sources)
     inputs = input_windows(bars, windows, plan.window_bars)
-    together = compared(predict_columns(run_onnx(model_bytes, inputs), plan), reference, plan)
-    alone = compared(predict_columns(run_onnx(model_bytes, inputs[-1:]), plan), reference.iloc[-1:], plan)
+    close = inputs[:, -1, 3].astype(np.float64)
+    together = compared(predict_columns(run_onnx(model_bytes, inputs), plan, close), reference, plan)
+    alone = predict_columns(run_onnx(model_bytes, inputs[-1:]), plan, close[-1:])
+    alone = compared(alone, reference.iloc[-1:], plan)
     return max(together, alone, key=lambda comparison: comparison.worst)
 
 
@@ -598,9 +620,12 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     return {entry.key: entry.value for entry in proto.metadata_props}
 
 
-def check_out_path(out: Path, inputs: list[str]) -> None:
-    """UserError for an output path that would replace a model or data file, or is a folder:
-    an export is written only to a name ending in .onnx, never onto one of the inputs."""
+def check_out_path(out: Path, inputs: list[str], project: str | os.PathLike = ".") -> None:
+    """UserError for an output path that would replace or add to a model or data file, or is
+    a folder: an export is written only to a name ending in .onnx, never onto one of the
+    inputs or a model file, nor into the project folder's data_dir or its other outputs'
+    folders (rnnfleet predict's --out guard: links and hard links followed); its exports
+    folder (paths.exports) is not among them."""
     if out.is_dir():
         raise UserError(f"--out {out} is a folder; name the file to write, e.g. {out / 'model.onnx'}")
     if out.suffix.lower() != ".onnx":
@@ -610,20 +635,31 @@ def check_out_path(out: Path, inputs: list[str]) -> None:
     for given in inputs:
         if out.exists() and os.path.exists(given) and os.path.samefile(out, given):
             raise UserError(f"--out {out} is one of the inputs ({given}); name another file")
+    if is_model_file(str(out)):
+        raise UserError(f"--out {out} is a model file: it would be replaced; name another file")
+    place = place_in_project(str(out), Path(project))
+    if place:
+        raise UserError(f"--out {out} {place}: the export would replace or add to its files; name a file elsewhere")
 
 
 def export_one(
-    model_path: str, bar_files: list[str], out: str | os.PathLike, max_bad_fraction: float = 0.01, trusted_plugins=()
+    model_path: str,
+    bar_files: list[str],
+    out: str | os.PathLike,
+    max_bad_fraction: float = 0.01,
+    trusted_plugins=(),
+    project: str | os.PathLike = ".",
 ) -> bool:
     """Export one model file, checked on its bars (read as its training bars were; rows with
-    NaN or inf dropped up to max_bad_fraction); one line on stderr either way. True when written."""
+    NaN or inf dropped up to max_bad_fraction) to out (check_out_path, in the project folder
+    `project`); one line on stderr either way. True when written."""
     from rnnfleet.checkpoint import load_checkpoint
     from rnnfleet.data import read_clean_bars
     from rnnfleet.predict import reading_settings
 
     try:
         out = Path(out)
-        check_out_path(out, [model_path, *bar_files])
+        check_out_path(out, [model_path, *bar_files], project)
         checkpoint = load_checkpoint(model_path)
         read_format, _ = reading_settings(checkpoint, model_path, {})
         columns = checkpoint["features"].get("columns") or None
@@ -671,7 +707,7 @@ def main(
     parser.add_argument("--project", default=".", metavar="FOLDER", help="the project folder (default: .)")
     parser.add_argument("--model", help="instead of datasets: a model file, e.g. models/EURUSD_1m.pt")
     parser.add_argument("--csv", nargs="+", metavar="FILE", help="with --model: its bars, for the check")
-    parser.add_argument("--out", help="with --model: the file to write (default: the model's name with .onnx)")
+    parser.add_argument("--out", help="with --model: the file to write (default: exports/<model name>.onnx)")
     parser.add_argument("--out-dir", metavar="FOLDER", help="with datasets: where <dataset>.onnx go (default: exports)")
     parser.add_argument("--describe", metavar="FILE", help="print what an exported file says it is, and stop")
     parser.add_argument(
@@ -688,8 +724,8 @@ def main(
         if args.model:
             if args.datasets or not args.csv:
                 parser.error("--model takes --csv (its bars) and no dataset names")
-            out = Path(args.out or Path(args.model).with_suffix(".onnx"))
-            return 0 if export_one(args.model, args.csv, out, args.max_bad_fraction, args.trust) else 1
+            out = Path(args.out or Path(args.project) / "exports" / f"{Path(args.model).stem}.onnx")
+            return 0 if export_one(args.model, args.csv, out, args.max_bad_fraction, args.trust, args.project) else 1
         if find_dataset is None or project_models is None:
             raise UserError("datasets of a project folder are exported by the rnnfleet command (rnnfleet export NAME)")
         folder = Path(args.project)
@@ -714,7 +750,7 @@ def export_dataset(find_dataset, name: str, folder: Path, out_dir: Path, args) -
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return False
-    return export_one(model, bar_files, out_dir / f"{name}.onnx", args.max_bad_fraction, args.trust)
+    return export_one(model, bar_files, out_dir / f"{name}.onnx", args.max_bad_fraction, args.trust, folder)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ rnnfleet.runner.jobs does the rest around it. Progress goes to the job's log as 
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,11 +21,14 @@ from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import log
 from rnnfleet.predict import forecast_at_last_bar
 from rnnfleet.scoring import calibration_record, score_test_period
+from rnnfleet.targets import TARGETS
 from rnnfleet.training import (
     StartState,
     all_rows_train,
     build_checkpoint,
     describe_training,
+    objective_key,
+    objective_text,
     plugin_hashes,
     refit_on_all_rows,
     train_model,
@@ -204,7 +208,7 @@ def fit_dataset(
         lineage=lineage,
     )
     checkpoint["calibration"] = calibration_record(result)  # the forecasts' intervals
-    metrics |= forecast_at_last_bar(product.model, checkpoint, arrays)  # the fleet's forecasts table
+    metrics |= forecast_at_last_bar(on_cpu(product.model), checkpoint, arrays)  # the fleet's forecasts table
     return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
 
 
@@ -234,16 +238,39 @@ def compare_init(
     return scratch_fit, comparison | {"init_kept": kept}
 
 
+def on_cpu(model):
+    """The model itself on the CPU, else a copy of it there. The fleet's forecasts are then
+    the numbers `rnnfleet predict` (CPU by default) gives from the model file, whichever
+    device trained it. On CUDA the forecast differed from predict's in the fourth digit (seen
+    on an NVIDIA H200; likely cuDNN's TF32 arithmetic, torch.backends.cudnn.allow_tf32, on by
+    default)."""
+    if all(parameter.device.type == "cpu" for parameter in model.parameters()):
+        return model
+    return copy.deepcopy(model).cpu()
+
+
 def scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) -> dict:
-    """The scored model's metrics: validation and test scores, what it is, how it trained."""
+    """The scored model's metrics: validation and test scores, what it is, how it trained.
+    val_loss, naive_val_loss and skill measure what test_loss, naive_test_loss and test_skill
+    do (the first horizon's point forecast, in `loss`); with heads, the training loss that
+    early stopping compared is val_<objective key> (val_pinball, val_mean_loss) beside them,
+    named by `early_stopping` and described by `objective`."""
     windows = usable_windows(arrays, seq_len)
+    key = objective_key(result.heads)
     metrics = {
         "dataset": dataset,
         "val_loss": result.val_loss,
         "naive_val_loss": result.naive_val_loss,
         "skill": result.skill,
+        **(
+            {f"val_{key}": result.val_objective, f"naive_val_{key}": result.naive_val_objective}
+            if key != "loss"
+            else {}
+        ),
         **test_scores,
         **describe_training(arrays, model_hparams),
+        "early_stopping": f"val_{key}",
+        "objective": objective_text(result.heads, TARGETS[arrays.target]),
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
         "train_seconds": result.train_seconds,
@@ -283,7 +310,7 @@ def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict,
     result, test_scores = train_and_score(arrays, hparams, start)
     update_metrics = {
         "new_rows": arrays.rows - int(previous["lineage"]["rows"]),
-        "update_start_val_loss": result.start_val_loss,
+        f"update_start_val_{objective_key(result.heads)}": result.start_val_loss,
         "update_train_windows": train_windows,
         "update_seconds": result.train_seconds,
     }

@@ -9,18 +9,23 @@ Promises:
 - ordered() keeps each horizon's quantiles ascending (no crossing quantiles anywhere: in
   training, in scores and in forecasts), by sorting them, which never raises the pinball loss;
 - pinball() is the quantile (pinball) loss, so that its minimiser is the asked quantile;
+- head_column_order() puts the forecast tables' columns of heads in one order (horizons
+  numerically); head_column() names an earlier rnnfleet's such column as it is named now;
 - pairs() are the quantiles that bound a central interval (q and 1 - q): those intervals
   are calibrated (rnnfleet.intervals) and scored on the test period.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rnnfleet.errors import UserError
+from rnnfleet.targets import TARGETS
 
 if TYPE_CHECKING:
     import torch
@@ -113,3 +118,26 @@ def pinball_losses(outputs: np.ndarray, actual: np.ndarray, quantiles: np.ndarra
     errors = np.asarray(actual, np.float64)[:, None] - np.asarray(outputs, np.float64)
     q = np.asarray(quantiles, np.float64)
     return np.maximum(q * errors, (q - 1.0) * errors).mean(axis=1)
+
+
+def head_column(name: str) -> str:
+    """A column of a model of heads under its name now: forecast_log_return_h5_q5 (an
+    earlier rnnfleet's, named after the target's forecast column) is forecast_h5_q5."""
+    for target in TARGETS.values():
+        if name.startswith(f"{target.forecast_column}_h"):
+            return "forecast" + name.removeprefix(target.forecast_column)
+    return name
+
+
+def head_column_order(name: str) -> tuple:
+    """Where a head column goes: by horizon (numerically: h1, h5, h15, h60), then the point
+    forecast, its close, the quantiles ascending, the intervals widest first (low, high)."""
+    match = re.fullmatch(r"forecast(_close)?_h(\d+)(?:_q([\d.]+)|_(low|high)_([\d.]+))?", name)
+    if not match:
+        return (math.inf, name)
+    close, horizon, quantile, side, percent = match.groups()
+    if quantile is not None:
+        return (int(horizon), 2, float(quantile), 0)
+    if side is not None:
+        return (int(horizon), 3, -float(percent), side == "high")
+    return (int(horizon), 1 if close else 0, 0.0, 0)

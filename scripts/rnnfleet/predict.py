@@ -53,23 +53,28 @@ from rnnfleet.formats import (
     TIMEZONE_IN_FILE,
     is_time_zone,
 )
-from rnnfleet.heads import Heads
+from rnnfleet.heads import Heads, head_column_order
 from rnnfleet.intervals import COVERAGE, horizon_bands, nearest_coverage
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
 from rnnfleet.training import EVAL_BATCH, outputs_of, window_view
 
-FORECAST_COLUMNS = ("timestamp", "close", "horizon", "forecast_log_return", "forecast_close")
+# The forecast tables' vocabulary, the same in this command's CSV, the predict rule's
+# predictions/<dataset>.csv and the fleet's results/forecasts.csv (rnnfleet.summary): the bar
+# (`time`, UTC; `close`), `horizon` (bars ahead), `target` (what is forecast, in its units),
+# `forecast` and, for log_return, `forecast_close`; the interval `forecast_low`,
+# `forecast_high` at `coverage` (and the closes they imply); per horizon of a model of heads
+# `forecast_h<h>`, `forecast_h<h>_q<percent>`, `forecast_h<h>_low_<percent>`,
+# `forecast_h<h>_high_<percent>`, `forecast_close_h<h>`, horizons in numeric order.
+FORECAST_COLUMNS = ("time", "close", "horizon", "target", "forecast", "forecast_close")
 # The command's option for each `format:` key.
 FORMAT_OPTIONS = {key: "--" + key.replace("_", "-") for key in FORMAT_DEFAULTS}
 
 
 def forecast_columns(target_name: str) -> tuple[str, ...]:
-    """The forecasts CSV's columns for a model of this target."""
-    if target_name == "log_return":
-        return FORECAST_COLUMNS
-    return ("timestamp", "close", "horizon", TARGETS[target_name].forecast_column)
+    """The forecasts CSV's columns for a model of this target (before its interval's)."""
+    return FORECAST_COLUMNS if target_name == "log_return" else FORECAST_COLUMNS[:-1]
 
 
 def checkpoint_heads(checkpoint: dict) -> Heads:
@@ -124,41 +129,38 @@ def horizon_forecasts(checkpoint: dict, scaled: np.ndarray, coverage: float = CO
 
 
 def head_columns(target_name: str, forecasts: list[dict], close: np.ndarray) -> dict[str, np.ndarray]:
-    """The forecasts' columns of every horizon (horizon_forecasts), named by the target, the
-    horizon and the quantile or interval: forecast_log_return_h5, forecast_log_return_h5_q5,
-    forecast_log_return_h5_low_90, ... (for log_return also forecast_close_h5)."""
-    column, columns = TARGETS[target_name].forecast_column, {}
+    """The forecasts' columns of every horizon (horizon_forecasts), named by the horizon and
+    the quantile or interval: forecast_h5, forecast_close_h5 (log_return), forecast_h5_q5,
+    forecast_h5_low_90, ..., in head_column_order."""
+    columns = {}
     for forecast in forecasts:
-        named = f"{column}_h{forecast['horizon']}"
+        named = f"forecast_h{forecast['horizon']}"
         columns[named] = forecast["forecast"]
         if target_name == "log_return":
             columns[f"forecast_close_h{forecast['horizon']}"] = close * np.exp(forecast["forecast"])
         columns |= {f"{named}_q{q * 100:g}": values for q, values in forecast["quantiles"].items()}
         for coverage, low, high in forecast["bands"]:
             columns |= {f"{named}_low_{coverage * 100:g}": low, f"{named}_high_{coverage * 100:g}": high}
-    return columns
+    return {name: columns[name] for name in sorted(columns, key=head_column_order)}
 
 
 def interval_columns(
     target_name: str, coverage: float, low: np.ndarray, high: np.ndarray, close: np.ndarray
-) -> dict[str, np.ndarray]:
-    """The forecasts' interval columns, named by the target and the coverage
-    (forecast_log_return_low_90, ...; for log_return also the closes they imply)."""
-    column, percent = TARGETS[target_name].forecast_column, f"{coverage * 100:g}"
-    columns = {f"{column}_low_{percent}": low, f"{column}_high_{percent}": high}
+) -> dict[str, np.ndarray | float]:
+    """The forecasts' interval columns: its coverage, forecast_low, forecast_high (in the
+    target's units) and, for log_return, the closes they imply."""
+    columns = {"coverage": coverage, "forecast_low": low, "forecast_high": high}
     if target_name == "log_return":
-        columns |= {
-            f"forecast_close_low_{percent}": close * np.exp(low),
-            f"forecast_close_high_{percent}": close * np.exp(high),
-        }
+        columns |= {"forecast_close_low": close * np.exp(low), "forecast_close_high": close * np.exp(high)}
     return columns
 
 
 def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: PreparedArrays) -> dict:
     """The forecast made at the last bar of the arrays' file(s), as `rnnfleet predict --last 1`
     on those files makes it, as metrics entries: forecast_time (the bar's time, UTC),
-    forecast_bar_close, forecast_horizon (bars), forecast (in the target's units) and, for log_return,
-    forecast_close. {} where the arrays keep no full window up to that bar (an array file
+    forecast_bar_close, forecast_horizon (bars), forecast_target, forecast (in the target's
+    units) and, for log_return, forecast_close; its interval forecast_coverage,
+    forecast_low, forecast_high; forecast_heads: the head columns of a model of heads. {} where the arrays keep no full window up to that bar (an array file
     of an older rnnfleet)."""
     import pandas as pd
 
@@ -180,13 +182,14 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
         "forecast_time": str(pd.Timestamp(arrays.latest_time, tz="UTC")),
         "forecast_bar_close": arrays.last_close,
         "forecast_horizon": heads.horizons[0],
+        "forecast_target": target.name,
         "forecast": forecast,
     }
     if target.name == "log_return":
         entries["forecast_close"] = arrays.last_close * float(np.exp(forecast))
     if per_horizon[0]["bands"]:
-        _, low, high = nearest_coverage(per_horizon[0]["bands"], lambda band: band[0])
-        entries |= {"forecast_low": float(low[0]), "forecast_high": float(high[0])}
+        coverage, low, high = nearest_coverage(per_horizon[0]["bands"], lambda band: band[0])
+        entries |= {"forecast_coverage": coverage, "forecast_low": float(low[0]), "forecast_high": float(high[0])}
     if not heads.single:
         columns = head_columns(target.name, per_horizon, np.array([arrays.last_close]))
         entries["forecast_heads"] = {name: float(values[-1]) for name, values in columns.items()}
@@ -204,7 +207,8 @@ def forecast_frame(
 ):
     """A DataFrame of forecast_columns(target), one row per bar that ends a full window
     (only the last `last` of them when given), from bars as read_clean_bars returns them,
-    and the interval at `coverage` where the model file is calibrated (interval_columns).
+    the interval nearest `coverage` where the model file is calibrated (interval_columns)
+    and a model of heads' columns (head_columns).
     A user's feature file runs only from plugin_sources (rnnfleet.model.vetted_plugins)."""
     import pandas as pd
 
@@ -236,16 +240,18 @@ def forecast_frame(
     window_end_bars = bars.iloc[matrix.warmup + seq_len - 1 :]
     close = window_end_bars["close"].to_numpy(dtype=np.float64)
     columns = {
-        "timestamp": window_end_bars["timestamp"].to_numpy(),
+        "time": window_end_bars["timestamp"].to_numpy(),
         "close": close,
         "horizon": heads.horizons[0],
-        target.forecast_column: forecasts,
+        "target": target.name,
+        "forecast": forecasts,
     }
     if target.name == "log_return":
         columns["forecast_close"] = close * np.exp(forecasts)
     columns = {name: columns[name] for name in forecast_columns(target.name)}
-    for band_coverage, low, high in per_horizon[0]["bands"]:
-        columns |= interval_columns(target.name, band_coverage, low, high, close)
+    if per_horizon[0]["bands"]:
+        band = nearest_coverage(per_horizon[0]["bands"], lambda band: band[0])
+        columns |= interval_columns(target.name, *band, close)
     if not heads.single:
         columns |= head_columns(target.name, per_horizon, close)
     return pd.DataFrame(columns)
@@ -299,7 +305,8 @@ def forecast_csv(
         handle.write(text.getvalue().encode())
     print(
         f"{model_path} on {csv_path}: {len(forecasts)} forecast(s) -> {forecasts_path}; "
-        f"last: {forecasts.columns[3]} {forecasts.iloc[-1, 3]:+.6g} at close {forecasts['close'].iloc[-1]:.6g}",
+        f"last: {forecasts['target'].iloc[-1]} {forecasts['forecast'].iloc[-1]:+.6g} at close "
+        f"{forecasts['close'].iloc[-1]:.6g}",
         file=sys.stderr,
     )
     return forecasts

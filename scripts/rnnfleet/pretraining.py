@@ -502,6 +502,12 @@ def pretrained_outputs(weights: dict, arrays, model_hparams: dict, result, seq_l
     return window_outputs(model, windows, None, torch.from_numpy(result.test_numbers), result.heads)
 
 
+def early_stopping_loss(result) -> float:
+    """The validation loss the fit's early stopping compared (the training objective's, with heads)."""
+    objective = getattr(result, "val_objective", float("nan"))
+    return result.val_loss if objective != objective else objective
+
+
 def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams: dict, seq_len: int, block_bars: int):
     """(which fit validation prefers, "fleet" or "scratch", and the comparison's metrics) of
     two fits of one dataset, each (TrainingResult, test scores). The choice reads the
@@ -511,10 +517,11 @@ def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams:
     from rnnfleet.evaluation import bootstrap_block, diebold_mariano, skill
 
     fleet_result, scratch_result = fleet_fit[0], scratch_fit[0]
-    kept = "fleet" if fleet_result.val_loss <= scratch_result.val_loss else "scratch"
+    fleet_val, scratch_val = early_stopping_loss(fleet_result), early_stopping_loss(scratch_result)
+    kept = "fleet" if fleet_val <= scratch_val else "scratch"
     metrics = {
-        "init_fleet_val_loss": fleet_result.val_loss,
-        "init_scratch_val_loss": scratch_result.val_loss,
+        "init_fleet_val_loss": fleet_val,
+        "init_scratch_val_loss": scratch_val,
         "init_fleet_epochs": fleet_result.epochs_run,
         "init_scratch_epochs": scratch_result.epochs_run,
         "init_fleet_seconds": fleet_result.train_seconds,

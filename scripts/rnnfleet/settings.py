@@ -36,6 +36,15 @@ PREPROCESS_CONFIG_KEYS = {
     "quality": "quality",
 }
 
+
+def preprocess_config_keys(config: dict) -> dict[str, str]:
+    """PREPROCESS_CONFIG_KEYS as this config sets them: the preprocess setting `horizon` is
+    train.horizons where that is given (horizon_setting), else train.horizon."""
+    if config_value(config, "train.horizons"):
+        return {**PREPROCESS_CONFIG_KEYS, "horizon": "train.horizons"}
+    return PREPROCESS_CONFIG_KEYS
+
+
 # Settings added after projects were made without them, and their defaults: at the default
 # they are left out of the rules' params, the array files' settings hash and a model's
 # fingerprint, so that a project made before they existed re-runs and updates as before.

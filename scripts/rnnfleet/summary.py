@@ -19,6 +19,7 @@ from rnnfleet.errors import (
     room_left,
 )
 from rnnfleet.fleet import fleet_columns
+from rnnfleet.heads import head_column, head_column_order
 from rnnfleet.pretraining import COMPARE_COLUMNS, init_verdicts
 from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
@@ -27,6 +28,14 @@ SUMMARY_COLUMNS = (
     "val_loss",
     "naive_val_loss",
     "skill",  # validation skill: 1 - val_loss / naive_val_loss (the part that chose the epoch)
+    # val_loss, skill and test_skill are all the first horizon's point forecast (the median) in `loss`.
+    # With heads, the training loss on the validation part, which early stopping compared
+    # (`early_stopping` names it, `objective` says what it is): quantiles the pinball loss over
+    # every horizon and quantile, several horizons without quantiles the loss averaged over them.
+    "val_pinball",
+    "naive_val_pinball",
+    "val_mean_loss",
+    "naive_val_mean_loss",
     # The test period (preprocess.test_fraction), never seen in training: rnnfleet.scoring.score_test_period
     "test_skill",  # 1 - test_loss / naive_test_loss
     "test_skill_low",  # its 95% block-bootstrap interval
@@ -78,7 +87,9 @@ SUMMARY_COLUMNS = (
     "features",
     "target",
     "baseline",  # the naive forecast naive_val_loss is the loss of (rnnfleet.targets)
-    "loss",  # what val_loss measures: MSE of the scaled target, or log loss
+    "loss",  # what val_loss and test_loss measure: MSE of the scaled target, or log loss
+    "early_stopping",  # the column whose lowest value chose the best epoch: val_loss, val_pinball, val_mean_loss
+    "objective",  # the training loss in words (the loss curve's axis)
     "timezone",  # the zone the bars' times were read in: format.timezone, "UTC (assumed)", "UTC (epoch)", ...
     "val_accuracy",  # classification targets only, with the baseline's
     "naive_val_accuracy",
@@ -96,17 +107,19 @@ SUMMARY_COLUMNS = (
 )
 # The fleet's forecasts (results/forecasts.csv): one row per dataset, the forecast its model
 # made at the last bar of its files (rnnfleet.predict.forecast_at_last_bar), or why there is none.
+# The same vocabulary as rnnfleet predict's CSV (rnnfleet.predict.FORECAST_COLUMNS).
 FORECAST_COLUMNS = (
     "dataset",
     "status",
     "time",  # of the bar the forecast is made at, UTC
     "close",  # that bar's close
     "horizon",  # bars ahead
+    "target",  # what is forecast: log_return, ...
     "forecast",  # in the target's units
     "forecast_close",  # log_return: the close it implies
-    "forecast_low",  # its 90% interval, in the target's units (rnnfleet.intervals)
+    "coverage",  # of its interval (0.9, or the nearest quantile pair's), in the target's units (rnnfleet.intervals)
+    "forecast_low",
     "forecast_high",
-    "target",
     "made",
     "test_skill",
     "test_verdict",
@@ -119,8 +132,10 @@ FORECAST_METRICS = {
     "time": "forecast_time",
     "close": "forecast_bar_close",
     "horizon": "forecast_horizon",
+    "target": "forecast_target",
     "forecast": "forecast",
     "forecast_close": "forecast_close",
+    "coverage": "forecast_coverage",
     "forecast_low": "forecast_low",
     "forecast_high": "forecast_high",
 }
@@ -209,6 +224,13 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
     """A dataset's row of the forecasts table, from its row of the summary table (with the
     forecast entries of its metrics); the error says why a dataset has no forecast."""
     forecast = {column: row.get(key, "") for column, key in FORECAST_METRICS.items()}
+    # The metrics of an earlier rnnfleet lack the target's name and the interval's coverage.
+    forecast["target"] = forecast["target"] or str(row.get("target", "")).split(" over ")[0]
+    if forecast["forecast"] != "":
+        forecast["coverage"] = forecast["coverage"] or (
+            row.get("interval_coverage", "") if forecast["forecast_low"] != "" else ""
+        )
+    heads = {head_column(name): value for name, value in (row.get("forecast_heads") or {}).items()}
     error = row.get("error", "")
     if row.get("status", "ok") == "ok" and forecast["forecast"] == "":
         error = (
@@ -222,7 +244,7 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
         "status": row.get("status", "ok"),
         "model": model_pattern.format(dataset=row["dataset"]),
         "error": error,
-        **(row.get("forecast_heads") or {}),
+        **{name: heads[name] for name in sorted(heads, key=head_column_order)},
     }
 
 

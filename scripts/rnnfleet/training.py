@@ -18,6 +18,7 @@ from rnnfleet import intervals
 from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import UserError, log, one_line
+from rnnfleet.evaluation import window_losses
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import WindowNumbers, window_numbers
 from rnnfleet.heads import Heads, heads_of_settings, pinball
@@ -34,6 +35,8 @@ EVAL_BATCH = 2048
 @dataclass
 class TrainingResult:
     model: nn.Module  # holds the best-validation weights
+    # The first horizon's point forecast (the median with quantiles) on the validation
+    # windows, in the target's own loss: the measure of the test period's test_loss.
     val_loss: float
     naive_val_loss: float  # the target's naive baseline (rnnfleet.targets) on the same windows
     best_epoch: int
@@ -60,6 +63,11 @@ class TrainingResult:
     # (horizons, pairs, n) (rnnfleet.intervals.pair_scores).
     calibration: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
     heads: Heads = Heads((1,))  # what the outputs are (rnnfleet.heads); the default: one point forecast
+    # The training loss on the validation windows at the best epoch, which early stopping
+    # compares (its name: objective_key), and the baseline's; for one point forecast the
+    # same as val_loss and naive_val_loss.
+    val_objective: float = math.nan
+    naive_val_objective: float = math.nan
 
     @property
     def skill(self) -> float:
@@ -95,6 +103,41 @@ def loss_of(heads: Heads, target: Target, device: torch.device):
     return lambda outputs, targets, reduction="mean": pinball(
         outputs, targets.reshape(len(targets), -1), quantiles, reduction
     )
+
+
+def objective_key(heads: Heads) -> str:
+    """What the training loss is called in the history and the metrics (train_<key>,
+    val_<key>): "loss" for one point forecast (the val_loss of the scores), "pinball" for
+    quantile heads, "mean_loss" for the target's loss averaged over several horizons."""
+    if heads.single:
+        return "loss"
+    return "pinball" if heads.quantiles else "mean_loss"
+
+
+def objective_text(heads: Heads, target: Target) -> str:
+    """The training loss in words, e.g. 'pinball loss (scaled), mean over horizons 1, 5 and
+    quantiles 0.1, 0.5, 0.9': the loss curve's axis."""
+    if heads.single:
+        return target.loss_name
+    horizons = ", ".join(map(str, heads.horizons))
+    if heads.quantiles:
+        quantiles = ", ".join(f"{q:g}" for q in heads.quantiles)
+        return f"pinball loss (scaled), mean over horizons {horizons} and quantiles {quantiles}"
+    return f"{target.loss_name}, mean over horizons {horizons}"
+
+
+def first_point_losses(
+    outputs: np.ndarray, naive_value: float | np.ndarray, targets: np.ndarray, heads: Heads, target: Target
+) -> tuple[float, float]:
+    """(model, baseline) mean loss of the first horizon's point forecast over windows whose
+    outputs (outputs_of's) and targets these are, in the target's own loss, computed as the
+    test period's (rnnfleet.evaluation.window_losses)."""
+    point = outputs if heads.single else outputs[:, 0, heads.point]
+    naive = naive_value if heads.single else np.asarray(naive_value)[0, heads.point]
+    actual = targets.reshape(len(targets), -1)[:, 0]
+    losses = window_losses(point, actual, target.classification)
+    naive_losses = window_losses(np.full(len(actual), naive, np.float64), actual, target.classification)
+    return float(losses.mean()), float(naive_losses.mean())
 
 
 def point_of(outputs: torch.Tensor, heads: Heads) -> torch.Tensor:
@@ -252,6 +295,7 @@ def train_model(
     heads = heads_of_arrays(arrays, train_hparams)
     model = build_model(with_outputs(model_hparams, heads), features.shape[1], seq_len).to(device)
     loss_function = loss_of(heads, target, device)
+    objective = objective_key(heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
     if start is not None:
         model.load_state_dict(start.weights)
@@ -263,7 +307,7 @@ def train_model(
     val_targets = window_targets[val_numbers]
     naive_value = naive_outputs(heads, target, window_targets[all_train_numbers])
     naive_output = naive_batch(naive_value, heads, val_targets)
-    naive_val_loss = loss_function(naive_output, val_targets).item() if validating else math.nan
+    naive_val_objective = loss_function(naive_output, val_targets).item() if validating else math.nan
     best_val_loss, best_epoch, best_state, best_optimizer, history = math.inf, 0, None, None, []
     # The best epoch's validation pass: its outputs calibrate the intervals (no pass of their own).
     best_pass = start_val_loss = None
@@ -271,7 +315,7 @@ def train_model(
         best_pass = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
         start_val_loss = best_val_loss = best_pass.loss
         best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
-        log(f"epoch   0  val_loss {start_val_loss:.5f}  (the weights it started from)")
+        log(f"epoch   0  val_{objective} {start_val_loss:.5f}  (the weights it started from)")
     n_batches = math.ceil(n_train / batch_size)
     started = time.perf_counter()
 
@@ -299,9 +343,11 @@ def train_model(
         )
         val_loss = val_pass.loss if val_pass else math.nan
         seconds = time.perf_counter() - epoch_started
-        history.append({"epoch": epoch, "train_loss": train_loss, "val_loss": val_loss, "seconds": seconds})
+        history.append(
+            {"epoch": epoch, f"train_{objective}": train_loss, f"val_{objective}": val_loss, "seconds": seconds}
+        )
         log(
-            f"epoch {epoch:3d}  train_loss {train_loss:.5f}  val_loss {val_loss:.5f}  "
+            f"epoch {epoch:3d}  train_{objective} {train_loss:.5f}  val_{objective} {val_loss:.5f}  "
             f"{seconds:.2f}s  {n_train / seconds:,.0f} samples/s"
         )
         pause_point("epoch")
@@ -311,7 +357,7 @@ def train_model(
             best_val_loss, best_epoch, best_pass = val_loss, epoch, val_pass
             best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
         elif epoch - best_epoch >= int(train_hparams["patience"]):
-            log(f"early stop: no val_loss improvement for {train_hparams['patience']} epochs")
+            log(f"early stop: no val_{objective} improvement for {train_hparams['patience']} epochs")
             break
 
     model.load_state_dict(best_state)
@@ -323,12 +369,17 @@ def train_model(
         naive_hits = (naive_points > 0) == (val_targets.reshape(naive_points.shape) > 0.5)
         accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
     test_outputs = window_outputs(model, windows, amp_dtype, torch.from_numpy(numbers.test).to(device), heads)
+    val_loss, naive_val_loss = best_val_loss, naive_val_objective
+    if validating and not heads.single:
+        val_loss, naive_val_loss = first_point_losses(
+            best_pass.outputs, naive_value, val_targets.cpu().numpy(), heads, target
+        )
     calibration = np.zeros(0, dtype=np.float32)
     if validating and not target.classification:
         calibration = intervals.head_calibration(best_pass.outputs, val_targets.cpu().numpy(), heads)
     return TrainingResult(
         model=model,
-        val_loss=best_val_loss,
+        val_loss=val_loss,
         naive_val_loss=naive_val_loss,
         best_epoch=best_epoch,
         epochs_run=len(history),
@@ -343,6 +394,8 @@ def train_model(
         start_val_loss=start_val_loss,
         calibration=calibration,
         heads=heads,
+        val_objective=best_val_loss,
+        naive_val_objective=naive_val_objective,
     )
 
 

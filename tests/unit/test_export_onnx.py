@@ -127,7 +127,7 @@ def largest_difference(onnx_columns: dict, forecasts: pd.DataFrame, target_std) 
     """Asserts every forecast column of rnnfleet predict's CSV is in the ONNX outputs and equal
     to OF_SCALE of the target's std plus OF_VALUE of the value; returns the largest
     difference in units of the target's std (closes: relative to the close)."""
-    assert set(onnx_columns) == set(forecasts.columns) - {"timestamp", "close", "horizon"}
+    assert set(onnx_columns) == set(forecasts.columns) - {"time", "close", "horizon", "target"}
     largest = 0.0
     for name, values in onnx_columns.items():
         wanted = forecasts[name].to_numpy(np.float64)
@@ -151,10 +151,11 @@ def test_onnx_runtime_gives_rnnfleet_predicts_forecasts_bounds_and_prices_at_bat
     plan = export_onnx.export_plan(torch.load(model_path, weights_only=True), {})
     target_std = 1.0 if MODELS[name][3] == "direction" else plan.scales.min()
     windows = windows_of(bars_csv, 64, SEQ_LEN + 1)
-    batch = export_onnx.predict_columns(run_file(out, windows), plan)
+    close = windows[:, -1, 3].astype(np.float64)
+    batch = export_onnx.predict_columns(run_file(out, windows), plan, close)
     largest = largest_difference(batch, forecasts, target_std)
     for one in (0, 63):  # a batch of 1
-        alone = export_onnx.predict_columns(run_file(out, windows[one : one + 1]), plan)
+        alone = export_onnx.predict_columns(run_file(out, windows[one : one + 1]), plan, close[one : one + 1])
         largest = max(largest, largest_difference(alone, forecasts.iloc[one : one + 1], target_std))
     record_property("largest_difference", largest)
     print(f"{name}: largest difference {largest:.3g} (of the target's std; closes relative)")
@@ -187,6 +188,7 @@ def test_the_file_is_float32_opset_17_with_a_dynamic_batch_and_says_what_it_is(m
         described["outputs"]
         == "forecast,quantiles,lower,upper,forecast_close,forecast_close_lower,forecast_close_upper"
     )
+    assert described["output_quantiles"].startswith("[batch, horizons, quantiles]")
 
 
 def plugin_model(bars_csv, tmp_path, builder: str | None, feature: str | None, time_feature: bool = False):

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from rnnfleet import evaluation, fleet, plots
+from rnnfleet import evaluation, fleet, fleet_charts, fleet_rows, start_page, table_page
 
 # Benjamini and Hochberg (1995), section 4: 15 p-values of a clinical trial; at 0.05 the
 # procedure rejects the four smallest (Bonferroni: three).
@@ -150,37 +150,37 @@ def test_the_winners_after_the_correction_rank_first_apart_from_the_rest(tmp_pat
         fleet.NOT_DISTINGUISHABLE_AFTER,
     ]
     rows[0]["fleet_verdict"] = fleet.NOT_DISTINGUISHABLE_AFTER  # as at a stricter rate
-    assert [row["dataset"] for row in plots.best_first(rows)] == ["REAL", "LUCKY", "FLAT"]
-    assert [plots.verdict_class(row) for row in rows] == ["lucky", "winner", "unclear"]
-    plots.write_table_html(rows, list(rows[0]), tmp_path / "table.html")
+    assert [row["dataset"] for row in fleet_rows.best_first(rows)] == ["REAL", "LUCKY", "FLAT"]
+    assert [fleet_rows.verdict_class(row) for row in rows] == ["lucky", "winner", "unclear"]
+    table_page.write_table_html(rows, list(rows[0]), tmp_path / "table.html")
     lines = [line for line in (tmp_path / "table.html").read_text().splitlines() if line.startswith("<tr class")]
     assert [line.split('"')[1] for line in lines] == ["winner", "divider", "lucky", "unclear"]
     assert "Above: the 1 that beat the baseline after the fleet correction" in lines[1]
-    plots.draw_skill_overview(rows, tmp_path / "skill.png")
+    fleet_charts.draw_skill_overview(rows, tmp_path / "skill.png")
     assert (tmp_path / "skill.png").stat().st_size > 1000
 
 
 def test_the_headline_counts_the_winners_before_and_after_and_those_luck_gives(tmp_path):
     rows = fleet_table_rows()
     rows[0]["fleet_verdict"] = fleet.NOT_DISTINGUISHABLE_AFTER
-    counts = plots.fleet_counts(rows)
+    counts = fleet_rows.fleet_counts(rows)
     assert (counts.tested, counts.alone, counts.after, counts.method, counts.rate) == (
         3, 2, 1, "Benjamini-Hochberg", 0.1
     )  # fmt: skip
     assert counts.alone_by_luck == pytest.approx(0.075)
-    text = plots.fleet_headline(counts)
+    text = start_page.fleet_headline(counts)
     assert "Of 3 dataset(s) with a test score, 2 beat their baseline alone" in text
     assert "about 0.1 would, by luck" in text and "over those 3), 1 beat it" in text
     template = tmp_path / "workflow.rst"
-    template.write_text(f"Title\n=====\n\nIntro.\n\n{plots.HEADLINE_MARKER}\n\nMore.\n")
-    plots.write_start_page(template, rows, tmp_path / "start.rst")
+    template.write_text(f"Title\n=====\n\nIntro.\n\n{start_page.HEADLINE_MARKER}\n\nMore.\n")
+    start_page.write_start_page(template, rows, tmp_path / "start.rst")
     start = (tmp_path / "start.rst").read_text()
     assert (
-        f"**The fleet.** {plots.fleet_numbers(rows, plots.rst_literal)} {plots.fleet_headline(counts, plots.rst_literal)}"
+        f"**The fleet.** {start_page.fleet_numbers(rows, start_page.rst_literal)} {start_page.fleet_headline(counts, start_page.rst_literal)}"
         in start
     )
     assert start.index("**The fleet.**") < start.index("More.")
-    assert plots.fleet_counts([{"dataset": "A", "skill": "0.1"}]) is None
+    assert fleet_rows.fleet_counts([{"dataset": "A", "skill": "0.1"}]) is None
 
 
 def test_a_large_fleets_skill_chart_is_a_distribution_with_the_winners_named(tmp_path, monkeypatch):
@@ -204,12 +204,12 @@ def test_a_large_fleets_skill_chart_is_a_distribution_with_the_winners_named(tmp
     monkeypatch.setattr("matplotlib.axes.Axes.text", lambda axes, *args, **kwargs: texts.append(args[2]))
     forest = []
     monkeypatch.setattr("matplotlib.axes.Axes.errorbar", lambda axes, *args, **kwargs: forest.append(args))
-    plots.draw_skill_overview(table, tmp_path / "skill.png")
+    fleet_charts.draw_skill_overview(table, tmp_path / "skill.png")
     assert (tmp_path / "skill.png").stat().st_size > 1000 and forest == []  # a histogram: no bars
     (listed,) = texts
     winners = sum(row["fleet_verdict"] == fleet.BEATS_AFTER for row in table)
     assert winners >= 20 and listed.startswith("Winners after the fleet correction:\nREAL")
-    assert listed.count("\n") == plots.MAX_NAMED_WINNERS + 1 and f"... and {winners - 15} more" in listed
+    assert listed.count("\n") == fleet_charts.MAX_NAMED_WINNERS + 1 and f"... and {winners - 15} more" in listed
 
 
 def test_the_fleets_numbers_count_what_the_table_says():
@@ -223,13 +223,13 @@ def test_the_fleets_numbers_count_what_the_table_says():
         {"dataset": "BAD", "status": "data error", "test_skill": ""},
         {"dataset": "CRASH", "status": "failed", "test_skill": ""},
     ]
-    assert plots.fleet_numbers(rows, plots.rst_literal) == (
-        "9 dataset(s): 6 trained from scratch, 1 updated (column *made*), 2 not done (1 data error, 1 failed), "
+    assert start_page.fleet_numbers(rows, start_page.rst_literal) == (
+        "9 dataset(s): 6 trained from scratch, 1 updated (column ``made``), 2 not done (1 data error, 1 failed), "
         "1 flagged for data quality. Best test skill: ``D0`` +0.3000, ``D1`` +0.2000, ``D2`` +0.1000; "
         "worst: ``D4`` -0.1000, ``D5`` -0.2000, ``D6`` -0.3000."
     )
-    assert plots.fleet_numbers([{"dataset": "A", "skill": "0.1", "made": "full"}]) == (
-        "1 dataset(s): 1 trained from scratch, 0 updated (column *made*). Best skill: A +0.1000."
+    assert start_page.fleet_numbers([{"dataset": "A", "skill": "0.1", "made": "full"}]) == (
+        "1 dataset(s): 1 trained from scratch, 0 updated (column made). Best skill: A +0.1000."
     )
 
 
@@ -240,11 +240,11 @@ def test_the_fleets_numbers_say_how_the_forecast_intervals_held():
         {"dataset": "C", "test_coverage": "0.89", "test_coverage_low": "0.85", "test_coverage_high": "0.93"},
         {"dataset": "D", "test_coverage": ""},  # a direction target: no interval
     ]
-    assert plots.coverage_text(rows) == (
+    assert start_page.coverage_text(rows) == (
         " The 90% forecast intervals held in a median 91.0% of the test windows; 1 of 3 dataset(s) with a "
-        "coverage clearly off 90% (its 95% interval excludes it: column *test_coverage*)."
+        "coverage clearly off 90% (its 95% interval excludes it: column test_coverage)."
     )
-    assert plots.coverage_text(rows[3:]) == ""
+    assert start_page.coverage_text(rows[3:]) == ""
 
 
 def test_a_forecasts_row_says_why_a_dataset_has_no_forecast():
@@ -257,3 +257,28 @@ def test_a_forecasts_row_says_why_a_dataset_has_no_forecast():
     assert old["error"].startswith("no forecast: its model or array file is from an earlier rnnfleet")
     failed = forecast_row({"dataset": "C", "status": "failed", "error": "train: C: boom"}, pattern)
     assert (failed["status"], failed["error"]) == ("failed", "no forecast this run: train: C: boom")
+
+
+def test_a_forecasts_row_from_an_earlier_rnnfleets_metrics_has_todays_column_names_in_horizon_order(tmp_path):
+    """docs/outputs.md, "Renamed columns": a model trained before the forecast tables shared
+    one vocabulary (its metrics name the heads' columns after the target's forecast column,
+    and lack the target's name and the interval's coverage) still gives today's columns."""
+    from rnnfleet.summary import forecast_row, write_forecasts
+
+    heads = {f"forecast_log_return_h{h}{suffix}": h for h in (1, 15, 5) for suffix in ("", "_q95", "_low_90", "_q5")}
+    row = {
+        "dataset": "A",
+        "status": "ok",
+        "forecast": 0.001,
+        "forecast_low": -0.01,
+        "target": "log_return over 1, 15, 5 bar(s)",
+        "interval_coverage": 0.9,
+        "forecast_heads": dict(sorted(heads.items())),  # as a metrics file's sorted keys give them
+    }
+    forecast = forecast_row(row, "models/{dataset}.pt")
+    assert (forecast["target"], forecast["coverage"]) == ("log_return", 0.9)
+    write_forecasts([row], "models/{dataset}.pt", tmp_path / "forecasts.csv")
+    columns = (tmp_path / "forecasts.csv").read_text().splitlines()[0].split(",")
+    assert columns[columns.index("error") + 1 :] == [
+        f"forecast_h{h}{suffix}" for h in (1, 5, 15) for suffix in ("", "_q5", "_q95", "_low_90")
+    ]

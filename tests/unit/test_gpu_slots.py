@@ -208,3 +208,25 @@ def test_a_warm_child_that_started_cuda_among_several_gpus_takes_no_other_job(
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda_started)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     assert can_take_another_job() is reusable
+
+
+@pytest.mark.parametrize(("train_device", "current", "capped"), [("auto", 0, 0), ("cuda", 2, 2), ("cuda:1", 0, 1)])
+def test_the_memory_cap_reaches_the_gpu_of_a_device_named_without_an_index(monkeypatch, train_device, current, capped):
+    # One visible GPU (train.device auto) or train.device: cuda gives torch.device("cuda"),
+    # which torch's set_per_process_memory_fraction refuses: every training on a one-GPU
+    # machine failed before its first step (seen on an H200). torch's own function runs here;
+    # only its CUDA calls are faked.
+    import torch
+
+    from rnnfleet.runner.device import cap_gpu_memory, choose_device
+
+    fractions = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2 if train_device == "cuda:1" else 1)  # cuda:1 exists
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    monkeypatch.setattr(torch.cuda.memory, "_lazy_init", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(total_memory=8 * 2**30))
+    monkeypatch.setattr(torch._C, "_cuda_setMemoryFraction", lambda *args: fractions.append(args), raising=False)
+
+    cap_gpu_memory(choose_device(train_device), gpu_mem_gb=2)
+    assert fractions == [(0.25, capped)]

@@ -141,6 +141,14 @@ def test_the_calibration_is_the_best_epochs_as_a_pass_of_its_own_after_training_
     )
     val_targets = arrays.targets[16 - 1 :][usable_windows(arrays, 16).val]
     np.testing.assert_array_equal(result.calibration, intervals.head_calibration(afresh, val_targets, result.heads))
+    # val_loss and skill: the first horizon's point forecast (the median) in the target's own
+    # loss, as test_loss; the training loss early stopping compared keeps a name of its own.
+    point, naive = afresh[:, 0, result.heads.point], result.naive_output[0, result.heads.point]
+    actual = val_targets[:, 0].astype(np.float64)
+    assert result.val_loss == pytest.approx(np.mean((point - actual) ** 2), rel=1e-6)
+    assert result.naive_val_loss == pytest.approx(np.mean((naive - actual) ** 2), rel=1e-6)
+    key = "pinball" if quantiles else "mean_loss"
+    assert result.val_objective == min(entry[f"val_{key}"] for entry in result.history) != result.val_loss
 
 
 def test_without_heads_the_params_and_arrays_are_those_of_before_heads_existed():
@@ -183,6 +191,6 @@ def test_walk_forward_folds_and_a_refit_score_and_calibrate_every_horizon(tmp_pa
     assert fitted.checkpoint["model_config"]["outputs"] == 6
     heads = fitted.metrics["forecast_heads"]
     for horizon in (1, 5):
-        assert heads[f"forecast_log_return_h{horizon}_q10"] <= heads[f"forecast_log_return_h{horizon}"]
-        assert heads[f"forecast_log_return_h{horizon}"] <= heads[f"forecast_log_return_h{horizon}_q90"]
-        assert heads[f"forecast_log_return_h{horizon}_low_80"] < heads[f"forecast_log_return_h{horizon}_high_80"]
+        assert heads[f"forecast_h{horizon}_q10"] <= heads[f"forecast_h{horizon}"]
+        assert heads[f"forecast_h{horizon}"] <= heads[f"forecast_h{horizon}_q90"]
+        assert heads[f"forecast_h{horizon}_low_80"] < heads[f"forecast_h{horizon}_high_80"]

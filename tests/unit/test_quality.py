@@ -13,7 +13,6 @@ from conftest import REPO
 
 from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.errors import DataError
-from rnnfleet.plots import write_table_html
 from rnnfleet.quality import (
     QUALITY_DEFAULTS,
     check_quality,
@@ -24,6 +23,7 @@ from rnnfleet.quality import (
 )
 from rnnfleet.summary import SUMMARY_COLUMNS, metrics_row
 from rnnfleet.synthetic import synthetic_bars
+from rnnfleet.table_page import write_table_html
 
 ROWS = 400
 

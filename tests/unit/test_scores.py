@@ -255,7 +255,8 @@ def test_a_model_file_of_format_2_is_refused_saying_to_re_train(tmp_path):
 
 
 def test_the_forest_chart_draws_an_estimate_outside_its_interval_and_falls_back_to_validation(tmp_path):
-    from rnnfleet.plots import best_first, draw_skill_overview
+    from rnnfleet.fleet_charts import draw_skill_overview
+    from rnnfleet.fleet_rows import best_first
 
     rows = [
         {"dataset": "A", "skill": "0.1", "test_skill": "0.05", "test_skill_low": "0.0500000001",

@@ -175,3 +175,28 @@ def test_report_bench_builds_both_reports_opens_them_and_prints_the_ratios(tmp_p
     assert fleet["new"]["table_rows"] == 3  # the unpacked zip's table, read in the browser
     assert fleet["new"]["files_in_zip"] > 3 and fleet["today"]["report_mb"] > fleet["new"]["report_mb"] > 0
     assert all(fleet[side]["start_page_s"] > 0 and fleet[side]["table_s"] > 0 for side in ("today", "new"))
+
+
+def test_batched_lstm_bench_checks_the_grouped_model_against_nn_lstm_and_times_both_layouts():
+    command = [sys.executable, str(REPO / "bench" / "bench_batched_lstm.py"), "--device", "cpu", "--ks", "1"]
+    result = subprocess.run(
+        [*command, "--variants", "grouped,processes", "--seconds", "0.3"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "grouped model vs nn.LSTM with the same weights" in result.stdout
+    records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [(record["variant"], record["K"]) for record in records] == [("grouped", 1), ("processes", 1)]
+    assert all(record["model_steps_per_s"] > 0 for record in records)
+
+
+def test_gpu_samples_says_which_phase_stayed_within_its_trainings_declared_memory(tmp_path):
+    # Two phases of made-up nvidia-smi samples: two trainings within 2 x 2 GB, then one above its 2 GB.
+    samples, phases = tmp_path / "samples.txt", tmp_path / "phases.txt"
+    samples.write_text("G 1.0 50 1000\nP 1.0 11 600\nP 1.0 12 700\nG 2.0 90 3000\nP 2.0 11 2500\nG 2.1 [N/A] 1\n")
+    phases.write_text("0.5 1.5 two 2 2\n1.5 2.5 one-above 1 2\n")
+    command = [sys.executable, str(REPO / "bench" / "gpu_samples.py"), str(samples), str(phases)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line for line in result.stdout.splitlines()[1:]}
+    assert rows["two"].split()[1:8] == ["50", "50", "2", "700", "2048", "1300", "4096"] and "yes" in rows["two"]
+    assert "NO (a process above its own declared)" in rows["one-above"]

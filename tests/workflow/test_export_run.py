@@ -1,6 +1,6 @@
 """ONNX files through the real workflow and the real `rnnfleet export` command: export.onnx
 writes exports/<dataset>.onnx for every model, an unchanged model is not exported again and a
-changed one is; the command exports a project's models (one bad name costs itself alone),
+changed (updated) one is; the command exports a project's models (one bad name costs itself alone),
 refuses to write over a model or data file, prints a file's metadata, and says in one line
 what to install where onnx is missing (rnnfleet itself runs without it). In process:
 tests/unit/test_export_onnx.py."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -18,7 +19,9 @@ import sys
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, snakemake, write_config
+from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, planned_jobs, snakemake, write_config
+
+from rnnfleet.synthetic import synthetic_bars
 
 pytest.importorskip("onnxruntime", reason="the export's optional packages: pip install -r requirements-onnx.txt")
 from rnnfleet.cli import main  # noqa: E402
@@ -45,13 +48,25 @@ def sha256(path) -> str:
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """A folder after one real run with export.onnx: true."""
+def first_run(tmp_path_factory):
+    """(a folder after one real run with export.onnx: true on one core, its stderr)."""
     folder = tmp_path_factory.mktemp("export_run")
     add_datasets(folder, DATASETS)
     write_config(folder, data_dir="data", export={"onnx": True})
-    snakemake(folder)
-    return folder
+    return folder, snakemake(folder, "--cores", "1").stderr
+
+
+@pytest.fixture(scope="module")
+def exported(first_run):
+    return first_run[0]
+
+
+def test_exports_wait_for_every_training_that_can_run(first_run):
+    """On one core, every training starts before the first export: an export never holds a
+    core a training could use (priority -10 against the training's 10)."""
+    started = [job.rule for job in planned_jobs(first_run[1])]
+    assert started.count("train") == len(DATASETS) and started.count("export_onnx") == len(DATASETS)
+    assert max(i for i, rule in enumerate(started) if rule == "train") < started.index("export_onnx")
 
 
 def test_the_workflow_exports_every_model_and_again_only_the_one_that_changed(exported):
@@ -65,9 +80,12 @@ def test_the_workflow_exports_every_model_and_again_only_the_one_that_changed(ex
     assert unknown.returncode != 0 and "exports/C_1m.onnx: no dataset 'C_1m'" in unknown.stderr
 
     b_export = (exported / "exports" / "B_1m.onnx").stat().st_mtime_ns
-    add_datasets(exported, ["A_1m"], rows=TINY_ROWS + 60)  # new bars for A: its model is trained again
+    # 60 new bars at the end of A's file: its model is updated from its previous weights.
+    new_bars = synthetic_bars(TINY_ROWS + 60, seed=5).iloc[TINY_ROWS:]
+    new_bars.to_csv(exported / "data" / "A_1m.csv", mode="a", header=False, index=False, float_format="%.6f")
     old_model = sha256(exported / "models" / "A_1m.pt")
     snakemake(exported)
+    assert json.loads((exported / "metrics" / "A_1m.json").read_text())["made"] == "update 1"
     assert sha256(exported / "models" / "A_1m.pt") != old_model
     _, described, _ = rnnfleet(exported, "export", "--describe", "exports/A_1m.onnx")
     assert f"model_sha256: {sha256(exported / 'models' / 'A_1m.pt')}" in described
@@ -88,12 +106,13 @@ def test_the_command_exports_a_projects_models_and_one_bad_name_costs_itself_alo
 def test_the_command_never_writes_over_a_model_or_data_file(exported):
     before = sha256(exported / "models" / "B_1m.pt")
     given = ["--model", "models/A_1m.pt", "--csv", "data/A_1m.csv"]
-    for out in ("models/B_1m.pt", "data/A_1m.csv", "models"):
+    for out in ("models/B_1m.pt", "data/A_1m.csv", "models", "models/A_1m.onnx", "data/A_1m.onnx"):
         status, _, stderr = rnnfleet(exported, "export", *given, "--out", out)
         assert status == 1 and stderr.count("\n") == 1 and out in stderr
     assert sha256(exported / "models" / "B_1m.pt") == before
     status, _, stderr = rnnfleet(exported, "export", *given, "--out", "one/A.onnx")
     assert status == 0 and (exported / "one" / "A.onnx").exists(), stderr
+    assert not (exported / "models" / "A_1m.onnx").exists() and not (exported / "data" / "A_1m.onnx").exists()
 
 
 def test_without_onnx_rnnfleet_imports_and_runs_and_export_says_what_to_install(exported):
@@ -124,7 +143,7 @@ def test_the_python_example_gives_rnnfleet_predicts_forecast_with_onnx_runtime_a
     line = next(line for line in result.stdout.splitlines() if "1 bar(s) ahead:" in line)
     forecast, close = re.search(r"ahead: (\S+) \(close (\S+)\)", line).groups()
     target_std = float(torch.load(exported / "models" / "B_1m.pt", weights_only=True)["normalisation"]["target_std"])
-    assert abs(float(forecast) - wanted["forecast_log_return"].iloc[-1]) < 1e-4 * target_std
+    assert abs(float(forecast) - wanted["forecast"].iloc[-1]) < 1e-4 * target_std
     assert float(close) == pytest.approx(wanted["forecast_close"].iloc[-1], rel=1e-6)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +17,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 from conftest import REPO, planned_rules, snakemake, svg_texts, write_bars_of_returns, write_config
 
 from rnnfleet.checkpoint import load_checkpoint
+from rnnfleet.data import load_arrays
+from rnnfleet.heads import Heads
+from rnnfleet.model import load_model
 from rnnfleet.synthetic import ar_garch_returns
+from rnnfleet.training import AMP_DTYPES, usable_windows, window_outputs, window_view
 
 pytestmark = pytest.mark.long  # a minute: started first (tests/conftest.py)
 
@@ -113,15 +119,13 @@ def test_the_table_has_each_horizons_scores_and_the_forecasts_each_horizons_quan
         row = forecasts[name]
         assert row["status"] == "ok" and row["horizon"] == "1"
         for horizon in HORIZONS:
-            values = [float(row[f"forecast_log_return_h{horizon}_q{q}"]) for q in (5, 50, 95)]
+            values = [float(row[f"forecast_h{horizon}_q{q}"]) for q in (5, 50, 95)]
             assert values == sorted(values)  # no crossing quantiles
-            low, high = (
-                float(row[f"forecast_log_return_h{horizon}_low_90"]),
-                float(row[f"forecast_log_return_h{horizon}_high_90"]),
-            )
+            low, high = float(row[f"forecast_h{horizon}_low_90"]), float(row[f"forecast_h{horizon}_high_90"])
             assert low < values[1] < high
-            assert float(row[f"forecast_log_return_h{horizon}"]) == values[1]  # the point forecast is the median
-        assert float(row["forecast"]) == float(row["forecast_log_return_h1"])
+            assert float(row[f"forecast_h{horizon}"]) == values[1]  # the point forecast is the median
+        assert float(row["forecast"]) == float(row["forecast_h1"])
+        assert (row["target"], row["coverage"]) == ("log_return", "0.9")
         bars = pd.read_csv(run["folder"] / "data" / f"{name}.csv")
         assert pd.Timestamp(row["time"]) == pd.Timestamp(bars["timestamp"].iloc[-1], tz="UTC")
 
@@ -139,12 +143,19 @@ def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverag
     command = [sys.executable, "-m", "rnnfleet.predict", "--model", "models/AR_1m.pt", "--csv", "data/AR_1m.csv"]
     env = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
     subprocess.run([*command, "--out", str(tmp_path / "f.csv"), "--last", "3"], cwd=folder, env=env, check=True)
-    last = pd.read_csv(tmp_path / "f.csv").iloc[-1]
-    written = run["forecasts"]["AR_1m"]
-    head_columns = [column for column in written if column.startswith("forecast_log_return_h")]
-    assert len(head_columns) == len(HORIZONS) * (1 + len(QUANTILES) + 2)
-    for column in head_columns:
+    predicted = pd.read_csv(tmp_path / "f.csv")
+    last, written = predicted.iloc[-1], run["forecasts"]["AR_1m"]
+    head_columns = [column for column in written if re.fullmatch(r"forecast_(close_)?h\d+.*", column)]
+    assert len(head_columns) == len(HORIZONS) * (1 + 1 + len(QUANTILES) + 2)
+    # One vocabulary: every column of the command's forecasts is the fleet table's, but the
+    # closes its interval implies; each of a model's horizons in numeric order in both.
+    assert set(predicted.columns) - set(written) == {"forecast_close_low", "forecast_close_high"}
+    for column in set(predicted.columns) & set(written) - {"time", "target"}:
         assert last[column] == pytest.approx(float(written[column]), rel=1e-6, abs=1e-12), column
+    assert (last["time"], last["target"]) == (written["time"], written["target"])
+    for columns in (list(predicted.columns), list(written)):
+        horizons = [int(match[1]) for column in columns if (match := re.search(r"_h(\d+)", column))]
+        assert horizons == sorted(horizons) and sorted(set(horizons)) == HORIZONS
     refused = subprocess.run(
         [*command, "--out", str(tmp_path / "g.csv"), "--coverage", "0.8"],
         cwd=folder,
@@ -158,6 +169,45 @@ def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverag
     )
 
 
+def median_losses(folder: Path, dataset: str, amp: str, part: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per window of the array file's `part` (val or test): the squared error of the model
+    file's first-horizon median and of the baseline's median (the training windows'
+    targets' median, scaled), recomputed here."""
+    model, checkpoint = load_model(folder / "models" / f"{dataset}.pt")
+    arrays = load_arrays(folder / "prep" / f"{dataset}.npz")
+    seq_len, heads = checkpoint["features"]["seq_len"], Heads.of(HORIZONS, QUANTILES)
+    every = usable_windows(arrays, seq_len)
+    numbers = getattr(every, part)
+    windows = window_view(torch.from_numpy(arrays.features), seq_len)
+    outputs = window_outputs(model, windows, AMP_DTYPES[amp], torch.from_numpy(numbers), heads)
+    actual = arrays.targets[numbers + seq_len - 1, 0].astype(np.float64)
+    naive = np.quantile(arrays.targets[every.train + seq_len - 1, 0].astype(np.float64), 0.5)
+    return (outputs[:, 0, heads.point] - actual) ** 2, (naive - actual) ** 2
+
+
+def test_a_quantile_models_validation_and_test_scores_are_both_the_medians_squared_error_and_the_pinball_says_so(
+    run,
+):
+    folder, metrics, row = run["folder"], run["metrics"]["AR_1m"], run["table"]["AR_1m"]
+    for part, loss, naive, skill in (
+        ("val", "val_loss", "naive_val_loss", "skill"),
+        ("test", "test_loss", "naive_test_loss", "test_skill"),
+    ):
+        losses, naive_losses = median_losses(folder, "AR_1m", metrics["amp"], part)
+        assert metrics[loss] == pytest.approx(losses.mean(), rel=1e-4), part
+        assert metrics[naive] == pytest.approx(naive_losses.mean(), rel=1e-6), part
+        assert metrics[skill] == pytest.approx(1 - losses.sum() / naive_losses.sum(), rel=1e-3, abs=1e-5), part
+    assert metrics["loss"] == row["loss"] == "MSE (scaled)"
+    # The training loss early stopping compared is the pinball loss, in columns that say so.
+    assert metrics["early_stopping"] == row["early_stopping"] == "val_pinball"
+    assert metrics["val_pinball"] == min(entry["val_pinball"] for entry in metrics["history"])
+    assert float(row["val_pinball"]) == metrics["val_pinball"] and float(row["naive_val_pinball"]) > 0
+    assert "val_loss" not in metrics["history"][0] and "train_pinball" in metrics["history"][0]
+    objective = "pinball loss (scaled), mean over horizons 1, 5, 15 and quantiles 0.05, 0.5, 0.95"
+    assert metrics["objective"] == row["objective"] == objective
+    assert objective in svg_texts(folder / "results" / "loss_curves" / "AR_1m.svg")  # the loss curve's axis
+
+
 def test_the_same_heads_given_on_the_command_line_re_run_nothing(run):
     """--config hands nested values over as text: typed as config.yaml types them, the same
     horizons and quantiles are the same params. (The whole train section, in config.yaml's
@@ -166,6 +216,20 @@ def test_the_same_heads_given_on_the_command_line_re_run_nothing(run):
     assert train["horizons"] == HORIZONS and train["quantiles"] == QUANTILES
     result = snakemake(run["folder"], "-n", "--config", f"train={json.dumps(train)}")
     assert not {"preprocess", "train"} & set(planned_rules(result.stdout)), result.stdout
+    # Fewer horizons: the dry-run names the key that changed, train.horizons, not train.horizon.
+    fewer = snakemake(run["folder"], "-n", "--config", f"train={json.dumps({**train, 'horizons': [1, 5]})}")
+    output = (fewer.stdout + fewer.stderr).splitlines()
+    (line,) = [line for line in output if "will be re-trained because settings changed" in line] or [fewer.stderr]
+    assert line.endswith(": train.horizons [1, 5, 15] -> [1, 5] (datasets: AR_1m, RW_1m)"), line
+
+
+def test_the_report_and_the_table_page_speak_of_every_horizon_in_plain_words(run, tmp_path):
+    report = snakemake(run["folder"], "--report", str(tmp_path / "report.html"))
+    text = (tmp_path / "report.html").read_text()
+    assert "1, 5, 15 bar(s) ahead: one output per horizon, each quantiles 0.05, 0.5, 0.95" in text, report.stderr
+    assert "1 bar(s) ahead" not in text and "System Message" not in text
+    page = (run["folder"] / "results" / "metrics.html").read_text()
+    assert "updated (column made)" in page and "*" not in page.split("<body>")[-1].split("<script")[0]
 
 
 def test_an_update_keeps_the_heads_and_calibrates_them_again_on_the_new_validation_part(run):
@@ -180,4 +244,4 @@ def test_an_update_keeps_the_heads_and_calibrates_them_again_on_the_new_validati
     assert after["scores"].shape[-1] > before["scores"].shape[-1]  # the new validation part is longer
     assert [entry["horizon"] for entry in metrics["horizons"]] == HORIZONS
     row = {row["dataset"]: row for row in read_rows(folder / "results" / "forecasts.csv")}["AR_1m"]
-    assert row["made"] == "update 1" and row["forecast_log_return_h15_low_90"] != ""
+    assert row["made"] == "update 1" and row["forecast_h15_low_90"] != ""

@@ -64,15 +64,10 @@ def test_forecasts_from_the_model_file_equal_the_trained_model_bit_for_bit(train
     bars.iloc[:-HORIZON].to_csv(tmp_path / "known.csv", index=False, float_format="%.6f")
     forecasts = forecasts_for(model_path, tmp_path / "known.csv", tmp_path / "known_forecasts.csv")
     assert tuple(forecasts.columns) == (*FORECAST_COLUMNS, *INTERVAL_COLUMNS)
-    np.testing.assert_array_equal(forecasts["forecast_log_return"].to_numpy(), expected_log_return)
+    np.testing.assert_array_equal(forecasts["forecast"].to_numpy(), expected_log_return)
 
 
-INTERVAL_COLUMNS = (
-    "forecast_log_return_low_90",
-    "forecast_log_return_high_90",
-    "forecast_close_low_90",
-    "forecast_close_high_90",
-)
+INTERVAL_COLUMNS = ("coverage", "forecast_low", "forecast_high", "forecast_close_low", "forecast_close_high")
 
 
 def test_each_forecast_has_its_interval_calibrated_on_the_validation_errors(trained, tmp_path, capsys):
@@ -83,12 +78,14 @@ def test_each_forecast_has_its_interval_calibrated_on_the_validation_errors(trai
     scores = np.sort(result.calibration.astype(np.float64))
     assert len(scores) >= intervals.fewest_scores(0.9)
     expected = scores[int(np.ceil((len(scores) + 1) * 0.9)) - 1] * arrays.target_std
-    low, high = forecasts["forecast_log_return_low_90"], forecasts["forecast_log_return_high_90"]
-    np.testing.assert_allclose(high - forecasts["forecast_log_return"], expected, rtol=1e-5)
-    np.testing.assert_allclose(forecasts["forecast_log_return"] - low, expected, rtol=1e-5)
-    np.testing.assert_allclose(forecasts["forecast_close_low_90"], forecasts["close"] * np.exp(low), rtol=1e-12)
+    low, high = forecasts["forecast_low"], forecasts["forecast_high"]
+    np.testing.assert_allclose(high - forecasts["forecast"], expected, rtol=1e-5)
+    np.testing.assert_allclose(forecasts["forecast"] - low, expected, rtol=1e-5)
+    np.testing.assert_allclose(forecasts["forecast_close_low"], forecasts["close"] * np.exp(low), rtol=1e-12)
     half = forecasts_for(model_path, csv_path, tmp_path / "h.csv", "--last", "50", "--coverage", "0.5")
-    assert (half["forecast_log_return_high_50"] < high).all() and "forecast_log_return_high_90" not in half
+    assert (
+        (half["forecast_high"] < high).all() and set(half["coverage"]) == {0.5} and set(forecasts["coverage"]) == {0.9}
+    )
     with pytest.raises(SystemExit):
         main(["--model", str(model_path), "--csv", str(csv_path), "--out", str(tmp_path / "x.csv"), "--coverage", "1"])
     assert "not a coverage between 0 and 1" in capsys.readouterr().err
@@ -101,9 +98,9 @@ def test_forecasts_line_up_with_the_bars_they_are_made_at(trained, tmp_path):
     first_forecast_bar = TRAIN["seq_len"]  # the first bar that ends a full window of features
     assert len(forecasts) == len(bars) - first_forecast_bar == len(arrays.features) - TRAIN["seq_len"] + 1 + HORIZON
     np.testing.assert_array_equal(forecasts["close"], bars["Close"].to_numpy()[first_forecast_bar:])
-    assert pd.Timestamp(forecasts["timestamp"].iloc[-1]) == pd.Timestamp(bars["time"].iloc[-1], tz="UTC")
+    assert pd.Timestamp(forecasts["time"].iloc[-1]) == pd.Timestamp(bars["time"].iloc[-1], tz="UTC")
     np.testing.assert_allclose(
-        forecasts["forecast_close"], forecasts["close"] * np.exp(forecasts["forecast_log_return"]), rtol=1e-15
+        forecasts["forecast_close"], forecasts["close"] * np.exp(forecasts["forecast"]), rtol=1e-15
     )
     assert (forecasts["horizon"] == HORIZON).all()
 
@@ -133,11 +130,11 @@ def test_the_forecast_at_the_last_bar_is_the_commands_last_forecast(trained, tmp
     checkpoint = torch.load(model_path, weights_only=True)
     entries = forecast_at_last_bar(result.model, checkpoint, arrays)
     (last,) = forecasts_for(model_path, csv_path, tmp_path / "last.csv", "--last", "1").to_dict("records")
-    assert entries["forecast_time"] == last["timestamp"] and entries["forecast_horizon"] == HORIZON
-    assert entries["forecast"] == pytest.approx(last["forecast_log_return"], rel=1e-6, abs=1e-12)
+    assert entries["forecast_time"] == last["time"] and entries["forecast_horizon"] == HORIZON
+    assert entries["forecast"] == pytest.approx(last["forecast"], rel=1e-6, abs=1e-12)
     assert entries["forecast_close"] == pytest.approx(last["forecast_close"], rel=1e-9)
-    assert entries["forecast_low"] == pytest.approx(last["forecast_log_return_low_90"], rel=1e-6, abs=1e-12)
-    assert entries["forecast_high"] == pytest.approx(last["forecast_log_return_high_90"], rel=1e-6, abs=1e-12)
+    assert entries["forecast_low"] == pytest.approx(last["forecast_low"], rel=1e-6, abs=1e-12)
+    assert entries["forecast_high"] == pytest.approx(last["forecast_high"], rel=1e-6, abs=1e-12)
     assert forecast_at_last_bar(result.model, checkpoint, replace(arrays, latest_time=-1)) == {}
 
 

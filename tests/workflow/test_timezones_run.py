@@ -76,12 +76,8 @@ def test_command_line_forecasts_equal_the_workflows_for_a_model_trained_in_tokyo
     assert shifted.returncode == 0, shifted.stderr
     assert "--override-format: --timezone 'UTC' for 'Asia/Tokyo'" in shifted.stderr
     utc = pd.read_csv(run / "utc.csv")
-    assert (
-        (pd.to_datetime(utc["timestamp"]) - pd.to_datetime(workflow_forecasts["timestamp"]))
-        .eq(pd.Timedelta(hours=9))
-        .all()
-    )
-    assert (utc["forecast_log_return"] != workflow_forecasts["forecast_log_return"]).any()
+    assert (pd.to_datetime(utc["time"]) - pd.to_datetime(workflow_forecasts["time"])).eq(pd.Timedelta(hours=9)).all()
+    assert (utc["forecast"] != workflow_forecasts["forecast"]).any()
 
 
 def test_a_time_zone_option_that_contradicts_the_model_file_is_one_line(run):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import socket
 import statistics
 import subprocess
@@ -89,6 +90,9 @@ def test_each_run_that_trains_is_one_mlflow_run_with_the_runs_settings_and_table
         assert metrics["test_skill_max"] == pytest.approx(max(skills))
         assert metrics["beats_baseline"] == sum(row["test_verdict"] == "beats the baseline" for row in rows)
         assert run.info.status == "FINISHED" and run.data.tags["rnnfleet.outcome"] == "success"
+        # MLflow's UI opens the experiment on its runs (model training), not on its GenAI view.
+        kind = client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"]
+        assert kind == "custom_model_development"
         logged = Path(client.download_artifacts(run.info.run_id, "metrics.csv", str(tmp_path / run.info.run_id)))
         assert logged.read_bytes() == table_file.read_bytes()  # the table of that run, one row a dataset
         artifacts = {artifact.path for artifact in client.list_artifacts(run.info.run_id)}
@@ -104,8 +108,15 @@ def test_each_dataset_has_a_child_run_with_its_scores_and_loss_curves(tracked):
     assert sorted(child.info.run_name for child in children) == DATASETS
     for child in children:
         dataset = child.info.run_name
-        assert child.data.metrics["test_skill"] == pytest.approx(float(rows[dataset]["test_skill"]))
-        assert child.data.params["made"] == "full" and child.data.params["status"] == "ok"
+        row, params, metrics = rows[dataset], child.data.params, child.data.metrics
+        assert metrics["test_skill"] == pytest.approx(float(row["test_skill"]))
+        assert params["made"] == "full" and params["status"] == "ok"
+        # The words of the row are parameters, never NaN metrics; every filled cell is one or the other.
+        assert params["test_verdict"] == row["test_verdict"] and params["fleet_verdict"] == row["fleet_verdict"]
+        assert params["median_step"] == row["median_step"] and params["fleet_correction"] == row["fleet_correction"]
+        assert all(math.isfinite(value) for value in metrics.values()), metrics
+        filled = {key for key, value in row.items() if value and value != "nan" and key != "dataset"}
+        assert filled == set(params) | set(metrics) - {"epoch_train_loss", "epoch_val_loss"}
         history = json.loads((tracked / "metrics" / f"{dataset}.json").read_text())["history"]
         curve = client.get_metric_history(child.info.run_id, "epoch_val_loss")
         assert [point.step for point in curve] == [entry["epoch"] for entry in history]

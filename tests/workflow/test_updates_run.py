@@ -156,8 +156,8 @@ def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
         command = [sys.executable, "-m", "rnnfleet.cli", "predict", *given, "--out", "one.csv", "--last", "1"]
         subprocess.run(command, cwd=run, check=True, capture_output=True)
         (predicted,) = pd.read_csv(run / "one.csv").to_dict("records")
-        assert pd.Timestamp(predicted["timestamp"]) == pd.Timestamp(written["time"]), given
-        assert predicted["forecast_log_return"] == pytest.approx(written["forecast"], rel=1e-6, abs=1e-12), given
+        assert pd.Timestamp(predicted["time"]) == pd.Timestamp(written["time"]), given
+        assert predicted["forecast"] == pytest.approx(written["forecast"], rel=1e-6, abs=1e-12), given
 
     # The updated model forecasts.
     forecast_csv(previous["GROWING"], run / "data/GROWING-1m-all.csv", run / "forecasts.csv", last=5)

@@ -93,11 +93,11 @@ def test_the_fleets_forecasts_are_those_of_each_model_at_its_last_bar(trained, t
         command = ["--model", str(trained / row["model"]), "--csv", str(trained / "data" / f"{dataset}.csv")]
         assert predict_main([*command, "--out", str(out), "--last", "1"]) == 0
         (predicted,) = pd.read_csv(out).to_dict("records")
-        assert float(row["forecast"]) == pytest.approx(predicted["forecast_log_return"], rel=1e-6, abs=1e-12)
+        assert float(row["forecast"]) == pytest.approx(predicted["forecast"], rel=1e-6, abs=1e-12)
         assert float(row["forecast_close"]) == pytest.approx(predicted["forecast_close"], rel=1e-9)
         assert int(row["horizon"]) == predicted["horizon"]
         for side in ("low", "high"):  # the 90% interval, calibrated on the validation errors
-            expected = predicted[f"forecast_log_return_{side}_90"]
+            expected = predicted[f"forecast_{side}"]
             assert float(row[f"forecast_{side}"]) == pytest.approx(expected, rel=1e-6, abs=1e-12)
 
 

@@ -108,11 +108,10 @@ def test_your_model_trains_saves_and_reloads_with_weights_only(model_run, monkey
 def test_your_model_forecasts(model_run):
     for dataset in DATASETS:
         forecasts = pd.read_csv(model_run / "predictions" / f"{dataset}.csv")
-        intervals = ("forecast_log_return_low_90", "forecast_log_return_high_90")
-        intervals += ("forecast_close_low_90", "forecast_close_high_90")
+        intervals = ("coverage", "forecast_low", "forecast_high", "forecast_close_low", "forecast_close_high")
         assert tuple(forecasts.columns) == (*forecast_columns("log_return"), *intervals)
         assert len(forecasts) == FORECAST_BARS
-        assert np.isfinite(forecasts["forecast_log_return"]).all()
+        assert np.isfinite(forecasts["forecast"]).all()
 
 
 def test_editing_your_model_file_retrains_what_uses_it_and_rnnfleet_code_does_not(model_run_copy):
@@ -175,7 +174,7 @@ def test_your_features_are_recorded_in_the_model_file_and_used_for_forecasts(fea
         assert raw["model_config"]["input_size"] == 4 + 1 + 2 + 3
         model, checkpoint = load_model(model_path)
         forecasts = pd.read_csv(features_run / "predictions" / f"{dataset}.csv")
-        assert len(forecasts) == FORECAST_BARS and np.isfinite(forecasts["forecast_log_return"]).all()
+        assert len(forecasts) == FORECAST_BARS and np.isfinite(forecasts["forecast"]).all()
     summary = read_summary(features_run)
     assert {row["features"] for row in summary.values()} == {" + ".join(definition)}
 
@@ -302,9 +301,9 @@ def test_a_model_file_without_recorded_hashes_forecasts_where_the_config_names_i
 # --- your target ----------------------------------------------------------------------
 
 TARGET_CASES = {
-    "abs_log_return": ("training mean", "MSE (scaled)", "forecast_abs_log_return"),
-    "realised_volatility": ("training mean", "MSE (scaled)", "forecast_realised_volatility"),
-    "direction": ("training share of up moves", "log loss", "forecast_up_probability"),
+    "abs_log_return": ("training mean", "MSE (scaled)"),
+    "realised_volatility": ("training mean", "MSE (scaled)"),
+    "direction": ("training share of up moves", "log loss"),
 }
 
 
@@ -324,18 +323,19 @@ def test_each_target_trains_reports_its_baseline_and_forecasts_in_its_units(tmp_
     summary = read_summary(tmp_path)
     table_html = (tmp_path / "results" / "metrics.html").read_text()
     for target, name in names.items():
-        baseline, loss, forecast_column = TARGET_CASES[target]
+        baseline, loss = TARGET_CASES[target]
         row = summary[name]
         assert (row["target"], row["baseline"], row["loss"]) == (f"{target} over 1 bar(s)", baseline, loss)
         assert float(row["naive_val_loss"]) > 0 and np.isfinite(float(row["skill"]))
         assert (row["val_accuracy"] != "") == (target == "direction")
         forecasts = pd.read_csv(tmp_path / "predictions" / f"{name}.csv")
-        intervals = () if target == "direction" else (f"{forecast_column}_low_90", f"{forecast_column}_high_90")
-        assert tuple(forecasts.columns) == ("timestamp", "close", "horizon", forecast_column, *intervals)
+        intervals = () if target == "direction" else ("coverage", "forecast_low", "forecast_high")
+        assert tuple(forecasts.columns) == ("time", "close", "horizon", "target", "forecast", *intervals)
+        assert set(forecasts["target"]) == {target}  # the units of forecast
         if intervals:  # an |return| or a volatility: the interval never reaches below 0
-            assert (forecasts[intervals[0]] >= 0).all()
-            assert (forecasts[intervals[0]] <= forecasts[forecast_column]).all()
-        values = forecasts[forecast_column]
+            assert (forecasts["forecast_low"] >= 0).all()
+            assert (forecasts["forecast_low"] <= forecasts["forecast"]).all()
+        values = forecasts["forecast"]
         if target == "direction":
             assert values.between(0, 1).all()  # a probability, not a logit
         else:  # back in log-return units: the size of a 1-minute move, not a standardised score

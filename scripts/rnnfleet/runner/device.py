@@ -216,9 +216,12 @@ def cap_gpu_memory(device, gpu_mem_gb: int) -> None:
 
     if device.type != "cuda":
         return
-    total_bytes = torch.cuda.get_device_properties(device).total_memory
+    # "cuda" without an index (one visible GPU, or train.device: cuda) is the current device;
+    # set_per_process_memory_fraction accepts only an index or an indexed device.
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    total_bytes = torch.cuda.get_device_properties(index).total_memory
     fraction = min(1.0, gpu_mem_gb * 2**30 / total_bytes)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
 
 
 def release_gpu_memory(device) -> None:

@@ -35,13 +35,9 @@ from dataclasses import dataclass
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
-from rnnfleet.plots import (
-    draw_coverage_overview,
-    draw_skill_overview,
-    refresh_loss_curves,
-    write_start_page,
-    write_table_html,
-)
+from rnnfleet.fleet_charts import draw_coverage_overview, draw_skill_overview
+from rnnfleet.loss_curves import refresh_loss_curves
+from rnnfleet.start_page import write_start_page
 from rnnfleet.summary import (
     SUMMARY_COLUMNS,
     failure_report,
@@ -52,6 +48,7 @@ from rnnfleet.summary import (
     write_forecasts,
     write_table,
 )
+from rnnfleet.table_page import write_table_html
 from rnnfleet.workflow.previous_models import KEPT_STATUS
 
 

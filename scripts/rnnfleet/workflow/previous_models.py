@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 
 BACKUP_DIR = Path(".snakemake") / "rnnfleet-previous-models"
+# Where Snakemake keeps the copy of an update() output while its job runs (9.x).
+SNAKEMAKE_BACKUPS = Path(".snakemake") / "backups"
 KEPT_STATUS = "previous model kept"
 
 
@@ -48,3 +50,18 @@ def restore_previous_models(models_folder: str | os.PathLike) -> list[str]:
         with contextlib.suppress(FileNotFoundError):
             backup.unlink()
     return restored
+
+
+def drop_stale_snakemake_backup(output_path: str | os.PathLike) -> bool:
+    """Remove the copy Snakemake made of an update() output (the loss curves folder) before
+    a job that never finished; True if there was one. Snakemake drops the copy when the job
+    ends, but a run killed meanwhile leaves it, and every later job that updates the output
+    then fails to copy over it. The folder itself needs no restoring: a killed plots job
+    leaves curves that are whole (atomic writes), and the next one redraws any that are
+    stale. Call only when no other run works in the folder."""
+    path = Path(output_path)
+    backup = SNAKEMAKE_BACKUPS / (path.relative_to(path.anchor) if path.is_absolute() else path)
+    if not backup.exists():
+        return False
+    shutil.rmtree(backup)
+    return True

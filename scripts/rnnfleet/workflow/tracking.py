@@ -11,7 +11,9 @@ What it promises:
   report's table and skill chart. A run that trained nothing logs nothing.
 - With `per_dataset_runs`, each dataset this run trained or updated gets a child run: its row
   of the table as parameters and metrics, its loss curves as metric histories (step = epoch),
-  and its model file where `log_models` is on.
+  and its model file where `log_models` is on. Its cells that are words (verdicts, quality
+  flags, the median step, what it is made of) are parameters, its finite numbers metrics:
+  no cell is logged as a NaN metric.
 - Tracking never fails, stops or slows the fleet for long: any failure is one warning line
   naming the store and what was not logged; requests to a server are not retried. MLflow's
   import and a new store's creation (seconds) start with the run (load_mlflow_early), so
@@ -40,8 +42,13 @@ from rnnfleet.summary import datasets_written_since
 
 # MLflow's limits on one parameter's value (characters); longer values are cut and marked.
 PARAM_VALUE_LIMIT = 6000
-# The table's columns that are words, not numbers: logged as a child run's parameters.
+# The table's columns that are always words, even where a cell reads as a number (a model
+# named "1", a timezone): logged as a child run's parameters with every other cell that is not a number.
 WORD_COLUMNS = ("made", "model", "features", "target", "baseline", "loss", "timezone", "device", "status", "product")
+
+# The experiment's tag that makes MLflow's UI (3.x) open it on its runs, the classic view of
+# model training, not on the GenAI view of traces (a kind the user set is left alone).
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
 # The thread importing MLflow while the run's jobs work (load_mlflow_early), if one was started.
@@ -91,7 +98,7 @@ def flattened(settings: dict, prefix: str = "") -> dict[str, str]:
 def fleet_metrics(rows: list[dict], trained_now: set[str]) -> dict[str, float]:
     """The fleet's numbers of one run, from its summary table's rows."""
     made = [row.get("made", "") for row in rows if row["dataset"] in trained_now]
-    skills = sorted(skill for row in rows if (skill := as_number(row.get("test_skill"))) is not None)
+    skills = sorted(skill for row in rows if math.isfinite(skill := as_number(row.get("test_skill"))))
     metrics = {
         "datasets": len(rows),
         "trained_from_scratch": sum(label == "full" for label in made),
@@ -124,16 +131,37 @@ def quantile(ordered: list[float], level: float) -> float:
 
 
 def dataset_metrics(row: dict) -> dict[str, float]:
-    """A dataset's row of the table: its numeric cells."""
+    """A dataset's row of the table: its cells that are finite numbers."""
     numbers = {}
     for key, value in row.items():
-        if key not in WORD_COLUMNS and key != "dataset" and (number := as_number(value)) is not None:
+        if key not in WORD_COLUMNS and key != "dataset" and math.isfinite(number := as_number(value)):
             numbers[key] = number
     return numbers
 
 
+def dataset_words(row: dict) -> dict[str, str]:
+    """A dataset's row of the table: its cells that are words (the WORD_COLUMNS, verdicts,
+    quality flags, the median step, an error), as parameters: cut to MLflow's limit. Empty
+    cells and numbers (even NaN, a number missing) are not words."""
+    words = {}
+    for key, value in row.items():
+        if key != "dataset" and value and (key in WORD_COLUMNS or not is_number(value)):
+            words[key] = value if len(value) <= PARAM_VALUE_LIMIT else value[: PARAM_VALUE_LIMIT - 3] + "..."
+    return words
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def loss_histories(metrics_path: str) -> dict[str, list[tuple[int, float]]]:
-    """{"epoch_train_loss": [(epoch, loss), ...], "epoch_val_loss": [...]} from a dataset's metrics file."""
+    """{"epoch_train_loss": [(epoch, loss), ...], "epoch_val_loss": [...]} from a dataset's
+    metrics file, each named as its history names the training loss (epoch_train_pinball,
+    epoch_val_pinball for quantile heads, rnnfleet.training.objective_key)."""
     try:
         with open(metrics_path, encoding="utf-8") as handle:
             history = json.load(handle).get("history", [])
@@ -141,8 +169,8 @@ def loss_histories(metrics_path: str) -> dict[str, list[tuple[int, float]]]:
         return {}
     curves: dict[str, list[tuple[int, float]]] = {}
     for entry in history:
-        for key in ("train_loss", "val_loss"):
-            if (value := as_number(entry.get(key))) is not None:
+        for key in entry:
+            if key.startswith(("train_", "val_")) and math.isfinite(value := as_number(entry[key])):
                 curves.setdefault(f"epoch_{key}", []).append((int(entry["epoch"]), value))
     return curves
 
@@ -172,15 +200,18 @@ def quick_and_quiet() -> Iterator[None]:
 
 def experiment_id(client, name: str, tracking_uri: str) -> str:
     """The experiment's id, created where it does not exist; a local store's artifacts go to
-    mlartifacts/ beside it (not wherever the run happens to work)."""
+    mlartifacts/ beside it (not wherever the run happens to work). The experiment is marked as
+    one of model training (EXPERIMENT_KIND) unless it already says what it is."""
     existing = client.get_experiment_by_name(name)
     if existing is not None:
+        if EXPERIMENT_KIND[0] not in existing.tags:
+            client.set_experiment_tag(existing.experiment_id, *EXPERIMENT_KIND)
         return existing.experiment_id
     location = None
     if tracking_uri.startswith("sqlite:///"):
         database = Path(tracking_uri.removeprefix("sqlite:///"))
         location = (database.absolute().parent / "mlartifacts").as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    return client.create_experiment(name, artifact_location=location, tags=dict([EXPERIMENT_KIND]))
 
 
 def log_batches(client, run_id: str, metrics: Iterable = (), params: Iterable = (), tags: Iterable = ()) -> None:
@@ -280,7 +311,7 @@ def log_dataset_run(client, experiment: str, parent_id: str, row: dict, paths: T
     metrics = [Metric(key, value, now, 0) for key, value in dataset_metrics(row).items()]
     for key, curve in loss_histories(paths.metrics.format(dataset=dataset)).items():
         metrics += [Metric(key, value, now, epoch) for epoch, value in curve]
-    words = {key: row[key] for key in WORD_COLUMNS if row.get(key)}
+    words = dataset_words(row)
     log_batches(client, child.info.run_id, metrics=metrics, params=[Param(k, v) for k, v in words.items()])
     model = paths.models.format(dataset=dataset)
     if log_model and os.path.exists(model):
