@@ -52,8 +52,8 @@ def parse_args():
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-windows", type=int, default=2000, help="pretrain.train_windows")
-    parser.add_argument("--val-windows", type=int, default=500, help="pretrain.val_windows")
+    parser.add_argument("--train-windows", type=int, default=500, help="pretrain.train_windows")
+    parser.add_argument("--val-windows", type=int, default=200, help="pretrain.val_windows")
     parser.add_argument("--out", default=str(BENCH / "out"))
     parser.add_argument(
         "--memory", type=int, metavar="N", help="instead: the pretraining's peak memory over N generated array files"
