@@ -153,3 +153,6 @@ def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scrat
     assert changed["pretrain"] == 1 and changed["train"] == len(FLEET) + 1
     said = dry_run.stdout + dry_run.stderr
     assert f"re-train: the fleet's pretrained model changes: {len(FLEET) + 1} " in said, said
+    # --forcerun pretrain: the same, over the datasets it serves.
+    forced = planned_rules(snakemake(folder, "-n", "--forcerun", "pretrain").stdout)
+    assert forced["pretrain"] == 1 and forced["train"] == len(FLEET) + 1
