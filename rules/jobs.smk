@@ -6,6 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from rnnfleet.pretraining import pretrain_settings_of
 from rnnfleet.runner.job_client import settings_path, write_settings
 
 
@@ -37,6 +38,11 @@ def job_settings(settings_config):
         "train": {
             **train_settings(settings_config),
             "update": settings_config["update"],
+            "device": config["train"]["device"],
+            "warm_workers": config["train"]["warm_workers"],
+        },
+        "pretrain": {  # run-wide: the fleet's pretrained model (rules/pretrain.smk)
+            "settings": pretrain_settings_of(config),
             "device": config["train"]["device"],
             "warm_workers": config["train"]["warm_workers"],
         },

@@ -5,8 +5,13 @@ resource_scopes:
     gpu_mem="local",
 
 
+# train.init fleet: every dataset's train job reads the fleet's pretrained model (rules/pretrain.smk).
+FLEET_START = {"pretrained": PRETRAINED} if config["train"]["init"] == "fleet" else {}
+
+
 rule train:
     input:
+        **FLEET_START,
         arrays=ARRAYS,
         model_code=MODEL_CODE,
     # update(): Snakemake leaves the model of a re-train or update at its path (forecasts
@@ -41,6 +46,7 @@ rule train:
                 "arrays_path": "{input.arrays:q}",
                 "model_path": "{output.model:q}",
                 "metrics_path": "{output.metrics:q}",
+                **({"pretrained_path": "{input.pretrained:q}"} if FLEET_START else {}),
             },
             values={
                 "threads": "{threads}",

@@ -173,9 +173,9 @@ def write_config(workdir: Path, **overrides) -> Path:
     return path
 
 
-def write_bars_of_returns(path: Path, returns: np.ndarray, rng: np.random.Generator) -> None:
-    """A CSV of 1-minute bars whose closes follow these log returns, from 100; high and low a
-    random spread around open and close, volume independent of the prices (both from rng)."""
+def write_bars_of_returns(path: Path, returns: np.ndarray, rng: np.random.Generator, start: str = "2024-01-01") -> None:
+    """A CSV of 1-minute bars from `start` whose closes follow these log returns, from 100; high and
+    low a random spread around open and close, volume independent of the prices (both from rng)."""
     import pandas as pd
 
     close = 100 * np.exp(np.cumsum(returns))
@@ -184,7 +184,7 @@ def write_bars_of_returns(path: Path, returns: np.ndarray, rng: np.random.Genera
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(
         {
-            "timestamp": pd.date_range("2024-01-01", periods=len(returns), freq="min").strftime("%Y-%m-%d %H:%M:%S"),
+            "timestamp": pd.date_range(start, periods=len(returns), freq="min").strftime("%Y-%m-%d %H:%M:%S"),
             "open": open_,
             "high": np.maximum(open_, close) * np.exp(spread),
             "low": np.minimum(open_, close) * np.exp(-spread),

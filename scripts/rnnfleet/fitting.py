@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import log
@@ -41,6 +42,7 @@ from rnnfleet.updating import (
     made_label,
     next_lineage,
     plan_training,
+    settings_sha256,
     skill_drop,
     training_fingerprint,
     update_from_row,
@@ -48,6 +50,9 @@ from rnnfleet.updating import (
     with_normalisation,
 )
 from rnnfleet.walkforward import folds_metrics, walk_forward
+
+if TYPE_CHECKING:
+    from rnnfleet.pretraining import FleetStart
 
 # The evaluate settings of rnnfleet.scoring.score_test_period.
 SCORING_KEYS = ("cost_bps", "block_bars", "bootstrap")
@@ -117,16 +122,26 @@ def fit_dataset(
     settings: Settings,
     device,
     job_facts: dict,
+    fleet: FleetStart | None = None,
 ) -> Fitted:
     """See the module doc. previous: (the previous model file's contents, None) or (None,
     why there is none to update). job_facts: what the runner knows of the job (device, amp,
-    threads, process, timings), recorded in the metrics."""
+    threads, process, timings), recorded in the metrics. fleet (train.init fleet): the
+    fleet's pretrained model; a full fit (and its refit) starts from its weights where it
+    allows (rnnfleet.pretraining.fleet_start), with a fresh optimizer at train.finetune_lr;
+    the walk-forward folds train from scratch (the pretraining may have seen their test bars)."""
     model_hparams, train_hparams, evaluate = settings.model, settings.train, settings.evaluate
     seq_len, seed = int(train_hparams["seq_len"]), int(train_hparams["seed"])
     scoring = {key: evaluate[key] for key in SCORING_KEYS}
     fingerprint = training_fingerprint(
         arrays, model_hparams, train_hparams, settings.columns, evaluate, plugin_hashes(arrays, model_hparams)
     )
+    full_start, full_hparams = None, train_hparams
+    if fleet is not None:  # another pretrained model: another fit, not an update of this one
+        fingerprint = settings_sha256({"fit": fingerprint, "pretrained": fleet.sha256})
+        if fleet.weights is not None:
+            full_start = StartState(fleet.weights, None, 0)
+            full_hparams = {**train_hparams, "lr": train_hparams.get("finetune_lr") or train_hparams["lr"]}
     fit_plan = plan_training(*previous, arrays, fingerprint, settings.update, evaluate)
     log(f"{dataset}: {fit_plan.label}")
 
@@ -142,10 +157,19 @@ def fit_dataset(
         )
         if updated:
             arrays, result, test_scores = updated
+    comparison = {}
     if fit_plan.kind == FULL:
-        result, test_scores = train_and_score(arrays)
+        if fleet is not None:
+            log(f"{dataset}: trains {fleet.note}")
+        result, test_scores = train_and_score(arrays, full_hparams, full_start)
+        if full_start is not None and train_hparams.get("compare_init"):
+            scratch_fit, comparison = compare_init(
+                dataset, arrays, (result, test_scores), fleet, settings, train_and_score
+            )
+            if comparison["init_kept"] == "scratch":
+                (result, test_scores), full_start, full_hparams = scratch_fit, None, train_hparams
 
-    metrics = scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) | job_facts
+    metrics = scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) | job_facts | comparison
     if folds:
         metrics |= folds_metrics(folds, fold_entries, result, test_scores)
     metrics["product"] = evaluate["production"]
@@ -153,12 +177,23 @@ def fit_dataset(
     made = "full" if fit_plan.kind == FULL else "update"
     record = fit_record(made, arrays, metrics, result.train_seconds, update_metrics.get("new_rows", 0))
     lineage = next_lineage(fit_plan, arrays, fingerprint, record)
+    if fit_plan.kind == FULL and fleet is not None:
+        lineage["init"] = {
+            "from": "scratch" if full_start is None else "fleet",
+            "note": fleet.note
+            + ("; validation preferred the fit from scratch" if comparison.get("init_kept") == "scratch" else ""),
+            "pretrained": fleet.path,
+            "pretrained_sha256": fleet.sha256,
+        }
+    if "init" in lineage:  # an update keeps its full fit's
+        metrics |= {"init": lineage["init"]["from"], "init_note": lineage["init"]["note"]}
     metrics |= {"made": made_label(lineage), "made_reason": fit_plan.label, "lineage": lineage}
 
     product = result
     if evaluate["production"] == "refit":
         log(f"{dataset}: refit for production: {result.best_epoch} epoch(s) (the scored model's best) on all rows")
-        product = refit_on_all_rows(arrays, model_hparams, train_hparams, device, result.best_epoch)
+        hparams, start = (full_hparams, full_start) if fit_plan.kind == FULL else (train_hparams, None)
+        product = refit_on_all_rows(arrays, model_hparams, hparams, device, result.best_epoch, start)
         metrics |= {"refit_epochs": product.epochs_run, "refit_seconds": product.train_seconds}
         metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
     checkpoint = build_checkpoint(
@@ -175,6 +210,32 @@ def fit_dataset(
     checkpoint["calibration"] = calibration_record(result)  # the forecasts' intervals
     metrics |= forecast_at_last_bar(on_cpu(product.model), checkpoint, arrays)  # the fleet's forecasts table
     return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
+
+
+def compare_init(
+    dataset: str, arrays: PreparedArrays, fleet_fit, fleet: FleetStart, settings: Settings, train_and_score
+):
+    """train.compare_init: the same fit from scratch, compared with the fit from the fleet's
+    start (rnnfleet.pretraining.compare_starts): (the fit from scratch, the comparison's
+    metrics, init_kept the one validation prefers)."""
+    from rnnfleet.pretraining import compare_starts
+
+    log(f"{dataset}: train.compare_init: the same fit from scratch, to compare")
+    scratch_fit = train_and_score(arrays)
+    kept, comparison = compare_starts(
+        arrays,
+        fleet_fit,
+        scratch_fit,
+        fleet.weights,
+        settings.model,
+        int(settings.train["seq_len"]),
+        int(settings.evaluate["block_bars"]),
+    )
+    log(
+        f"{dataset}: validation loss from the fleet's start {comparison['init_fleet_val_loss']:.5f}, from scratch "
+        f"{comparison['init_scratch_val_loss']:.5f}: keeps the fit from {'the fleet' if kept == 'fleet' else 'scratch'}"
+    )
+    return scratch_fit, comparison | {"init_kept": kept}
 
 
 def on_cpu(model):

@@ -58,6 +58,9 @@ LATER_KEYS = {
     "preprocess.test_max_bars": 10_080,
     "train.horizons": [],
     "train.quantiles": [],
+    "train.init": "scratch",  # the fleet's head start (rnnfleet.pretraining)
+    "train.finetune_lr": None,
+    "train.compare_init": False,
 }
 
 # The config section of each param of the train rule (named after its section); the

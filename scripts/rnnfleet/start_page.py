@@ -12,6 +12,7 @@ from rnnfleet.checkpoint import atomic_write
 from rnnfleet.fleet import as_number
 from rnnfleet.fleet_rows import FleetCounts, fleet_counts, quality_mark
 from rnnfleet.intervals import COVERAGE
+from rnnfleet.pretraining import init_headline
 
 
 def plain_name(name: str) -> str:
@@ -104,6 +105,8 @@ def write_start_page(template_path: str | os.PathLike, rows: list[dict[str, str]
     headline = f"**The fleet.** {fleet_numbers(rows, rst_literal)}"
     if counts:
         headline += f" {fleet_headline(counts, rst_literal)}"
+    if comparison := init_headline(rows):  # train.compare_init (rnnfleet.pretraining) leads
+        headline = f"{comparison}\n\n{headline}"
     template = template.replace(HEADLINE_MARKER, headline, 1)
     with atomic_write(path) as handle:
         handle.write(template.encode())

@@ -20,6 +20,7 @@ from rnnfleet.errors import (
 )
 from rnnfleet.fleet import fleet_columns
 from rnnfleet.heads import head_column, head_column_order
+from rnnfleet.pretraining import COMPARE_COLUMNS, init_verdicts
 from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
 SUMMARY_COLUMNS = (
@@ -79,6 +80,9 @@ SUMMARY_COLUMNS = (
     "folds_scored",
     "product",  # which model the model file holds: scored, or refit on all rows (evaluate.production)
     "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.updating)
+    "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.pretraining)
+    "init_note",
+    *COMPARE_COLUMNS,  # train.compare_init: the fleet's start against scratch
     "model",  # which model, features and target the dataset trained with
     "features",
     "target",
@@ -197,7 +201,7 @@ def summary_rows(
 
 def with_fleet_columns(rows: list[dict], fleet: dict) -> list[dict]:
     """The rows with the fleet's verdicts over them (`fleet`: the `fleet:` settings)."""
-    return fleet_columns(rows, fleet["method"], fleet["fdr"])
+    return init_verdicts(fleet_columns(rows, fleet["method"], fleet["fdr"]), fleet["method"], fleet["fdr"])
 
 
 def table_text(rows: list[dict]) -> str:
@@ -353,11 +357,15 @@ def run_summary(rows: list[dict], trained_now: set[str], table_path: str, foreca
     """The line that ends a run that re-wrote the table: how many of its datasets were trained
     from scratch or updated in this run, how many were left as they were, and where the table
     and the forecasts are (trained_now: the datasets whose metrics this run wrote)."""
-    made = [str(row.get("made", "")) for row in rows if row["dataset"] in trained_now]
+    now = [row for row in rows if row["dataset"] in trained_now]
+    made = [str(row.get("made", "")) for row in now]
     full = sum(label == "full" for label in made)
+    # train.init fleet: full fits that started from the fleet's pretrained model (rnnfleet.pretraining)
+    fleet = sum(str(row.get("made", "")) == "full" and row.get("init") == "fleet" for row in now)
+    started = f"{full - fleet} trained from scratch" + (f", {fleet} from the fleet's pretrained model" if fleet else "")
     forecasts = sum(row.get("forecast", "") != "" for row in rows)
     return (
-        f"rnnfleet: {len(rows)} dataset(s): {full} trained from scratch, {len(made) - full} updated, "
+        f"rnnfleet: {len(rows)} dataset(s): {started}, {len(made) - full} updated, "
         f"{len(rows) - len(made)} unchanged; table {table_path}; {forecasts} forecast(s) in {forecasts_path}"
     )
 

@@ -240,10 +240,12 @@ def usable_windows(arrays: PreparedArrays, seq_len: int) -> WindowNumbers:
 @dataclass(frozen=True)
 class StartState:
     """Where an update starts (rnnfleet.updating): the previous model's weights and optimizer
-    state; it trains only on the training windows ending at or after from_row."""
+    state; it trains only on the training windows ending at or after from_row. A fit from the
+    fleet's pretrained model (rnnfleet.pretraining) has its weights, no optimizer state (a
+    fresh optimizer) and from_row 0."""
 
     weights: dict
-    optimizer_state: dict
+    optimizer_state: dict | None
     from_row: int
 
 
@@ -297,7 +299,8 @@ def train_model(
     optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
     if start is not None:
         model.load_state_dict(start.weights)
-        optimizer.load_state_dict(start.optimizer_state)
+        if start.optimizer_state is not None:
+            optimizer.load_state_dict(start.optimizer_state)
         for group in optimizer.param_groups:
             group["lr"] = float(train_hparams["lr"])
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
@@ -312,7 +315,7 @@ def train_model(
         best_pass = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
         start_val_loss = best_val_loss = best_pass.loss
         best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
-        log(f"epoch   0  val_{objective} {start_val_loss:.5f}  (the previous model's weights)")
+        log(f"epoch   0  val_{objective} {start_val_loss:.5f}  (the weights it started from)")
     n_batches = math.ceil(n_train / batch_size)
     started = time.perf_counter()
 
@@ -438,13 +441,18 @@ def all_rows_train(arrays: PreparedArrays) -> PreparedArrays:
 
 
 def refit_on_all_rows(
-    arrays: PreparedArrays, model_hparams: dict, train_hparams: dict, device: torch.device, epochs: int
+    arrays: PreparedArrays,
+    model_hparams: dict,
+    train_hparams: dict,
+    device: torch.device,
+    epochs: int,
+    start: StartState | None = None,
 ) -> TrainingResult:
     """The production model of `evaluate.production: refit`: the same hyper-parameters and
     seed trained for `epochs` epochs (the scored model's best epoch) on every window of the
     dataset, test part included, without early stopping. The normalisation stays the
     training part's (the array file's), so forecasts see the inputs training saw."""
-    return train_model(all_rows_train(arrays), model_hparams, {**train_hparams, "epochs": epochs}, device)
+    return train_model(all_rows_train(arrays), model_hparams, {**train_hparams, "epochs": epochs}, device, start)
 
 
 def library_versions() -> dict:

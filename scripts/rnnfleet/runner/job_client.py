@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 JOBS = {
     "preprocess": ("rnnfleet.runner.jobs:preprocess_job", False),
     "train": ("rnnfleet.runner.jobs:train_job", True),
+    "pretrain": ("rnnfleet.runner.jobs:pretrain_job", False),
 }
 
 

@@ -8,6 +8,7 @@ pandas load here.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -186,9 +187,11 @@ def train_one(
     gpu_mem_gb: int,
     process_started_at: float | None = None,
     previous_model: str | None = None,
+    pretrained_path: str | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
-    fitted by rnnfleet.fitting.fit_dataset on the device this job claims; previous_model: the model file this job replaces. Returns the metrics."""
+    fitted by rnnfleet.fitting.fit_dataset on the device this job claims; previous_model: the model file this job replaces;
+    pretrained_path (train.init fleet): the fleet's pretrained model it may start from. Returns the metrics."""
     from rnnfleet.fitting import fit_dataset  # torch loads with it: a preprocess job never does
 
     startup_seconds = time.time() - process_started_at if process_started_at else None  # ~0 when warm
@@ -206,7 +209,12 @@ def train_one(
     facts |= {"startup_seconds": startup_seconds, "process_started_at": process_started_at}
     facts["load_seconds"] = time.perf_counter() - load_started
     try:
-        fitted = fit_dataset(dataset, arrays, read_previous_model(previous_model), settings, device, facts)
+        fleet = None
+        if pretrained_path:
+            from rnnfleet.pretraining import fleet_start
+
+            fleet = fleet_start(pretrained_path, arrays, settings.model, settings.train)
+        fitted = fit_dataset(dataset, arrays, read_previous_model(previous_model), settings, device, facts, fleet)
         save_started = time.perf_counter()
         save_checkpoint(fitted.checkpoint, model_path)
         metrics = {**fitted.metrics, "save_seconds": time.perf_counter() - save_started, "finished_at": time.time()}
@@ -230,3 +238,26 @@ def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
         return load_checkpoint(path), None
     except ModelFileError as error:
         return None, f"the previous model does not load ({error})"
+
+
+def pretrain_job(
+    arrays_json: str, model_path: str, lineage_path: str, settings: dict, device: str, threads: int, gpu_mem_gb: int
+) -> None:
+    """The pretrain rule's job (rules/pretrain.smk): the fleet's array files ({dataset: path}
+    as JSON) in; the pretrained model file and its lineage JSON out, each written atomically,
+    trained by rnnfleet.pretraining.pretrain on the device this job claims (as a train job)."""
+    from rnnfleet.pretraining import file_sha256, pretrain  # torch loads with it
+
+    with run_job_guard("pretrain", gpu_mem_gb=gpu_mem_gb):
+        configure_threads(threads)
+        claimed, gpu_slot = claim_device(device, gpu_mem_gb)
+        cap_gpu_memory(claimed, gpu_mem_gb)
+        log(f"pretrain: on {claimed} with {threads} thread(s), gpu_mem {gpu_mem_gb} GB declared ({placement_note()})")
+        try:
+            checkpoint, lineage = pretrain(json.loads(arrays_json), settings, claimed, log)
+            save_checkpoint(checkpoint, model_path)
+            write_json({**lineage, "sha256": file_sha256(model_path)}, lineage_path)
+        finally:
+            release_gpu_memory(claimed)
+            gpu_slot.release()
+        log(f"pretrain: -> {model_path} (cutoff {lineage['cutoff']})")

@@ -82,6 +82,12 @@ def expected_fit(
     return f"update: {new_rows} new bars" if new_rows > 0 else "re-train: no new bars"
 
 
+# The rule of the fleet's pretrained model (rules/pretrain.smk): when it runs, every train job
+# that starts from it re-trains in full, whatever else the dataset's files say.
+PRETRAIN_RULE = "pretrain"
+PRETRAINED_CHANGES = "re-train: the fleet's pretrained model changes"
+
+
 def planned_fits(
     dag,
     train_rule: str,
@@ -92,8 +98,9 @@ def planned_fits(
     """{dataset: expected_fit label} for each train job the DAG will run whose model file
     exists. settings_changed: the datasets whose settings changed; settings_of(dataset): its
     (update, evaluate) settings."""
-    trains, preprocessing = {}, set()
+    trains, preprocessing, pretraining = {}, set(), False
     for job in dag.needrun_jobs():
+        pretraining |= job.rule.name == PRETRAIN_RULE
         if job.rule.name == train_rule:
             trains[job.wildcards.dataset] = job
         elif job.rule.name == preprocess_rule:
@@ -101,6 +108,9 @@ def planned_fits(
     planned = {}
     for dataset, job in trains.items():
         if not os.path.exists(job.output.model):
+            continue
+        if pretraining and getattr(job.input, "pretrained", None):  # train.init fleet
+            planned[dataset] = PRETRAINED_CHANGES
             continue
         update, evaluate = settings_of(dataset)
         changed = dataset in settings_changed
