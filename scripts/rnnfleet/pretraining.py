@@ -568,7 +568,7 @@ def init_verdicts(rows: list[dict], method: str, fdr: float) -> list[dict]:
 
 
 def init_headline(rows: list[dict]) -> str:
-    """The report's first line with train.compare_init (rnnfleet.plots.write_start_page): how
+    """The report's first line with train.compare_init (rnnfleet.start_page.write_start_page): how
     often the fleet's start beat scratch after the fleet's correction, was worse, how often
     one model for all beat both, and the fits' training time; '' without a comparison."""
     from rnnfleet.fleet import as_number
