@@ -155,3 +155,18 @@ def test_the_export_bench_runs_end_to_end_and_reports_each_latency():
     assert result.returncode == 0, result.stderr[-3000:]
     for row in ("one window (in process)", "batch of 8 windows (in process)", "one forecast, a fresh process"):
         assert re.search(rf"{re.escape(row)} +[0-9.]+ ms +[0-9.]+ ms +[0-9.]+x", result.stdout), result.stdout
+
+
+def test_models_fine_tuned_from_the_fleets_pretrained_model_export_and_match_predict(tmp_path):
+    # train.init fleet: every dataset's model starts from the pretrain job's weights; its file is
+    # the same kind of model file, and the export's own check compares it with rnnfleet predict
+    add_datasets(tmp_path, DATASETS, rows=2 * TINY_ROWS)
+    write_config(tmp_path, data_dir="data", train={"init": "fleet"}, export={"onnx": True})
+    snakemake(tmp_path)
+    for name in DATASETS:
+        model = torch.load(tmp_path / "models" / f"{name}.pt", map_location="cpu", weights_only=True)
+        assert model["lineage"]["init"]["from"] == "fleet", model["lineage"]["init"]
+        log = (tmp_path / "logs" / "export" / f"{name}.log").read_text()
+        assert "checked with ONNX Runtime" in log and "against rnnfleet predict" in log
+        _, described, _ = rnnfleet(tmp_path, "export", "--describe", f"exports/{name}.onnx")
+        assert f"model_sha256: {sha256(tmp_path / 'models' / f'{name}.pt')}" in described
