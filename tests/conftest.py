@@ -330,6 +330,15 @@ def kill_hard(run: subprocess.Popen, job_pid: int) -> None:
     wait_until_gone(job_pid)
 
 
+def default_stop_signals() -> None:
+    """In the child before it runs: the stop signals at their defaults, as a run started at a
+    terminal has them. A suite started as a background job of a shell without job control
+    (`make test &` in a script) ignores SIGINT and SIGQUIT, the run would inherit that, and
+    rnnfleet keeps a signal ignored at the start ignored (as under `nohup`)."""
+    for number in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.Popen, int]:
     """Start snakemake (with args) in its own session (like a shell job) with the first job that
     reaches `point` paused there; return the run and the paused job's pid."""
@@ -342,6 +351,7 @@ def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env={**os.environ, PAUSE_AT: point, PAUSE_FILE: str(marker)},
+        preexec_fn=default_stop_signals,
     )
     deadline = time.monotonic() + 180
     while not (marker.exists() and marker.read_text().isdigit()):
