@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnfleet.joining import file_sha256
+
 # The folder of the fleet's files under paths.models: a dataset name never starts with a
 # dot (rnnfleet.discovery.DATASET_NAME), so no dataset's model can clash with them.
 FLEET_FOLDER = ".fleet"
@@ -380,14 +382,6 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
 
 
 # ---- a dataset's start -------------------------------------------------------------------------
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_pretrained(path: str) -> dict:
