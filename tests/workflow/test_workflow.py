@@ -17,6 +17,7 @@ from conftest import (
     copy_of_run,
     most_at_once,
     pending_jobs,
+    planned_rules,
     snakemake,
     trained_folder,
     write_config,
@@ -187,6 +188,21 @@ def test_changed_gpu_budget_or_threads_retrains_nothing(trained_copy):
 def test_config_override_on_command_line_merges(trained_copy):
     result = snakemake(trained_copy, "-n", "--config", 'train={"epochs": 3}')
     assert set(pending_jobs(result.stdout, "train")) == DATASETS
+
+
+def test_export_the_parts_caps_and_the_fleet_start_work_from_the_command_line(trained_copy):
+    # --config hands nested values over as text: export.onnx, the parts' caps and train.init
+    # act as they do from config.yaml (an export per dataset, the pretraining, a re-train)
+    result = snakemake(
+        trained_copy,
+        "-n",
+        "--config",
+        "export={onnx: true}",
+        "preprocess={val_max_bars: 500, test_max_bars: null}",
+        "train={init: fleet}",
+    )
+    planned = planned_rules(result.stdout)
+    assert planned["export_onnx"] == planned["train"] == len(DATASETS) and planned["pretrain"] == 1
 
 
 def test_edited_training_code_does_not_retrain(trained_copy):
