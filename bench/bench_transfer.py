@@ -79,24 +79,6 @@ def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator)
     return fleet
 
 
-def write_csv(path: Path, returns: np.ndarray, rng: np.random.Generator) -> None:
-    import pandas as pd
-
-    close = 100 * np.exp(np.cumsum(returns))
-    open_ = np.concatenate([[100.0], close[:-1]])
-    spread = np.abs(rng.normal(0, 2e-4, len(returns)))
-    pd.DataFrame(
-        {
-            "timestamp": pd.date_range("2024-01-01", periods=len(returns), freq="min").strftime("%Y-%m-%d %H:%M:%S"),
-            "open": open_,
-            "high": np.maximum(open_, close) * np.exp(spread),
-            "low": np.minimum(open_, close) * np.exp(-spread),
-            "close": close,
-            "volume": np.round(rng.lognormal(7, 0.3, len(returns)), 2),
-        }
-    ).to_csv(path, index=False, float_format="%.8f")
-
-
 def test_skill(arrays, result) -> float:
     from rnnfleet.scoring import score_test_period
 
@@ -116,6 +98,7 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     from rnnfleet.data import prepare_dataset, save_arrays
     from rnnfleet.model import build_model
     from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
+    from rnnfleet.synthetic import write_bars_of_returns
     from rnnfleet.training import StartState, train_model, usable_windows, window_outputs, window_view
 
     rng = np.random.default_rng(args.seed + (0 if kind == "shared" else 1))
@@ -126,7 +109,7 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     for number, returns in enumerate(fleet_returns(kind, args.datasets, args.rows, rng)):
         name = f"{kind}{number:03d}"
         csv_path = folder / f"{name}.csv"
-        write_csv(csv_path, returns, rng)
+        write_bars_of_returns(csv_path, returns, rng, spread=2e-4, decimals=8)
         arrays, _ = prepare_dataset(csv_path, seq_len=SEQ_LEN, horizon=1, val_fraction=0.15, test_fraction=0.15)
         arrays_of[name], paths[name] = arrays, str(folder / f"{name}.npz")
         save_arrays(arrays, paths[name])

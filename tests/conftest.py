@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pytest
 import yaml
 
@@ -44,7 +43,7 @@ WORKFLOW_TIER = TESTS / "workflow"
 sys.path.insert(0, str(REPO / "scripts"))
 
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME  # noqa: E402
-from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
+from rnnfleet.synthetic import write_bars_of_returns, write_synthetic_csv  # noqa: E402, F401
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -171,27 +170,6 @@ def write_config(workdir: Path, **overrides) -> Path:
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
-
-
-def write_bars_of_returns(path: Path, returns: np.ndarray, rng: np.random.Generator, start: str = "2024-01-01") -> None:
-    """A CSV of 1-minute bars from `start` whose closes follow these log returns, from 100; high and
-    low a random spread around open and close, volume independent of the prices (both from rng)."""
-    import pandas as pd
-
-    close = 100 * np.exp(np.cumsum(returns))
-    open_ = np.concatenate([[100.0], close[:-1]])
-    spread = np.abs(rng.normal(0, 3e-4, len(returns)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(
-        {
-            "timestamp": pd.date_range(start, periods=len(returns), freq="min").strftime("%Y-%m-%d %H:%M:%S"),
-            "open": open_,
-            "high": np.maximum(open_, close) * np.exp(spread),
-            "low": np.minimum(open_, close) * np.exp(-spread),
-            "close": close,
-            "volume": np.round(rng.lognormal(7, 0.3, len(returns)), 2),
-        }
-    ).to_csv(path, index=False, float_format="%.6f")
 
 
 def add_datasets(workdir: Path, names: list[str], rows: int = TINY_ROWS, seed: int = 0) -> None:

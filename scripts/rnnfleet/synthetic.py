@@ -61,6 +61,36 @@ def ar_garch_returns(
     return returns, volatility
 
 
+def write_bars_of_returns(
+    path: str | os.PathLike,
+    returns: np.ndarray,
+    rng: np.random.Generator,
+    start: str = "2024-01-01",
+    spread: float = 3e-4,
+    decimals: int = 6,
+) -> None:
+    """A CSV of 1-minute bars from `start` whose closes follow these log returns, from 100; high and
+    low a random spread (scale `spread`) around open and close, volume independent of the prices
+    (both from rng); prices with `decimals` decimals."""
+    import pandas as pd
+
+    path = Path(path)
+    close = 100 * np.exp(np.cumsum(returns))
+    open_ = np.concatenate([[100.0], close[:-1]])
+    spreads = np.abs(rng.normal(0, spread, len(returns)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(
+        {
+            "timestamp": pd.date_range(start, periods=len(returns), freq="min").strftime("%Y-%m-%d %H:%M:%S"),
+            "open": open_,
+            "high": np.maximum(open_, close) * np.exp(spreads),
+            "low": np.minimum(open_, close) * np.exp(-spreads),
+            "close": close,
+            "volume": np.round(rng.lognormal(7, 0.3, len(returns)), 2),
+        }
+    ).to_csv(path, index=False, float_format=f"%.{decimals}f")
+
+
 def write_synthetic_csv(path: str | os.PathLike, rows: int, seed: int) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
