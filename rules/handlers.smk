@@ -33,6 +33,7 @@ from rnnfleet.hooks.snakemake_hooks import (
     name_write_protected_outputs,
 )
 from rnnfleet.hooks.retry_policy import apply as apply_retry_policy
+from rnnfleet.hooks.past_failed_inputs import start_past_failed_inputs
 from rnnfleet.hooks.packed_jobs import (
     apply_inside_job,
     apply_split_on_failure,
@@ -86,6 +87,11 @@ if workflow.is_main_process:
         "because settings changed are not named before the run",
     )
     name_write_protected_outputs(write_protected_line)
+
+# One dataset whose preprocess fails does not stop the fleet's pretraining (rules/pretrain.smk):
+# it goes on with the others (before apply_split_on_failure, which wraps the same function).
+if workflow.is_main_process:
+    start_past_failed_inputs({"pretrain"})
 
 # Packed cluster jobs (profiles/slurm-packed): each SLURM job gets the run's gpu_mem budget
 # for its GPU and keeps going past a failed dataset; a failed job keeps the results of its

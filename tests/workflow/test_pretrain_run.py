@@ -156,3 +156,64 @@ def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scrat
     # --forcerun pretrain: the same, over the datasets it serves.
     forced = planned_rules(snakemake(folder, "-n", "--forcerun", "pretrain").stdout)
     assert forced["pretrain"] == 1 and forced["train"] == len(FLEET) + 1
+
+
+# ---- a fleet with a bad file: the pretraining goes on with the others -------------------------
+
+BAD = "BAD_1m"
+GOOD_OF_BAD_RUN = ("SHORT_1m", "OTHER_1m")
+
+
+@pytest.fixture(scope="module")
+def bad_file_run(tmp_path_factory) -> tuple[Path, object]:
+    """A fleet with train.init fleet where BAD_1m's file has a price that is not a number; its
+    good content is kept in good/ (the folder, snakemake's result)."""
+    folder = tmp_path_factory.mktemp("pretrain_bad")
+    for seed, name in enumerate(GOOD_OF_BAD_RUN):
+        write_fleet_dataset(folder, name, FLEET[name], seed)
+    write_fleet_dataset(folder / "good", BAD, 500, 5)
+    lines = (folder / "good/data" / f"{BAD}.csv").read_text().splitlines(keepends=True)
+    cells = lines[40].split(",")
+    cells[4] = "abc"
+    lines[40] = ",".join(cells) + ("" if cells[-1].endswith("\n") else "\n")
+    (folder / "data" / f"{BAD}.csv").write_text("".join(lines))
+    write_config(folder, data_dir="data", train={"init": "fleet"})
+    return folder, snakemake(folder, check=False)
+
+
+def test_a_dataset_whose_preprocess_fails_fails_alone_and_the_pretraining_goes_on_without_it(bad_file_run):
+    folder, result = bad_file_run
+    assert result.returncode != 0  # the run says something failed
+    log = (folder / f"logs/preprocess/{BAD}.log").read_text()
+    errors = [line for line in log.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: data/{BAD}.csv: "), log
+    lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
+    assert lineage["datasets"] == lineage["trained_on"] == sorted(GOOD_OF_BAD_RUN)
+    why = lineage["left_out"][BAD]
+    assert why == "its preprocess failed: " + errors[0].removeprefix("ERROR: "), why
+    assert f"pretrain: {BAD} left out: {why}" in (folder / "logs/pretrain/fleet.log").read_text()
+    table = summary_by_dataset(folder)
+    assert table[BAD]["status"] == "data error"
+    for name in GOOD_OF_BAD_RUN:
+        assert table[name]["status"] == "ok"
+        model_lineage = load_checkpoint(folder / f"models/{name}.pt")["lineage"]
+        assert model_lineage["init"]["pretrained_sha256"] == lineage["sha256"]
+
+
+def test_a_fixed_dataset_trains_alone_and_forcerun_redoes_the_pretraining_over_every_dataset(bad_file_run, tmp_path):
+    folder = copy_of_run(bad_file_run[0], tmp_path)
+    shutil.copyfile(folder / "good/data" / f"{BAD}.csv", folder / "data" / f"{BAD}.csv")
+    write_fleet_dataset(folder, "NEW_1m", 500, 9)
+    # The fixed file and a new one: each trains alone, from the pretrained model as it is.
+    plan = snakemake(folder, "-n").stdout
+    assert planned_rules(plan) == {"preprocess": 2, "train": 2, "summarize": 1, "plots": 1, "all": 1}, plan
+    made = json.loads((folder / "models/.fleet/pretrained.json").read_text())["made_at"]
+    # --forcerun pretrain: over the datasets present now, the fixed and the new one included.
+    snakemake(folder, "--forcerun", "pretrain")
+    lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
+    everyone = sorted([*GOOD_OF_BAD_RUN, BAD, "NEW_1m"])
+    assert lineage["made_at"] > made and lineage["datasets"] == lineage["trained_on"] == everyone
+    for name in everyone:
+        assert (
+            load_checkpoint(folder / f"models/{name}.pt")["lineage"]["init"]["pretrained_sha256"] == lineage["sha256"]
+        )
