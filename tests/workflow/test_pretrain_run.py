@@ -11,7 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import copy_of_run, planned_rules, snakemake, summary_by_dataset, write_bars_of_returns, write_config
+from conftest import (
+    copy_of_run,
+    planned_rules,
+    returns_with_planted_signal,
+    snakemake,
+    summary_by_dataset,
+    write_bars_of_returns,
+    write_config,
+)
 
 from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.data import load_arrays
@@ -27,10 +35,7 @@ START = "2024-01-01"
 
 def write_fleet_dataset(folder: Path, name: str, rows: int, seed: int, start: str = START) -> None:
     rng = np.random.default_rng(seed)
-    returns = rng.normal(0, 1e-3, rows)
-    if name == "LONG_1m":
-        for row in range(PLANTED_ROW, rows):
-            returns[row] = 0.9 * returns[row - 1] + rng.normal(0, 2e-4)
+    returns = returns_with_planted_signal(rows, rng, PLANTED_ROW if name == "LONG_1m" else None)
     write_bars_of_returns(folder / "data" / f"{name}.csv", returns, rng, start)
 
 
