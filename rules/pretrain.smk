@@ -10,7 +10,8 @@
 # array files marked ancient(): a morning's new bars (newer array files) do not re-run it,
 # and a dataset added later is not one of its inputs (the set of inputs, a rerun trigger,
 # stays the same) and starts from the existing model. Whenever it is redone (settings or
-# code changed, `--forcerun pretrain`) it serves every dataset present, as plain inputs:
+# code changed, `--forcerun pretrain`, pretrain.refresh days of new bars) it serves every
+# dataset present, and the run says why (report_pretrain_plan). Those are plain inputs then:
 # Snakemake skips a job's own params check when a job it depends on runs (DAG.update_needrun
 # masks it) and passes an ancient input's update on to no one, so with ancient() a change of
 # settings that also re-runs a preprocess job would not re-run the pretraining.
@@ -34,7 +35,20 @@ def pretrain_plan_now():
             workflow.dag_settings, "pretrain", (PRETRAINED, PRETRAINED_LINEAGE)
         ),
         MODEL_CODE + FEATURE_CODE,
+        config["pretrain"]["refresh"],
+        lambda dataset: expand(ARRAYS, dataset=dataset)[0],
     )
+
+
+def report_pretrain_plan(dag):
+    """After the DAG is built (dry-runs too): why the fleet's pretraining runs, in words."""
+    if any(job.rule.name == "pretrain" for job in dag.needrun_jobs()):
+        plan = pretrain_plan_now()
+        if plan.why_redone:
+            logger.info(
+                f"rnnfleet: the fleet's pretraining runs: {plan.why_redone}; it serves "
+                f"{len(plan.datasets)} dataset(s)"
+            )
 
 
 def pretrain_arrays(wildcards):

@@ -48,6 +48,8 @@ KIND = "rnnfleet fleet pretrained model"
 VAL_SHARE = 4
 # Train settings that say how a dataset's own fit starts, not what the pretraining learns.
 START_KEYS = ("init", "finetune_lr", "compare_init")
+# Pretrain settings that say when it is redone (rnnfleet.workflow.pretrain_plan), not what it learns.
+WHEN_KEYS = ("refresh",)
 
 
 def pretrained_paths(models_folder: str) -> tuple[str, str]:
@@ -59,12 +61,12 @@ def pretrained_paths(models_folder: str) -> tuple[str, str]:
 def pretrain_settings(model: dict, train_hparams: dict, columns: dict, pretrain: dict, preprocess: dict) -> dict:
     """What the pretraining learns from (the pretrain rule's params; its fingerprint): the
     model, the training settings but how a dataset's own fit starts, the pretrain section
-    and the preprocess settings (features, target, splits)."""
+    but when it is redone, and the preprocess settings (features, target, splits)."""
     return {
         "model_hparams": model,
         "train_hparams": {key: value for key, value in train_hparams.items() if key not in START_KEYS},
         "columns": columns,
-        "pretrain": pretrain,
+        "pretrain": {key: value for key, value in pretrain.items() if key not in WHEN_KEYS},
         "preprocess": preprocess,
     }
 
@@ -186,6 +188,12 @@ def read_head(path: str) -> ArraysHead:
             target_mean=target_statistic(stored["target_mean"]),
             target_std=target_statistic(stored["target_std"]),
         )
+
+
+def newest_bar_ns(path: str) -> int | None:
+    """The time (ns) of an array file's last row, read alone (None: no bar times recorded)."""
+    rows = _member_rows(path, "row_times")
+    return int(npz_rows(path, "row_times", rows - 1, rows)[0]) if rows else None
 
 
 def _member_rows(path: str, member: str) -> int:
@@ -329,10 +337,12 @@ def pretrain(
     # First pass: each dataset's first embargo bar (one head in memory at a time: the bar
     # times of a thousand long histories would not be bounded by the windows read).
     left_out = dict(left_out or {})
-    embargo_times = {}
+    embargo_times, newest_bars = {}, {}
     for name, path in arrays_paths.items():
         try:
-            embargo_times[name] = first_embargo_time(read_head(path))
+            head = read_head(path)
+            embargo_times[name] = first_embargo_time(head)
+            newest_bars[name] = int(head.row_times[-1]) if len(head.row_times) else None
         except UNREADABLE as error:
             left_out[name] = f"its array file {path} does not read ({error})"
             continue
@@ -414,6 +424,8 @@ def pretrain(
         "cutoff": iso(cutoff_ns),
         "cutoff_ns": cutoff_ns,
         "cutoff_dataset": cutoff_dataset,
+        # Each dataset's newest bar in the array file it was given: pretrain.refresh counts from them.
+        "newest_bars_ns": {name: newest_bars[name] for name in timed},
         "bars": bars,
         "scores": scores,
         "history": result.history,

@@ -151,6 +151,13 @@ def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scrat
     snakemake(folder)
     assert (folder / "models/.fleet/pretrained.pt").stat().st_mtime_ns == pretrained_made
     assert summary_by_dataset(folder)["OTHER_1m"]["made"] == "update 1"
+    # pretrain.refresh (days): OTHER's 60 new bars are 0.0417 days: not yet due at 0.05, due at
+    # 0.04, and the dry-run says why.
+    assert "pretrain" not in planned_rules(snakemake(folder, "-n", "--config", "pretrain={refresh: 0.05}").stdout)
+    due = snakemake(folder, "-n", "--config", "pretrain={refresh: 0.04}")
+    assert planned_rules(due.stdout)["pretrain"] == 1
+    said = "the fleet's pretraining runs: 0.0417 days of new bars since it was made (pretrain.refresh: 0.04)"
+    assert f"{said}; it serves {len(FLEET) + 1} dataset(s)" in due.stdout + due.stderr
     # A changed pretrain setting (from --config, where nested values arrive as text): the
     # pretraining and every dataset that starts from it.
     dry_run = snakemake(folder, "-n", "--config", "pretrain={train_windows: 100}")

@@ -6,7 +6,11 @@ What it promises:
   datasets its lineage names, and their array files are ancient() inputs: a morning's new
   bars do not redo it, and a dataset added later starts from it without redoing it.
 - Whenever it is redone (its settings or the user's code changed, `--forcerun pretrain`,
-  `-f`/`-F` on it, or no model yet) it serves every dataset present now, new ones included.
+  `-f`/`-F` on it, pretrain.refresh days of new bars, or no model yet) it serves every
+  dataset present now, new ones included, and why_redone says why in words (the dry-run's line).
+- pretrain.refresh (days): the most days of new bars a served dataset gained since (the
+  newest bar of its array file as the run starts, against the newest its lineage records it
+  was made with). Array files are read for one row each, and only with refresh set.
 - pretrain_plan is decided while the DAG is built (an input function): Snakemake sets the
   run's --forcerun only after the Snakefile is read.
 """
@@ -17,7 +21,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from rnnfleet.pretraining import frozen_membership
+from rnnfleet.pretraining import UNREADABLE, frozen_membership, newest_bar_ns
+
+DAY_NS = 86_400 * 10**9
 
 
 @dataclass(frozen=True)
@@ -52,16 +58,51 @@ def code_changed_since(lineage_path: str, code_files: Iterable[str]) -> bool:
         return False
 
 
+def days_of_new_bars(lineage_path: str, arrays_paths: dict[str, str]) -> float | None:
+    """The most days of new bars any of these datasets ({dataset: array file}) gained since the
+    pretraining: the newest bar of its array file now against the newest it was made with
+    (None: its lineage records none, made by an older rnnfleet)."""
+    import json
+
+    try:
+        with open(lineage_path) as handle:
+            made_with = json.load(handle).get("newest_bars_ns")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(made_with, dict):
+        return None
+    gained = 0
+    for name, path in arrays_paths.items():
+        try:
+            newest = newest_bar_ns(path)
+        except UNREADABLE:  # not made yet, or damaged: its preprocess job will say
+            continue
+        if newest is not None and isinstance(made_with.get(name), int):
+            gained = max(gained, newest - made_with[name])
+    return gained / DAY_NS
+
+
 def pretrain_plan(
-    lineage_path: str, fingerprint: str, datasets: list[str], forced: bool, code_files: Iterable[str]
+    lineage_path: str,
+    fingerprint: str,
+    datasets: list[str],
+    forced: bool,
+    code_files: Iterable[str],
+    refresh_days: float | None = None,
+    arrays_of=lambda dataset: "",
 ) -> PretrainPlan:
-    """The plan of this run's pretraining (see the module doc)."""
+    """The plan of this run's pretraining (see the module doc); arrays_of(dataset): its array file."""
     members, frozen = frozen_membership(lineage_path, fingerprint, datasets)
     if not frozen:
         made = os.path.exists(lineage_path)
-        return PretrainPlan(list(datasets), False, "its settings changed" if made else "")
+        return PretrainPlan(list(datasets), False, "its settings changed" if made else "there is none yet")
     if forced:
-        return PretrainPlan(list(datasets), False, "it is forced")
+        return PretrainPlan(list(datasets), False, "the run forces it (--forcerun, -f or -F)")
     if code_changed_since(lineage_path, code_files):
-        return PretrainPlan(list(datasets), False, "a model or feature file changed")
+        return PretrainPlan(list(datasets), False, "a model or feature file changed since it was made")
+    if refresh_days is not None:
+        gained = days_of_new_bars(lineage_path, {name: arrays_of(name) for name in members})
+        if gained is None or gained >= refresh_days:
+            said = "its lineage records no newest bar" if gained is None else f"{gained:.3g} days of new bars"
+            return PretrainPlan(list(datasets), False, f"{said} since it was made (pretrain.refresh: {refresh_days:g})")
     return PretrainPlan(members, True, "")
