@@ -133,7 +133,9 @@ onstart:
 
 
 # The fleet's history (tracking: in the config): once per run that trained anything.
-TRACKED = TrackedPaths(SUMMARY, FORECASTS, SUMMARY_HTML, SKILL_PLOT, METRICS, MODEL)
+TRACKED = TrackedPaths(
+    SUMMARY, FORECASTS, SUMMARY_HTML, SKILL_PLOT, METRICS, MODEL, PRETRAINED_LINEAGE
+)
 
 
 onsuccess:

@@ -49,7 +49,12 @@ def fleet_run(tmp_path_factory) -> tuple[Path, str]:
     write_fleet_dataset(folder / "later", "OTHER_1m", FLEET["OTHER_1m"] + 60, 2)
     lines = (folder / "later/data/OTHER_1m.csv").read_text().splitlines(keepends=True)
     (folder / "data/OTHER_1m.csv").write_text("".join(lines[: FLEET["OTHER_1m"] + 1]))
-    write_config(folder, data_dir="data", train={"init": "fleet", "finetune_lr": 0.002, "compare_init": True})
+    write_config(
+        folder,
+        data_dir="data",
+        train={"init": "fleet", "finetune_lr": 0.002, "compare_init": True},
+        tracking={"mlflow": {"enabled": True, "per_dataset_runs": True}},
+    )
     return folder, snakemake(folder).stderr
 
 
@@ -110,6 +115,32 @@ def test_compare_init_keeps_validations_choice_and_the_report_leads_with_the_ver
     assert "**The fleet's start.** It beat scratch on " in start_page
     assert f"of {len(FLEET)} datasets after the fleet's correction" in start_page
     assert start_page.index("**The fleet's start.**") < start_page.index("**The fleet.**")
+
+
+def test_mlflow_logs_where_each_fit_started_the_verdicts_and_the_pretrained_digest(fleet_run):
+    client_module = pytest.importorskip("mlflow.tracking", reason="requirements-mlflow.txt is not installed")
+    folder, _ = fleet_run
+    client = client_module.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlruns.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(folder.name).experiment_id])
+    fleet = next(run for run in runs if "mlflow.parentRunId" not in run.data.tags)
+    lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
+    table = summary_by_dataset(folder)
+    assert fleet.data.params["pretrained.sha256"] == lineage["sha256"]
+    assert fleet.data.params["pretrained.cutoff"] == lineage["cutoff"]
+    metrics = fleet.data.metrics
+    assert metrics["pretrained_trained_on"] == len(FLEET) and metrics["pretrained_skill"] == lineage["scores"]["skill"]
+    assert metrics["init_fleet"] == sum(row["init"] == "fleet" for row in table.values())
+    assert metrics["init_compared"] == len(FLEET)
+    better = sum(row["init_verdict"] == FLEET_START_BETTER for row in table.values())
+    assert metrics["init_better_after_fleet_correction"] == better
+    children = {run.data.tags["rnnfleet.dataset"]: run for run in runs if "mlflow.parentRunId" in run.data.tags}
+    assert set(children) == set(FLEET)
+    for name, run in children.items():
+        row = table[name]
+        assert run.data.params["init"] == row["init"] and run.data.params["init_verdict"] == row["init_verdict"]
+        assert run.data.params["init_pretrained_sha256"] == row["init_pretrained_sha256"] == lineage["sha256"]
+        for column in ("init_dm_pvalue", "init_qvalue", "init_scratch_test_skill", "init_pretrained_test_skill"):
+            assert run.data.metrics[column] == pytest.approx(float(row[column]))
 
 
 def test_the_pretraining_reads_no_bar_at_or_after_the_fleet_cutoff(fleet_run):
