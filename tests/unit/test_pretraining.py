@@ -139,3 +139,28 @@ def test_the_pretrained_model_never_learns_a_signal_planted_after_the_cutoff(tmp
     seen_skill, seen_lineage = skill_of_pretraining({"LONG": paths["LONG"]})
     assert seen_lineage["bars"]["LONG"]["last_bar_ns"] >= int(long.row_times[planted_ends[-1]])
     assert fleet_skill < 0.2 and seen_skill > 0.35, (fleet_skill, seen_skill)
+
+
+def test_the_datasets_served_are_every_one_present_whenever_the_pretraining_is_redone(tmp_path):
+    import os
+    from types import SimpleNamespace
+
+    from rnnfleet.workflow.pretrain_plan import pretrain_forced, pretrain_plan
+
+    lineage, code = tmp_path / "pretrained.json", tmp_path / "my_model.py"
+    code.write_text("")
+    lineage.write_text(json.dumps({"settings_sha256": "abc", "datasets": ["A", "B"]}))
+    present = ["A", "B", "NEW"]
+    stands = pretrain_plan(str(lineage), "abc", present, False, [str(code)])
+    assert (stands.datasets, stands.frozen, stands.why_redone) == (["A", "B"], True, "")
+    assert pretrain_plan(str(lineage), "changed", present, False, []).datasets == present
+    assert pretrain_plan(str(lineage), "abc", present, True, []).datasets == present
+    os.utime(code, (lineage.stat().st_mtime + 10,) * 2)  # the user's model file edited since
+    edited = pretrain_plan(str(lineage), "abc", present, False, [str(code)])
+    assert (edited.datasets, edited.why_redone) == (present, "a model or feature file changed since it was made")
+    outputs = ("models/.fleet/pretrained.pt",)
+    assert pretrain_forced(SimpleNamespace(forcerun={"pretrain"}), "pretrain", outputs)
+    assert pretrain_forced(SimpleNamespace(forcerun={"models/.fleet/pretrained.pt"}), "pretrain", outputs)
+    assert pretrain_forced(SimpleNamespace(forceall=True), "pretrain", outputs)
+    assert pretrain_forced(SimpleNamespace(forcetargets=True, targets={"pretrain"}), "pretrain", outputs)
+    assert not pretrain_forced(SimpleNamespace(forcerun={"train"}, targets={"pretrain"}), "pretrain", outputs)

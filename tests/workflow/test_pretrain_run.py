@@ -235,6 +235,7 @@ def test_a_dataset_whose_preprocess_fails_fails_alone_and_the_pretraining_goes_o
     why = lineage["left_out"][BAD]
     assert why == "its preprocess failed: " + errors[0].removeprefix("ERROR: "), why
     assert f"pretrain: {BAD} left out: {why}" in (folder / "logs/pretrain/fleet.log").read_text()
+    assert f"rnnfleet: pretrain goes on without prep/{BAD}.npz: the job making it failed" in result.stderr
     table = summary_by_dataset(folder)
     assert table[BAD]["status"] == "data error"
     for name in GOOD_OF_BAD_RUN:
