@@ -164,3 +164,30 @@ def test_the_datasets_served_are_every_one_present_whenever_the_pretraining_is_r
     assert pretrain_forced(SimpleNamespace(forceall=True), "pretrain", outputs)
     assert pretrain_forced(SimpleNamespace(forcetargets=True, targets={"pretrain"}), "pretrain", outputs)
     assert not pretrain_forced(SimpleNamespace(forcerun={"train"}, targets={"pretrain"}), "pretrain", outputs)
+
+
+def test_an_array_file_that_does_not_read_is_left_out_and_the_others_pretrain(tmp_path):
+    import torch
+
+    from rnnfleet.data import prepare_dataset, save_arrays
+    from rnnfleet.pretraining import pretrain, pretrain_settings
+
+    paths = {}
+    for number, name in enumerate(("A", "B")):
+        rng = np.random.default_rng(number)
+        write_bars_of_returns(tmp_path / f"{name}.csv", returns_with_planted_signal(300, rng), rng)
+        arrays, _ = prepare_dataset(str(tmp_path / f"{name}.csv"), seq_len=SEQ_LEN, horizon=1, val_fraction=0.15)
+        save_arrays(arrays, tmp_path / f"{name}.npz")
+        paths[name] = str(tmp_path / f"{name}.npz")
+    (tmp_path / "DAMAGED.npz").write_bytes(b"PK\x03\x04 not a whole zip file")
+    paths["DAMAGED"] = str(tmp_path / "DAMAGED.npz")
+    model = {"cell": "gru", "hidden_size": 4, "num_layers": 1, "dropout": 0.0}
+    train = {"seq_len": SEQ_LEN, "batch_size": 64, "epochs": 1, "patience": 1, "lr": 0.01, "seed": 0}
+    settings = pretrain_settings(model, train, {}, {"train_windows": 50, "val_windows": 20}, {})
+    failed = {"GONE": "its preprocess failed: data/GONE.csv: ..."}
+    lines = []
+    _, lineage = pretrain(paths, {**settings, "settings_sha256": "test"}, torch.device("cpu"), lines.append, failed)
+    assert lineage["trained_on"] == ["A", "B"] and lineage["datasets"] == ["A", "B", "DAMAGED"]
+    assert lineage["left_out"]["GONE"] == failed["GONE"]
+    assert lineage["left_out"]["DAMAGED"].startswith(f"its array file {paths['DAMAGED']} does not read (")
+    assert f"pretrain: DAMAGED left out: {lineage['left_out']['DAMAGED']}" in lines

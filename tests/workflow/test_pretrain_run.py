@@ -253,9 +253,11 @@ def test_a_fixed_dataset_trains_alone_and_forcerun_redoes_the_pretraining_over_e
     assert planned_rules(plan) == {"preprocess": 2, "train": 2, "summarize": 1, "plots": 1, "all": 1}, plan
     made = json.loads((folder / "models/.fleet/pretrained.json").read_text())["made_at"]
     # --forcerun pretrain: over the datasets present now, the fixed and the new one included.
-    snakemake(folder, "--forcerun", "pretrain")
+    forced = snakemake(folder, "--forcerun", "pretrain")
     lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
     everyone = sorted([*GOOD_OF_BAD_RUN, BAD, "NEW_1m"])
+    said = f"rnnfleet: the fleet's pretraining runs: the run forces it (--forcerun, -f or -F); it serves {len(everyone)} dataset(s)"
+    assert said in forced.stderr
     assert lineage["made_at"] > made and lineage["datasets"] == lineage["trained_on"] == everyone
     for name in everyone:
         assert (
