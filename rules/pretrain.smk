@@ -19,7 +19,11 @@
 # instead of stopping it; its lineage says which and why, and its inputs as recorded leave
 # it out, so the next run does not redo the pretraining for it.
 from rnnfleet.pretraining import fleet_members, pretrained_paths
-from rnnfleet.workflow.pretrain_plan import pretrain_forced, pretrain_plan
+from rnnfleet.workflow.pretrain_plan import (
+    PretrainPlan,
+    pretrain_forced,
+    pretrain_plan,
+)
 
 PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])
 PRETRAIN_SETTINGS = JOB_SETTINGS["pretrain"]["settings"]
@@ -27,6 +31,10 @@ PRETRAIN_SETTINGS = JOB_SETTINGS["pretrain"]["settings"]
 
 def pretrain_plan_now():
     """This run's plan (while the DAG is built: --forcerun is known then)."""
+    if not workflow.is_main_process:
+        # A cluster job running the pretraining: its main process chose to redo it, which
+        # serves every dataset present (--forcerun does not reach this process).
+        return PretrainPlan(DATASETS, False, "")
     return pretrain_plan(
         PRETRAINED_LINEAGE,
         PRETRAIN_SETTINGS["settings_sha256"],
@@ -55,8 +63,8 @@ def pretrain_arrays(wildcards):
     plan = pretrain_plan_now()
     paths = expand(ARRAYS, dataset=plan.datasets)
     if not workflow.is_main_process:
-        # A cluster job of the pretraining: an array file missing now is one the main
-        # process left out (its preprocess failed).
+        # A cluster job running the pretraining: an array file missing now is one its main
+        # process left out (its preprocess failed; rnnfleet.hooks.past_failed_inputs).
         paths = [path for path in paths if os.path.exists(path)]
     return [ancient(path) for path in paths] if plan.frozen else paths
 
