@@ -11,79 +11,34 @@
 # and a dataset added later is not one of its inputs (the set of inputs, a rerun trigger,
 # stays the same) and starts from the existing model. Whenever it is redone (settings or
 # code changed, `--forcerun pretrain`, pretrain.refresh days of new bars) it serves every
-# dataset present, and the run says why (report_pretrain_plan). Those are plain inputs then:
+# dataset present, and the run says why (PretrainRule.report). Those are plain inputs then:
 # Snakemake skips a job's own params check when a job it depends on runs (DAG.update_needrun
 # masks it) and passes an ancient input's update on to no one, so with ancient() a change of
 # settings that also re-runs a preprocess job would not re-run the pretraining.
 # A dataset whose preprocess fails is left out of the job (rnnfleet.hooks.past_failed_inputs)
 # instead of stopping it; its lineage says which and why, and its inputs as recorded leave
 # it out, so the next run does not redo the pretraining for it.
-from rnnfleet.pretraining import fleet_members, pretrained_paths
-from rnnfleet.workflow.pretrain_plan import (
-    PretrainPlan,
-    pretrain_forced,
-    pretrain_plan,
-)
+from rnnfleet.pretraining import pretrained_paths
+from rnnfleet.workflow.pretrain_plan import PretrainRule
 
 PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])
-PRETRAIN_SETTINGS = JOB_SETTINGS["pretrain"]["settings"]
-
-
-def pretrain_plan_now():
-    """This run's plan (while the DAG is built: --forcerun is known then)."""
-    if not workflow.is_main_process:
-        # A cluster job running the pretraining: its main process chose to redo it, which
-        # serves every dataset present (--forcerun does not reach this process).
-        return PretrainPlan(DATASETS, False, "")
-    return pretrain_plan(
-        PRETRAINED_LINEAGE,
-        PRETRAIN_SETTINGS["settings_sha256"],
-        DATASETS,
-        pretrain_forced(
-            workflow.dag_settings, "pretrain", (PRETRAINED, PRETRAINED_LINEAGE)
-        ),
-        MODEL_CODE + FEATURE_CODE,
-        config["pretrain"]["refresh"],
-        lambda dataset: expand(ARRAYS, dataset=dataset)[0],
-    )
-
-
-def report_pretrain_plan(dag):
-    """After the DAG is built (dry-runs too): why the fleet's pretraining runs, in words."""
-    if any(job.rule.name == "pretrain" for job in dag.needrun_jobs()):
-        plan = pretrain_plan_now()
-        if plan.why_redone:
-            logger.info(
-                f"rnnfleet: the fleet's pretraining runs: {plan.why_redone}; it serves "
-                f"{len(plan.datasets)} dataset(s)"
-            )
-
-
-def pretrain_arrays(wildcards):
-    plan = pretrain_plan_now()
-    paths = expand(ARRAYS, dataset=plan.datasets)
-    if not workflow.is_main_process:
-        # A cluster job running the pretraining: an array file missing now is one its main
-        # process left out (its preprocess failed; rnnfleet.hooks.past_failed_inputs).
-        paths = [path for path in paths if os.path.exists(path)]
-    return [ancient(path) for path in paths] if plan.frozen else paths
-
-
-def pretrain_members(wildcards, input):
-    """The job's datasets and those left out (a function of input: not compared as a param)."""
-    datasets = pretrain_plan_now().datasets
-    members = fleet_members(
-        datasets,
-        expand(ARRAYS, dataset=datasets),
-        expand(log_path("preprocess"), dataset=datasets),
-        list(input.arrays),
-    )
-    return json.dumps(members)
+PRETRAIN = PretrainRule(
+    lineage_path=PRETRAINED_LINEAGE,
+    fingerprint=JOB_SETTINGS["pretrain"]["settings"]["settings_sha256"],
+    arrays_of=dict(zip(DATASETS, expand(ARRAYS, dataset=DATASETS))),
+    logs_of=dict(zip(DATASETS, expand(log_path("preprocess"), dataset=DATASETS))),
+    code_files=MODEL_CODE + FEATURE_CODE,
+    refresh_days=config["pretrain"]["refresh"],
+    main_process=workflow.is_main_process,
+    dag_settings=lambda: workflow.dag_settings,
+    outputs=(PRETRAINED, PRETRAINED_LINEAGE),
+    ancient=ancient,
+)
 
 
 rule pretrain:
     input:
-        arrays=pretrain_arrays,
+        arrays=PRETRAIN.arrays,
         model_code=MODEL_CODE,
         feature_code=FEATURE_CODE,
     output:
@@ -102,10 +57,10 @@ rule pretrain:
     params:
         settings={
             key: value
-            for key, value in PRETRAIN_SETTINGS.items()
+            for key, value in JOB_SETTINGS["pretrain"]["settings"].items()
             if key != "settings_sha256"
         },
-        members_json=pretrain_members,
+        members_json=PRETRAIN.members,
     shell:
         " ".join(
             [

@@ -18,7 +18,7 @@ What it promises:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rnnfleet.pretraining import UNREADABLE, frozen_membership, newest_bar_ns
@@ -106,3 +106,69 @@ def pretrain_plan(
             said = "its lineage records no newest bar" if gained is None else f"{gained:.3g} days of new bars"
             return PretrainPlan(list(datasets), False, f"{said} since it was made (pretrain.refresh: {refresh_days:g})")
     return PretrainPlan(members, True, "")
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: Snakemake may key its caches by the functions
+class PretrainRule:
+    """The pretrain rule's input and param functions and its report (rules/pretrain.smk), over
+    one run's datasets: {dataset: its array file} and {dataset: its preprocess log}."""
+
+    lineage_path: str
+    fingerprint: str
+    arrays_of: dict[str, str]
+    logs_of: dict[str, str]
+    code_files: list[str]
+    refresh_days: float | None
+    main_process: bool
+    dag_settings: Callable[[], object]  # the run's DAG settings (set after the Snakefile is read)
+    outputs: tuple[str, ...]
+    ancient: Callable[[str], object]  # snakemake's ancient()
+
+    def plan(self) -> PretrainPlan:
+        """This run's plan (see the module doc), decided while the DAG is built."""
+        datasets = list(self.arrays_of)
+        if not self.main_process:
+            # A cluster job running the pretraining: its main process chose to redo it, which
+            # serves every dataset present (--forcerun does not reach this process).
+            return PretrainPlan(datasets, False, "")
+        forced = pretrain_forced(self.dag_settings(), "pretrain", self.outputs)
+        return pretrain_plan(
+            self.lineage_path,
+            self.fingerprint,
+            datasets,
+            forced,
+            self.code_files,
+            self.refresh_days,
+            self.arrays_of.__getitem__,
+        )
+
+    def arrays(self, wildcards) -> list:
+        """The input function: the served datasets' array files, ancient() while frozen."""
+        plan = self.plan()
+        paths = [self.arrays_of[name] for name in plan.datasets]
+        if not self.main_process:
+            # An array file missing in a cluster job is one its main process left out (its
+            # preprocess failed; rnnfleet.hooks.past_failed_inputs).
+            paths = [path for path in paths if os.path.exists(path)]
+        return [self.ancient(path) for path in paths] if plan.frozen else paths
+
+    def members(self, wildcards, input) -> str:
+        """The job's datasets and those left out, as JSON (a function of input: Snakemake does
+        not compare it as a param; rnnfleet.pretraining.fleet_members)."""
+        import json
+
+        from rnnfleet.pretraining import fleet_members
+
+        datasets = self.plan().datasets
+        arrays = [self.arrays_of[name] for name in datasets]
+        logs = [self.logs_of[name] for name in datasets]
+        return json.dumps(fleet_members(datasets, arrays, logs, list(input.arrays)))
+
+    def report(self, jobs_to_run: Iterable, say: Callable[[str], None]) -> None:
+        """After the DAG is built (dry-runs too): why the pretraining runs, in one line."""
+        if any(job.rule.name == "pretrain" for job in jobs_to_run):
+            plan = self.plan()
+            if plan.why_redone:
+                say(
+                    f"rnnfleet: the fleet's pretraining runs: {plan.why_redone}; it serves {len(plan.datasets)} dataset(s)"
+                )
