@@ -141,6 +141,7 @@ def report_changed_settings(dag):
     if lines:
         logger.warning("\n".join(lines))
     report_planned_fits(dag, changes)
+    PRETRAIN.report(dag.needrun_jobs(), logger.info)
 
 
 def report_planned_fits(dag, settings_changed):

@@ -33,6 +33,7 @@ from rnnfleet.hooks.snakemake_hooks import (
     name_write_protected_outputs,
 )
 from rnnfleet.hooks.retry_policy import apply as apply_retry_policy
+from rnnfleet.hooks.past_failed_inputs import start_past_failed_inputs
 from rnnfleet.hooks.packed_jobs import (
     apply_inside_job,
     apply_split_on_failure,
@@ -87,6 +88,11 @@ if workflow.is_main_process:
     )
     name_write_protected_outputs(write_protected_line)
 
+# One dataset whose preprocess fails does not stop the fleet's pretraining (rules/pretrain.smk):
+# it goes on with the others (before apply_split_on_failure, which wraps the same function).
+if workflow.is_main_process:
+    start_past_failed_inputs({"pretrain"})
+
 # Packed cluster jobs (profiles/slurm-packed): each SLURM job gets the run's gpu_mem budget
 # for its GPU and keeps going past a failed dataset; a failed job keeps the results of its
 # finished datasets and retries only the others (rnnfleet.hooks.packed_jobs).
@@ -127,7 +133,9 @@ onstart:
 
 
 # The fleet's history (tracking: in the config): once per run that trained anything.
-TRACKED = TrackedPaths(SUMMARY, FORECASTS, SUMMARY_HTML, SKILL_PLOT, METRICS, MODEL)
+TRACKED = TrackedPaths(
+    SUMMARY, FORECASTS, SUMMARY_HTML, SKILL_PLOT, METRICS, MODEL, PRETRAINED_LINEAGE
+)
 
 
 onsuccess:

@@ -2,36 +2,43 @@
 # job trains the configured model on the bars of every dataset before the fleet's cutoff;
 # each train job then starts from its weights.
 #
-# Its params are its settings (model, training, preprocess, pretrain): changing one re-runs it
-# for every dataset then present, and then the train jobs that start from it (it is one of
-# their inputs). Its inputs are the array files of the datasets it serves. While its settings
-# are unchanged (its lineage file, models/.fleet/pretrained.json, records their fingerprint),
-# the datasets it serves are those that file names, and their array files are marked
-# ancient(): a morning's new bars (newer array files) do not re-run it, and a dataset added
-# later is not one of its inputs (the set of inputs, a rerun trigger, stays the same) and
-# starts from the existing model. Once its settings differ they are plain inputs: Snakemake
-# skips a job's own params check when a job it depends on runs (DAG.update_needrun masks
-# it) and passes an ancient input's update on to no one, so with ancient() a change of
+# Its params are its settings (model, training, preprocess, pretrain): changing one re-runs it,
+# and then the train jobs that start from it (it is one of their inputs). Its inputs are the
+# array files of the datasets it serves (rnnfleet.workflow.pretrain_plan): while its
+# settings and the user's code are unchanged and it is not forced (its lineage file,
+# models/.fleet/pretrained.json, records their fingerprint), those its lineage names, their
+# array files marked ancient(): a morning's new bars (newer array files) do not re-run it,
+# and a dataset added later is not one of its inputs (the set of inputs, a rerun trigger,
+# stays the same) and starts from the existing model. Whenever it is redone (settings or
+# code changed, `--forcerun pretrain`, pretrain.refresh days of new bars) it serves every
+# dataset present, and the run says why (PretrainRule.report). Those are plain inputs then:
+# Snakemake skips a job's own params check when a job it depends on runs (DAG.update_needrun
+# masks it) and passes an ancient input's update on to no one, so with ancient() a change of
 # settings that also re-runs a preprocess job would not re-run the pretraining.
-# `--forcerun pretrain` re-runs it for the datasets it serves (delete models/.fleet to have
-# it serve every dataset present).
-from rnnfleet.pretraining import frozen_membership, pretrained_paths
+# A dataset whose preprocess fails is left out of the job (rnnfleet.hooks.past_failed_inputs)
+# instead of stopping it; its lineage says which and why, and its inputs as recorded leave
+# it out, so the next run does not redo the pretraining for it.
+from rnnfleet.pretraining import pretrained_paths
+from rnnfleet.workflow.pretrain_plan import PretrainRule
 
 PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])
-PRETRAIN_SETTINGS = JOB_SETTINGS["pretrain"]["settings"]
-PRETRAIN_DATASETS, PRETRAIN_FROZEN = frozen_membership(
-    PRETRAINED_LINEAGE, PRETRAIN_SETTINGS["settings_sha256"], DATASETS
+PRETRAIN = PretrainRule(
+    lineage_path=PRETRAINED_LINEAGE,
+    fingerprint=JOB_SETTINGS["pretrain"]["settings"]["settings_sha256"],
+    arrays_of=dict(zip(DATASETS, expand(ARRAYS, dataset=DATASETS))),
+    logs_of=dict(zip(DATASETS, expand(log_path("preprocess"), dataset=DATASETS))),
+    code_files=MODEL_CODE + FEATURE_CODE,
+    refresh_days=config["pretrain"]["refresh"],
+    main_process=workflow.is_main_process,
+    dag_settings=lambda: workflow.dag_settings,
+    outputs=(PRETRAINED, PRETRAINED_LINEAGE),
+    ancient=ancient,
 )
-PRETRAIN_ARRAYS = expand(ARRAYS, dataset=PRETRAIN_DATASETS)
 
 
 rule pretrain:
     input:
-        arrays=(
-            [ancient(path) for path in PRETRAIN_ARRAYS]
-            if PRETRAIN_FROZEN
-            else PRETRAIN_ARRAYS
-        ),
+        arrays=PRETRAIN.arrays,
         model_code=MODEL_CODE,
         feature_code=FEATURE_CODE,
     output:
@@ -50,17 +57,17 @@ rule pretrain:
     params:
         settings={
             key: value
-            for key, value in PRETRAIN_SETTINGS.items()
+            for key, value in JOB_SETTINGS["pretrain"]["settings"].items()
             if key != "settings_sha256"
         },
-        arrays_json=json.dumps(dict(zip(PRETRAIN_DATASETS, PRETRAIN_ARRAYS))),
+        members_json=PRETRAIN.members,
     shell:
         " ".join(
             [
                 JOB_CLIENT,
                 "pretrain --log {log:q}",
                 f"--settings {quoted(RUN_SETTINGS_FILE)}",
-                "--text arrays_json {params.arrays_json:q}",
+                "--text members_json {params.members_json:q}",
                 "--text model_path {output.model:q}",
                 "--text lineage_path {output.lineage:q}",
                 "--value threads {threads} --value gpu_mem_gb {resources.gpu_mem}",

@@ -172,6 +172,17 @@ def write_config(workdir: Path, **overrides) -> Path:
     return path
 
 
+def returns_with_planted_signal(rows: int, rng, planted_from: int | None = None):
+    """Log returns with no structure (scale 1e-3) up to row planted_from; from there on each
+    return is 0.9 times the one before (plus noise of scale 2e-4): a signal that a model whose
+    training reads those bars learns, and one that never reads them cannot know
+    (tests of the fleet pretraining's cutoff)."""
+    returns = rng.normal(0, 1e-3, rows)
+    for row in range(planted_from if planted_from is not None else rows, rows):
+        returns[row] = 0.9 * returns[row - 1] + rng.normal(0, 2e-4)
+    return returns
+
+
 def add_datasets(workdir: Path, names: list[str], rows: int = TINY_ROWS, seed: int = 0) -> None:
     for offset, name in enumerate(names):
         write_synthetic_csv(workdir / "data" / f"{name}.csv", rows, seed + offset + zlib.crc32(name.encode()) % 1000)

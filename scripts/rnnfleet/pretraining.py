@@ -48,6 +48,8 @@ KIND = "rnnfleet fleet pretrained model"
 VAL_SHARE = 4
 # Train settings that say how a dataset's own fit starts, not what the pretraining learns.
 START_KEYS = ("init", "finetune_lr", "compare_init")
+# Pretrain settings that say when it is redone (rnnfleet.workflow.pretrain_plan), not what it learns.
+WHEN_KEYS = ("refresh",)
 
 
 def pretrained_paths(models_folder: str) -> tuple[str, str]:
@@ -59,12 +61,12 @@ def pretrained_paths(models_folder: str) -> tuple[str, str]:
 def pretrain_settings(model: dict, train_hparams: dict, columns: dict, pretrain: dict, preprocess: dict) -> dict:
     """What the pretraining learns from (the pretrain rule's params; its fingerprint): the
     model, the training settings but how a dataset's own fit starts, the pretrain section
-    and the preprocess settings (features, target, splits)."""
+    but when it is redone, and the preprocess settings (features, target, splits)."""
     return {
         "model_hparams": model,
         "train_hparams": {key: value for key, value in train_hparams.items() if key not in START_KEYS},
         "columns": columns,
-        "pretrain": pretrain,
+        "pretrain": {key: value for key, value in pretrain.items() if key not in WHEN_KEYS},
         "preprocess": preprocess,
     }
 
@@ -100,6 +102,27 @@ def frozen_membership(lineage_path: str, fingerprint: str, datasets: list[str]) 
         return list(datasets), False
     present = set(datasets)
     return [name for name in lineage.get("datasets", []) if name in present], True
+
+
+def fleet_members(datasets: list[str], arrays: list[str], logs: list[str], ready: list[str]) -> dict:
+    """What the pretrain job is given (rules/pretrain.smk, from the inputs it runs with): of the
+    datasets it serves (their array files and preprocess logs, in the same order), {"arrays":
+    {dataset: array file} of those whose array file is among its inputs (ready), "left_out":
+    {dataset: why} of the others: the job making their array file failed
+    (rnnfleet.hooks.past_failed_inputs), in the words of its log's last ERROR line."""
+    from rnnfleet.errors import last_marked_line
+
+    ready_files = {str(path) for path in ready}
+    members: dict = {"arrays": {}, "left_out": {}}
+    for name, path, log_path in zip(datasets, arrays, logs, strict=True):
+        if path in ready_files:
+            members["arrays"][name] = path
+            continue
+        line = last_marked_line(log_path) or ""
+        members["left_out"][name] = "its preprocess failed" + (
+            f": {line.removeprefix('ERROR: ')}" if line else f" (see {log_path})"
+        )
+    return members
 
 
 # ---- reading the array files in slices ---------------------------------------------------------
@@ -165,6 +188,12 @@ def read_head(path: str) -> ArraysHead:
             target_mean=target_statistic(stored["target_mean"]),
             target_std=target_statistic(stored["target_std"]),
         )
+
+
+def newest_bar_ns(path: str) -> int | None:
+    """The time (ns) of an array file's last row, read alone (None: no bar times recorded)."""
+    rows = _member_rows(path, "row_times")
+    return int(npz_rows(path, "row_times", rows - 1, rows)[0]) if rows else None
 
 
 def _member_rows(path: str, member: str) -> int:
@@ -235,15 +264,25 @@ class FleetRows:
     rows: int = 0
 
     def add(self, path: str, head: ArraysHead, piece: Piece, seq_len: int) -> None:
-        first_row, stop = piece.first_end - (seq_len - 1), piece.last_end + 1
-        features = npz_rows(path, "features", first_row, stop)
-        targets = npz_rows(path, "targets", first_row, stop)
-        own_gaps = head.gap_bars[(head.gap_bars >= first_row) & (head.gap_bars < stop)] - first_row + self.rows
+        self.append(head, piece_rows(path, head, piece, seq_len))
+
+    def append(self, head: ArraysHead, rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """Add one piece's rows (piece_rows)."""
+        features, targets, gap_rows = rows
+        own_gaps = gap_rows + self.rows
         pad = head.horizon + head.warmup
         self.features += [features, np.zeros((pad, features.shape[1]), features.dtype)]
         self.targets += [targets, np.zeros((pad, *targets.shape[1:]), targets.dtype)]
         self.rows += len(features) + pad
         self.gaps += [own_gaps, np.array([self.rows - 1], np.int64)]
+
+
+def piece_rows(path: str, head: ArraysHead, piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, targets, gaps) of the rows a piece's windows read, the gaps counted from its first row."""
+    first_row, stop = piece.first_end - (seq_len - 1), piece.last_end + 1
+    features = npz_rows(path, "features", first_row, stop)
+    targets = npz_rows(path, "targets", first_row, stop)
+    return features, targets, head.gap_bars[(head.gap_bars >= first_row) & (head.gap_bars < stop)] - first_row
 
 
 def fleet_arrays(train: FleetRows, val: FleetRows, head: ArraysHead):
@@ -278,9 +317,18 @@ def fleet_arrays(train: FleetRows, val: FleetRows, head: ArraysHead):
 # ---- the pretraining --------------------------------------------------------------------------
 
 
-def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) -> tuple[dict, dict]:
+# What reading a damaged or vanished array file raises (np.load, zipfile, the headers).
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+
+
+def pretrain(
+    arrays_paths: dict[str, str], settings: dict, device, log=print, left_out: dict[str, str] | None = None
+) -> tuple[dict, dict]:
     """(the model file's contents, its lineage) of the pretraining on these datasets'
-    array files ({dataset: path}); settings: pretrain_settings() plus settings_sha256."""
+    array files ({dataset: path}); settings: pretrain_settings() plus settings_sha256;
+    left_out: {dataset: why} of datasets it serves that it was given no array file of (their
+    preprocess failed). A dataset whose array file does not read is left out too, with why:
+    one bad dataset never stops the pretraining of the others."""
     from rnnfleet.errors import UserError
     from rnnfleet.training import on_cpu, train_model
 
@@ -288,14 +336,21 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
     seq_len = int(train_hparams["seq_len"])
     # First pass: each dataset's first embargo bar (one head in memory at a time: the bar
     # times of a thousand long histories would not be bounded by the windows read).
-    left_out: dict[str, str] = {}
-    embargo_times = {name: first_embargo_time(read_head(path)) for name, path in arrays_paths.items()}
-    for name, at in embargo_times.items():
-        if at is None:
+    left_out = dict(left_out or {})
+    embargo_times, newest_bars = {}, {}
+    for name, path in arrays_paths.items():
+        try:
+            head = read_head(path)
+            embargo_times[name] = first_embargo_time(head)
+            newest_bars[name] = int(head.row_times[-1]) if len(head.row_times) else None
+        except UNREADABLE as error:
+            left_out[name] = f"its array file {path} does not read ({error})"
+            continue
+        if embargo_times[name] is None:
             left_out[name] = "its array file records no bar times (written by an older rnnfleet): re-run preprocess"
     timed = [name for name in arrays_paths if name not in left_out]
     if not timed:
-        raise UserError("pretrain: no dataset with bar times to pretrain on")
+        raise UserError("pretrain: no dataset ready to pretrain on" + left_out_text(left_out))
     cutoff_dataset = min(timed, key=lambda name: embargo_times[name])
     cutoff_ns = embargo_times[cutoff_dataset]
     reference = read_head(arrays_paths[cutoff_dataset])
@@ -305,7 +360,11 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
     )
     train_rows, val_rows, bars = FleetRows([], [], []), FleetRows([], [], []), {}
     for name in timed:
-        head = read_head(arrays_paths[name])
+        try:
+            head = read_head(arrays_paths[name])
+        except UNREADABLE as error:
+            left_out[name] = f"its array file {arrays_paths[name]} does not read ({error})"
+            continue
         same = (head.feature_names, head.target, head.horizons, head.horizon, head.warmup)
         if same != (reference.feature_names, reference.target, reference.horizons, reference.horizon, reference.warmup):
             left_out[name] = "its features, target or horizons differ from the fleet's"
@@ -322,8 +381,13 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
             continue
         train, val = pieces
         path = arrays_paths[name]
-        train_rows.add(path, head, train, seq_len)
-        val_rows.add(path, head, val, seq_len)
+        try:
+            read = piece_rows(path, head, train, seq_len), piece_rows(path, head, val, seq_len)
+        except UNREADABLE as error:
+            left_out[name] = f"its array file {path} does not read ({error})"
+            continue
+        train_rows.append(head, read[0])
+        val_rows.append(head, read[1])
         first_bar = int(head.row_times[train.first_end - (seq_len - 1)])
         last_bar = int(head.row_times[val.last_end + head.horizon])
         bars[name] = {
@@ -337,7 +401,9 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
     for name, why in left_out.items():
         log(f"pretrain: {name} left out: {why}")
     if not bars:
-        raise UserError("pretrain: no dataset has enough bars before the cutoff " + iso(cutoff_ns))
+        raise UserError(
+            "pretrain: no dataset has enough bars before the cutoff " + iso(cutoff_ns) + left_out_text(left_out)
+        )
     arrays = fleet_arrays(train_rows, val_rows, reference)
     log(f"pretrain: {len(bars)} dataset(s), {arrays.rows} rows read; training on {device}")
     result = train_model(arrays, model_hparams, train_hparams, device)
@@ -358,6 +424,8 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
         "cutoff": iso(cutoff_ns),
         "cutoff_ns": cutoff_ns,
         "cutoff_dataset": cutoff_dataset,
+        # Each dataset's newest bar in the array file it was given: pretrain.refresh counts from them.
+        "newest_bars_ns": {name: newest_bars[name] for name in timed},
         "bars": bars,
         "scores": scores,
         "history": result.history,
@@ -379,6 +447,11 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
         f"{result.naive_val_loss:.5f} (skill {result.skill:+.4f})"
     )
     return checkpoint, lineage
+
+
+def left_out_text(left_out: dict[str, str]) -> str:
+    """The datasets left out and why, for the one line of a pretraining that cannot run."""
+    return "".join(f"; {name} left out: {why}" for name, why in sorted(left_out.items()))
 
 
 # ---- a dataset's start -------------------------------------------------------------------------

@@ -82,6 +82,7 @@ SUMMARY_COLUMNS = (
     "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.updating)
     "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.pretraining)
     "init_note",
+    "init_pretrained_sha256",  # the pretrained model file its full fit was given (from its lineage)
     *COMPARE_COLUMNS,  # train.compare_init: the fleet's start against scratch
     "model",  # which model, features and target the dataset trained with
     "features",
@@ -187,6 +188,8 @@ def metrics_row(
     with open(metrics_path) as handle:
         metrics = json.load(handle)
     row = {column: metrics.get(column, "") for column in (*SUMMARY_COLUMNS, *FORECAST_METRICS.values())}
+    start = (metrics.get("lineage") or {}).get("init") or {}
+    row["init_pretrained_sha256"] = start.get("pretrained_sha256", "")
     thresholds = (dataset_quality or {}).get(metrics.get("dataset"), quality_thresholds)
     row |= {"quality_flags": quality_flags(metrics, thresholds), "status": "ok", "error": ""}
     return row | horizon_columns(metrics) | {"forecast_heads": metrics.get("forecast_heads") or {}}

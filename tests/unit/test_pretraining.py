@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
+from conftest import returns_with_planted_signal, write_bars_of_returns
 
 from rnnfleet.pretraining import frozen_membership, npz_rows
 
@@ -75,3 +77,117 @@ def test_pooled_pieces_give_exactly_their_windows_and_none_across_two(tmp_path):
         assert np.all(np.diff(window) == 1), window  # consecutive rows of one dataset
     ends = pooled.features[numbers.train + seq_len - 1, 0]
     assert sorted(ends.tolist()) == [*range(20, 70), *range(1007, 1057)]
+
+
+# ---- the cutoff, proved from the model's skill ---------------------------------------------------
+
+PLANTED_ROW = 300  # LONG's bars from here on carry the planted signal
+SEQ_LEN = 8
+
+
+def planted_window_skill(state_dict: dict, model_hparams: dict, arrays, ends: np.ndarray) -> float:
+    """Skill (1 - MSE / the naive zero forecast's) of a model's weights on the windows ending at `ends`."""
+    import torch
+
+    from rnnfleet.model import build_model
+    from rnnfleet.training import SINGLE, window_outputs, window_view, with_outputs
+
+    model = build_model(with_outputs(model_hparams, SINGLE), arrays.features.shape[1], SEQ_LEN)
+    model.load_state_dict(state_dict)
+    windows = window_view(torch.from_numpy(arrays.features), SEQ_LEN)
+    outputs = window_outputs(model, windows, None, torch.from_numpy(ends - (SEQ_LEN - 1)))
+    actual = arrays.targets[ends]
+    return float(1 - np.mean((outputs - actual) ** 2) / np.mean(actual**2))
+
+
+@pytest.mark.slow
+def test_the_pretrained_model_never_learns_a_signal_planted_after_the_cutoff(tmp_path):
+    """SHORT's training part ends first (its first embargo bar is the cutoff, before LONG's row
+    300); LONG's bars from row 300 on follow each other, inside SHORT's validation and test
+    periods in time. Pretrained on both, the model never reads them: on LONG's planted windows
+    it scores no more than a lean by accident (skill < 0.2; with these settings, over data
+    seeds 0-7, from -0.30 to +0.13). The same pretraining of LONG alone (its cutoff after row
+    300: it reads them) scores clearly (> 0.35; 0.58 to 0.79 over those seeds), and so does
+    the pretraining of both when each dataset is read up to its own cutoff (0.52)."""
+    import torch
+
+    from rnnfleet.data import load_arrays, prepare_dataset, save_arrays
+    from rnnfleet.pretraining import pretrain, pretrain_settings
+
+    paths = {}
+    for number, (name, rows) in enumerate({"SHORT": 400, "LONG": 900}.items()):
+        rng = np.random.default_rng(number)
+        returns = returns_with_planted_signal(rows, rng, PLANTED_ROW if name == "LONG" else None)
+        write_bars_of_returns(tmp_path / f"{name}.csv", returns, rng)
+        arrays, _ = prepare_dataset(str(tmp_path / f"{name}.csv"), seq_len=SEQ_LEN, horizon=1, val_fraction=0.15)
+        save_arrays(arrays, tmp_path / f"{name}.npz")
+        paths[name] = str(tmp_path / f"{name}.npz")
+    model = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
+    train = {"seq_len": SEQ_LEN, "batch_size": 64, "epochs": 10, "patience": 10, "lr": 0.02, "seed": 0}
+    settings = pretrain_settings(model, train, {}, {"train_windows": 300, "val_windows": 80}, {})
+    settings["settings_sha256"] = "test"
+    long = load_arrays(paths["LONG"])
+    planted_ends = np.arange(PLANTED_ROW + SEQ_LEN + long.warmup, long.train_end - long.horizon)
+
+    def skill_of_pretraining(fleet: dict[str, str]) -> tuple[float, dict]:
+        checkpoint, lineage = pretrain(fleet, settings, torch.device("cpu"), log=lambda line: None)
+        return planted_window_skill(checkpoint["state_dict"], model, long, planted_ends), lineage
+
+    fleet_skill, lineage = skill_of_pretraining(paths)
+    assert lineage["cutoff_dataset"] == "SHORT"
+    assert lineage["bars"]["LONG"]["last_bar_ns"] < int(long.row_times[PLANTED_ROW])  # from the bars it records
+    seen_skill, seen_lineage = skill_of_pretraining({"LONG": paths["LONG"]})
+    assert seen_lineage["bars"]["LONG"]["last_bar_ns"] >= int(long.row_times[planted_ends[-1]])
+    assert fleet_skill < 0.2 and seen_skill > 0.35, (fleet_skill, seen_skill)
+
+
+def test_the_datasets_served_are_every_one_present_whenever_the_pretraining_is_redone(tmp_path):
+    import os
+    from types import SimpleNamespace
+
+    from rnnfleet.workflow.pretrain_plan import pretrain_forced, pretrain_plan
+
+    lineage, code = tmp_path / "pretrained.json", tmp_path / "my_model.py"
+    code.write_text("")
+    lineage.write_text(json.dumps({"settings_sha256": "abc", "datasets": ["A", "B"]}))
+    present = ["A", "B", "NEW"]
+    stands = pretrain_plan(str(lineage), "abc", present, False, [str(code)])
+    assert (stands.datasets, stands.frozen, stands.why_redone) == (["A", "B"], True, "")
+    assert pretrain_plan(str(lineage), "changed", present, False, []).datasets == present
+    assert pretrain_plan(str(lineage), "abc", present, True, []).datasets == present
+    os.utime(code, (lineage.stat().st_mtime + 10,) * 2)  # the user's model file edited since
+    edited = pretrain_plan(str(lineage), "abc", present, False, [str(code)])
+    assert (edited.datasets, edited.why_redone) == (present, "a model or feature file changed since it was made")
+    outputs = ("models/.fleet/pretrained.pt",)
+    assert pretrain_forced(SimpleNamespace(forcerun={"pretrain"}), "pretrain", outputs)
+    assert pretrain_forced(SimpleNamespace(forcerun={"models/.fleet/pretrained.pt"}), "pretrain", outputs)
+    assert pretrain_forced(SimpleNamespace(forceall=True), "pretrain", outputs)
+    assert pretrain_forced(SimpleNamespace(forcetargets=True, targets={"pretrain"}), "pretrain", outputs)
+    assert not pretrain_forced(SimpleNamespace(forcerun={"train"}, targets={"pretrain"}), "pretrain", outputs)
+
+
+def test_an_array_file_that_does_not_read_is_left_out_and_the_others_pretrain(tmp_path):
+    import torch
+
+    from rnnfleet.data import prepare_dataset, save_arrays
+    from rnnfleet.pretraining import pretrain, pretrain_settings
+
+    paths = {}
+    for number, name in enumerate(("A", "B")):
+        rng = np.random.default_rng(number)
+        write_bars_of_returns(tmp_path / f"{name}.csv", returns_with_planted_signal(300, rng), rng)
+        arrays, _ = prepare_dataset(str(tmp_path / f"{name}.csv"), seq_len=SEQ_LEN, horizon=1, val_fraction=0.15)
+        save_arrays(arrays, tmp_path / f"{name}.npz")
+        paths[name] = str(tmp_path / f"{name}.npz")
+    (tmp_path / "DAMAGED.npz").write_bytes(b"PK\x03\x04 not a whole zip file")
+    paths["DAMAGED"] = str(tmp_path / "DAMAGED.npz")
+    model = {"cell": "gru", "hidden_size": 4, "num_layers": 1, "dropout": 0.0}
+    train = {"seq_len": SEQ_LEN, "batch_size": 64, "epochs": 1, "patience": 1, "lr": 0.01, "seed": 0}
+    settings = pretrain_settings(model, train, {}, {"train_windows": 50, "val_windows": 20}, {})
+    failed = {"GONE": "its preprocess failed: data/GONE.csv: ..."}
+    lines = []
+    _, lineage = pretrain(paths, {**settings, "settings_sha256": "test"}, torch.device("cpu"), lines.append, failed)
+    assert lineage["trained_on"] == ["A", "B"] and lineage["datasets"] == ["A", "B", "DAMAGED"]
+    assert lineage["left_out"]["GONE"] == failed["GONE"]
+    assert lineage["left_out"]["DAMAGED"].startswith(f"its array file {paths['DAMAGED']} does not read (")
+    assert f"pretrain: DAMAGED left out: {lineage['left_out']['DAMAGED']}" in lines

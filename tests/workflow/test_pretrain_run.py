@@ -11,7 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import copy_of_run, planned_rules, snakemake, summary_by_dataset, write_bars_of_returns, write_config
+from conftest import (
+    copy_of_run,
+    planned_rules,
+    returns_with_planted_signal,
+    snakemake,
+    summary_by_dataset,
+    write_bars_of_returns,
+    write_config,
+)
 
 from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.data import load_arrays
@@ -27,10 +35,7 @@ START = "2024-01-01"
 
 def write_fleet_dataset(folder: Path, name: str, rows: int, seed: int, start: str = START) -> None:
     rng = np.random.default_rng(seed)
-    returns = rng.normal(0, 1e-3, rows)
-    if name == "LONG_1m":
-        for row in range(PLANTED_ROW, rows):
-            returns[row] = 0.9 * returns[row - 1] + rng.normal(0, 2e-4)
+    returns = returns_with_planted_signal(rows, rng, PLANTED_ROW if name == "LONG_1m" else None)
     write_bars_of_returns(folder / "data" / f"{name}.csv", returns, rng, start)
 
 
@@ -44,7 +49,12 @@ def fleet_run(tmp_path_factory) -> tuple[Path, str]:
     write_fleet_dataset(folder / "later", "OTHER_1m", FLEET["OTHER_1m"] + 60, 2)
     lines = (folder / "later/data/OTHER_1m.csv").read_text().splitlines(keepends=True)
     (folder / "data/OTHER_1m.csv").write_text("".join(lines[: FLEET["OTHER_1m"] + 1]))
-    write_config(folder, data_dir="data", train={"init": "fleet", "finetune_lr": 0.002, "compare_init": True})
+    write_config(
+        folder,
+        data_dir="data",
+        train={"init": "fleet", "finetune_lr": 0.002, "compare_init": True},
+        tracking={"mlflow": {"enabled": True, "per_dataset_runs": True}},
+    )
     return folder, snakemake(folder).stderr
 
 
@@ -107,6 +117,32 @@ def test_compare_init_keeps_validations_choice_and_the_report_leads_with_the_ver
     assert start_page.index("**The fleet's start.**") < start_page.index("**The fleet.**")
 
 
+def test_mlflow_logs_where_each_fit_started_the_verdicts_and_the_pretrained_digest(fleet_run):
+    client_module = pytest.importorskip("mlflow.tracking", reason="requirements-mlflow.txt is not installed")
+    folder, _ = fleet_run
+    client = client_module.MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlruns.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(folder.name).experiment_id])
+    fleet = next(run for run in runs if "mlflow.parentRunId" not in run.data.tags)
+    lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
+    table = summary_by_dataset(folder)
+    assert fleet.data.params["pretrained.sha256"] == lineage["sha256"]
+    assert fleet.data.params["pretrained.cutoff"] == lineage["cutoff"]
+    metrics = fleet.data.metrics
+    assert metrics["pretrained_trained_on"] == len(FLEET) and metrics["pretrained_skill"] == lineage["scores"]["skill"]
+    assert metrics["init_fleet"] == sum(row["init"] == "fleet" for row in table.values())
+    assert metrics["init_compared"] == len(FLEET)
+    better = sum(row["init_verdict"] == FLEET_START_BETTER for row in table.values())
+    assert metrics["init_better_after_fleet_correction"] == better
+    children = {run.data.tags["rnnfleet.dataset"]: run for run in runs if "mlflow.parentRunId" in run.data.tags}
+    assert set(children) == set(FLEET)
+    for name, run in children.items():
+        row = table[name]
+        assert run.data.params["init"] == row["init"] and run.data.params["init_verdict"] == row["init_verdict"]
+        assert run.data.params["init_pretrained_sha256"] == row["init_pretrained_sha256"] == lineage["sha256"]
+        for column in ("init_dm_pvalue", "init_qvalue", "init_scratch_test_skill", "init_pretrained_test_skill"):
+            assert run.data.metrics[column] == pytest.approx(float(row[column]))
+
+
 def test_the_pretraining_reads_no_bar_at_or_after_the_fleet_cutoff(fleet_run):
     folder, _ = fleet_run
     lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
@@ -146,6 +182,13 @@ def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scrat
     snakemake(folder)
     assert (folder / "models/.fleet/pretrained.pt").stat().st_mtime_ns == pretrained_made
     assert summary_by_dataset(folder)["OTHER_1m"]["made"] == "update 1"
+    # pretrain.refresh (days): OTHER's 60 new bars are 0.0417 days: not yet due at 0.05, due at
+    # 0.04, and the dry-run says why.
+    assert "pretrain" not in planned_rules(snakemake(folder, "-n", "--config", "pretrain={refresh: 0.05}").stdout)
+    due = snakemake(folder, "-n", "--config", "pretrain={refresh: 0.04}")
+    assert planned_rules(due.stdout)["pretrain"] == 1
+    said = "the fleet's pretraining runs: 0.0417 days of new bars since it was made (pretrain.refresh: 0.04)"
+    assert f"{said}; it serves {len(FLEET) + 1} dataset(s)" in due.stdout + due.stderr
     # A changed pretrain setting (from --config, where nested values arrive as text): the
     # pretraining and every dataset that starts from it.
     dry_run = snakemake(folder, "-n", "--config", "pretrain={train_windows: 100}")
@@ -156,3 +199,67 @@ def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scrat
     # --forcerun pretrain: the same, over the datasets it serves.
     forced = planned_rules(snakemake(folder, "-n", "--forcerun", "pretrain").stdout)
     assert forced["pretrain"] == 1 and forced["train"] == len(FLEET) + 1
+
+
+# ---- a fleet with a bad file: the pretraining goes on with the others -------------------------
+
+BAD = "BAD_1m"
+GOOD_OF_BAD_RUN = ("SHORT_1m", "OTHER_1m")
+
+
+@pytest.fixture(scope="module")
+def bad_file_run(tmp_path_factory) -> tuple[Path, object]:
+    """A fleet with train.init fleet where BAD_1m's file has a price that is not a number; its
+    good content is kept in good/ (the folder, snakemake's result)."""
+    folder = tmp_path_factory.mktemp("pretrain_bad")
+    for seed, name in enumerate(GOOD_OF_BAD_RUN):
+        write_fleet_dataset(folder, name, FLEET[name], seed)
+    write_fleet_dataset(folder / "good", BAD, 500, 5)
+    lines = (folder / "good/data" / f"{BAD}.csv").read_text().splitlines(keepends=True)
+    cells = lines[40].split(",")
+    cells[4] = "abc"
+    lines[40] = ",".join(cells) + ("" if cells[-1].endswith("\n") else "\n")
+    (folder / "data" / f"{BAD}.csv").write_text("".join(lines))
+    write_config(folder, data_dir="data", train={"init": "fleet"})
+    return folder, snakemake(folder, check=False)
+
+
+def test_a_dataset_whose_preprocess_fails_fails_alone_and_the_pretraining_goes_on_without_it(bad_file_run):
+    folder, result = bad_file_run
+    assert result.returncode != 0  # the run says something failed
+    log = (folder / f"logs/preprocess/{BAD}.log").read_text()
+    errors = [line for line in log.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: data/{BAD}.csv: "), log
+    lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
+    assert lineage["datasets"] == lineage["trained_on"] == sorted(GOOD_OF_BAD_RUN)
+    why = lineage["left_out"][BAD]
+    assert why == "its preprocess failed: " + errors[0].removeprefix("ERROR: "), why
+    assert f"pretrain: {BAD} left out: {why}" in (folder / "logs/pretrain/fleet.log").read_text()
+    assert f"rnnfleet: pretrain goes on without prep/{BAD}.npz: the job making it failed" in result.stderr
+    table = summary_by_dataset(folder)
+    assert table[BAD]["status"] == "data error"
+    for name in GOOD_OF_BAD_RUN:
+        assert table[name]["status"] == "ok"
+        model_lineage = load_checkpoint(folder / f"models/{name}.pt")["lineage"]
+        assert model_lineage["init"]["pretrained_sha256"] == lineage["sha256"]
+
+
+def test_a_fixed_dataset_trains_alone_and_forcerun_redoes_the_pretraining_over_every_dataset(bad_file_run, tmp_path):
+    folder = copy_of_run(bad_file_run[0], tmp_path)
+    shutil.copyfile(folder / "good/data" / f"{BAD}.csv", folder / "data" / f"{BAD}.csv")
+    write_fleet_dataset(folder, "NEW_1m", 500, 9)
+    # The fixed file and a new one: each trains alone, from the pretrained model as it is.
+    plan = snakemake(folder, "-n").stdout
+    assert planned_rules(plan) == {"preprocess": 2, "train": 2, "summarize": 1, "plots": 1, "all": 1}, plan
+    made = json.loads((folder / "models/.fleet/pretrained.json").read_text())["made_at"]
+    # --forcerun pretrain: over the datasets present now, the fixed and the new one included.
+    forced = snakemake(folder, "--forcerun", "pretrain")
+    lineage = json.loads((folder / "models/.fleet/pretrained.json").read_text())
+    everyone = sorted([*GOOD_OF_BAD_RUN, BAD, "NEW_1m"])
+    said = f"rnnfleet: the fleet's pretraining runs: the run forces it (--forcerun, -f or -F); it serves {len(everyone)} dataset(s)"
+    assert said in forced.stderr
+    assert lineage["made_at"] > made and lineage["datasets"] == lineage["trained_on"] == everyone
+    for name in everyone:
+        assert (
+            load_checkpoint(folder / f"models/{name}.pt")["lineage"]["init"]["pretrained_sha256"] == lineage["sha256"]
+        )

@@ -1,5 +1,5 @@
 """Every function of Snakemake (and of its SLURM job-step plugin) that rnnfleet replaces or
-wraps, in one table, with the SHA-256 of its source in the release rnnfleet supports
+wraps (or whose inner workings a wrapper relies on), in one table, with the SHA-256 of its source in the release rnnfleet supports
 (rnnfleet.snakemake_version).
 
 What it promises:
@@ -138,6 +138,23 @@ CONTRACT = (
         "packed_jobs",
         "255b52a98a34627523867bb0f1cbd57892c661a2d7d15c862e32cf879760d327",
     ),
+    # rnnfleet.hooks.past_failed_inputs wraps JobScheduler._handle_error too (above), and
+    # releases a job from the DAG's count of what it waits for: what that relies on.
+    Patch(
+        "snakemake.dag:DAG.update_ready",
+        "past_failed_inputs",
+        "1d3a023d4b85a70c2e61cae2ab47ea308e544fb573792509e99d1633b5c732cc",
+    ),
+    Patch(
+        "snakemake.dag:DAG._ready",
+        "past_failed_inputs",
+        "585d5ef7e3c3b3f50c5c3bb13bed5792a46ec94b1dc4e75eaea6a54398dd4237",
+    ),
+    Patch(
+        "snakemake.iocontainers:Namedlist._allitems",
+        "past_failed_inputs",
+        "d22052c707a1aed3d97c64c31cc4ee1973a9bb35072b507b97a50b2ddf969f6b",
+    ),
     Patch(
         "snakemake_executor_plugin_slurm_jobstep:get_node_setting",
         "packed_jobs",
@@ -160,7 +177,9 @@ def _stock(function):
     """The stock function (a property's getter), also when rnnfleet has already replaced it."""
     if isinstance(function, property):
         function = function.fget
-    return getattr(function, "__rnnfleet_stock__", function)
+    while hasattr(function, "__rnnfleet_stock__"):  # wrappers of wrappers (JobScheduler._handle_error)
+        function = function.__rnnfleet_stock__
+    return function
 
 
 def locate(target: str):

@@ -241,10 +241,11 @@ def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
 
 
 def pretrain_job(
-    arrays_json: str, model_path: str, lineage_path: str, settings: dict, device: str, threads: int, gpu_mem_gb: int
+    members_json: str, model_path: str, lineage_path: str, settings: dict, device: str, threads: int, gpu_mem_gb: int
 ) -> None:
-    """The pretrain rule's job (rules/pretrain.smk): the fleet's array files ({dataset: path}
-    as JSON) in; the pretrained model file and its lineage JSON out, each written atomically,
+    """The pretrain rule's job (rules/pretrain.smk): the fleet's array files and the datasets
+    left out (rnnfleet.pretraining.fleet_members, as JSON) in; the pretrained model file and
+    its lineage JSON out, each written atomically,
     trained by rnnfleet.pretraining.pretrain on the device this job claims (as a train job)."""
     from rnnfleet.pretraining import file_sha256, pretrain  # torch loads with it
 
@@ -254,7 +255,8 @@ def pretrain_job(
         cap_gpu_memory(claimed, gpu_mem_gb)
         log(f"pretrain: on {claimed} with {threads} thread(s), gpu_mem {gpu_mem_gb} GB declared ({placement_note()})")
         try:
-            checkpoint, lineage = pretrain(json.loads(arrays_json), settings, claimed, log)
+            members = json.loads(members_json)
+            checkpoint, lineage = pretrain(members["arrays"], settings, claimed, log, members["left_out"])
             save_checkpoint(checkpoint, model_path)
             write_json({**lineage, "sha256": file_sha256(model_path)}, lineage_path)
         finally:

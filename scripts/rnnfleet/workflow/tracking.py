@@ -6,8 +6,9 @@ What it promises:
   `tracking.mlflow.experiment` (default: the name of the folder the run works in): its
   parameters (the effective configuration, dotted keys), the fleet's metrics (datasets trained
   from scratch, updated, unchanged, not done; the test skills' spread; how many beat the
-  baseline, before and after the fleet correction), tags (outcome, folder, rnnfleet's
-  version) and as artifacts the summary table (one row per dataset), the forecasts, the
+  baseline, before and after the fleet correction; with train.init fleet where the full fits
+  started and the fleet's start's verdict, and the pretrained model's digest, cutoff and
+  scores), tags (outcome, folder, rnnfleet's version) and as artifacts the summary table (one row per dataset), the forecasts, the
   report's table and skill chart. A run that trained nothing logs nothing.
 - With `per_dataset_runs`, each dataset this run trained or updated gets a child run: its row
   of the table as parameters and metrics, its loss curves as metric histories (step = epoch),
@@ -39,13 +40,27 @@ from rnnfleet.errors import one_line
 from rnnfleet.evaluation import BEATS
 from rnnfleet.fleet import BEATS_AFTER, as_number
 from rnnfleet.formats import is_number
+from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE
 from rnnfleet.summary import datasets_written_since
 
 # MLflow's limits on one parameter's value (characters); longer values are cut and marked.
 PARAM_VALUE_LIMIT = 6000
 # The table's columns that are always words, even where a cell reads as a number (a model
 # named "1", a timezone): logged as a child run's parameters with every other cell that is not a number.
-WORD_COLUMNS = ("made", "model", "features", "target", "baseline", "loss", "timezone", "device", "status", "product")
+WORD_COLUMNS = (
+    "made",
+    "model",
+    "features",
+    "target",
+    "baseline",
+    "loss",
+    "timezone",
+    "device",
+    "status",
+    "product",
+    "init",  # train.init fleet: where its full fit started, and the pretrained file's digest (hex may read as a number)
+    "init_pretrained_sha256",
+)
 
 # The experiment's tag that makes MLflow's UI (3.x) open it on its runs, the classic view of
 # model training, not on the GenAI view of traces (a kind the user set is left alone).
@@ -81,6 +96,7 @@ class TrackedPaths:
     skill_plot: str
     metrics: str  # the per-dataset metrics files, with {dataset}
     models: str  # the model files, with {dataset}
+    pretrained_lineage: str = ""  # train.init fleet: the fleet's pretrained model's lineage JSON
 
 
 def flattened(settings: dict, prefix: str = "") -> dict[str, str]:
@@ -111,6 +127,14 @@ def fleet_metrics(rows: list[dict], trained_now: set[str]) -> dict[str, float]:
         "beats_baseline": sum(row.get("test_verdict") == BEATS for row in rows),
         "beats_baseline_after_fleet_correction": sum(row.get("fleet_verdict") == BEATS_AFTER for row in rows),
     }
+    if any(row.get("init") for row in rows):  # train.init fleet: where the full fits started, and the verdict
+        metrics |= {
+            "init_fleet": sum(row.get("init") == "fleet" for row in rows),
+            "init_scratch": sum(row.get("init") == "scratch" for row in rows),
+            "init_compared": sum(bool(row.get("init_verdict")) for row in rows),
+            "init_better_after_fleet_correction": sum(row.get("init_verdict") == FLEET_START_BETTER for row in rows),
+            "init_worse_after_fleet_correction": sum(row.get("init_verdict") == FLEET_START_WORSE for row in rows),
+        }
     if skills:
         metrics |= {
             "test_skill_mean": sum(skills) / len(skills),
@@ -121,6 +145,29 @@ def fleet_metrics(rows: list[dict], trained_now: set[str]) -> dict[str, float]:
             "test_skill_max": skills[-1],
         }
     return {key: float(value) for key, value in metrics.items()}
+
+
+def pretrained_facts(lineage_path: str) -> tuple[dict[str, str], dict[str, float]]:
+    """(parameters, metrics) of the fleet's pretrained model from its lineage file: its digest,
+    cutoff and the datasets it left out as parameters; how many datasets it served, trained on
+    and left out, and its validation scores, as metrics. ({}, {}) without a readable file."""
+    try:
+        with open(lineage_path, encoding="utf-8") as handle:
+            lineage = json.load(handle)
+    except (OSError, ValueError):
+        return {}, {}
+    params = {
+        "pretrained.sha256": str(lineage.get("sha256", "")),
+        "pretrained.cutoff": str(lineage.get("cutoff", "")),
+        "pretrained.left_out": json.dumps(sorted(lineage.get("left_out") or {})),
+    }
+    metrics = {
+        f"pretrained_{key}": float(len(lineage.get(key) or ())) for key in ("datasets", "trained_on", "left_out")
+    }
+    for key, value in (lineage.get("scores") or {}).items():
+        if math.isfinite(number := as_number(value)):
+            metrics[f"pretrained_{key}"] = number
+    return {key: value for key, value in params.items() if value}, metrics
 
 
 def quantile(ordered: list[float], level: float) -> float:
@@ -256,11 +303,15 @@ def log_run_to_mlflow(
             )
             run_id = run.info.run_id
             step = "its parameters and metrics"
+            pretrained_params, pretrained_metrics = (
+                pretrained_facts(paths.pretrained_lineage) if config["train"].get("init") == "fleet" else ({}, {})
+            )
+            metrics = fleet_metrics(rows, trained_now) | pretrained_metrics
             log_batches(
                 client,
                 run_id,
-                metrics=[Metric(key, value, now, 0) for key, value in fleet_metrics(rows, trained_now).items()],
-                params=[Param(key, value) for key, value in flattened(config).items()],
+                metrics=[Metric(key, value, now, 0) for key, value in metrics.items()],
+                params=[Param(key, value) for key, value in (flattened(config) | pretrained_params).items()],
             )
             step = "its files"
             for path in (paths.table, paths.forecasts, paths.table_html, paths.skill_plot):

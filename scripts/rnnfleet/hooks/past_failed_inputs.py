@@ -1,0 +1,116 @@
+"""Jobs that start without the inputs of a job that failed (the pretrain job: rules/pretrain.smk).
+
+Snakemake runs a job only once every job making one of its inputs has succeeded. The fleet's
+pretraining reads every dataset's array file, so one dataset whose preprocess fails (bad
+bars) would keep it, and with it every dataset's fine-tune, from running.
+start_past_failed_inputs(rules) changes Snakemake's scheduler so that, when a job fails for
+good (no retry left), each job of those rules waiting for its outputs:
+
+- no longer waits for it: the failed job's outputs are dropped from its inputs (the other
+  inputs kept, named as before), and it starts once its other inputs are made;
+- sees the inputs it runs with: its params are expanded again from them (a param that is a
+  function of `input` says which were left out), and Snakemake records them as the job's
+  inputs, so the next run compares the inputs it would read with those it read.
+
+The job that failed still fails, and the run still ends failed: the jobs of other rules that
+need its outputs are not run.
+"""
+
+from __future__ import annotations
+
+import sys
+
+_MARK = "__rnnfleet_past_failed_inputs__"
+
+
+def _chain(function):
+    """The function and those it wraps (rnnfleet's wrappers name the one they wrap)."""
+    while function is not None:
+        yield function
+        function = getattr(function, "__rnnfleet_stock__", None)
+
+
+def start_past_failed_inputs(rules: set[str], warn: bool = True) -> bool:
+    """Install the change for the jobs of these rules (main Snakemake process); True if installed.
+    Where this Snakemake's scheduler is not the one rnnfleet knows, one warning line and nothing installed."""
+    try:
+        from snakemake.iocontainers import InputFiles
+        from snakemake.scheduling.job_scheduler import JobScheduler
+    except ImportError:
+        JobScheduler = InputFiles = None
+    current = getattr(JobScheduler, "_handle_error", None)
+    installed = next((function for function in _chain(current) if hasattr(function, _MARK)), None)
+    if installed is not None:
+        getattr(installed, _MARK).update(rules)
+        return True
+    if current is None or not hasattr(InputFiles, "_allitems"):
+        if warn:
+            print(
+                "rnnfleet: WARNING: this Snakemake's scheduler is not the one rnnfleet knows: a dataset whose "
+                f"preprocess fails keeps {', '.join(sorted(rules))} (and what needs it) from running",
+                file=sys.stderr,
+            )
+        return False
+
+    def _handle_error(self, job, postprocess_job: bool = True):
+        result = current(self, job, postprocess_job)
+        if job in getattr(self, "failed", ()):  # failed for good: no retry left
+            release_dependants(self.workflow, job, getattr(_handle_error, _MARK))
+        return result
+
+    setattr(_handle_error, _MARK, set(rules))
+    _handle_error.__rnnfleet_stock__ = current
+    JobScheduler._handle_error = _handle_error
+    return True
+
+
+def release_dependants(workflow, failed, rules: set[str]) -> list:
+    """The jobs of `rules` that waited for the failed job (or group): its outputs dropped
+    from their inputs, and each made ready once nothing else holds it. Returns them."""
+    dag = workflow.dag
+    released: dict = {}  # {job: the files dropped from its inputs}
+    for failed_job in list(failed) if failed.is_group() else [failed]:
+        if dag.finished(failed_job):  # a group's jobs that finished before it failed
+            continue
+        for dependant, files in list(dag.depending[failed_job].items()):
+            if dependant.rule.name not in rules or not dag.needrun(dependant) or dag.finished(dependant):
+                continue
+            dependant.input = without(dependant.input, set(files))
+            dependant._params = None  # expanded again from the inputs it now has
+            del dag.depending[failed_job][dependant]
+            dag.dependencies[dependant].pop(failed_job, None)
+            dag._n_until_ready[dependant] -= 1
+            released.setdefault(dependant, []).extend(sorted(map(str, files)))
+    if released:
+        _forget_cached_inputs(workflow.persistence)
+        dag.update_ready(list(released))
+        for job, files in released.items():
+            print(
+                f"rnnfleet: {job.rule.name} goes on without {', '.join(files)}: the job making it failed",
+                file=sys.stderr,
+            )
+    return list(released)
+
+
+def without(inputs, dropped: set):
+    """A copy of a job's inputs (snakemake InputFiles) without the dropped files, the names kept."""
+    from snakemake.iocontainers import InputFiles
+
+    kept = InputFiles()
+    for name, value in inputs._allitems():
+        if name is not None and isinstance(value, list):  # a named list of files
+            start = len(kept)
+            kept.extend(item for item in value if item not in dropped)
+            kept._set_name(name, start, end=len(kept))
+        elif value not in dropped:
+            kept.append(value)
+            if name is not None:
+                kept._add_name(name)
+    return kept
+
+
+def _forget_cached_inputs(persistence) -> None:
+    """Snakemake caches each job's recorded input list; the released jobs' lists changed."""
+    cached = getattr(type(persistence), "_input", None)
+    if hasattr(cached, "cache_clear"):
+        cached.cache_clear()

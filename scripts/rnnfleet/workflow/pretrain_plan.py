@@ -1,0 +1,174 @@
+"""Which datasets the fleet's pretraining serves, and when it is redone (rules/pretrain.smk).
+
+What it promises:
+- While the pretrained model stands (its lineage file made with the same settings, the
+  user's model and feature files not changed since, no --forcerun of it), it serves the
+  datasets its lineage names, and their array files are ancient() inputs: a morning's new
+  bars do not redo it, and a dataset added later starts from it without redoing it.
+- Whenever it is redone (its settings or the user's code changed, `--forcerun pretrain`,
+  `-f`/`-F` on it, pretrain.refresh days of new bars, or no model yet) it serves every
+  dataset present now, new ones included, and why_redone says why in words (the dry-run's line).
+- pretrain.refresh (days): the most days of new bars a served dataset gained since (the
+  newest bar of its array file as the run starts, against the newest its lineage records it
+  was made with). Array files are read for one row each, and only with refresh set.
+- pretrain_plan is decided while the DAG is built (an input function): Snakemake sets the
+  run's --forcerun only after the Snakefile is read.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from rnnfleet.pretraining import UNREADABLE, frozen_membership, newest_bar_ns
+
+DAY_NS = 86_400 * 10**9
+
+
+@dataclass(frozen=True)
+class PretrainPlan:
+    """The datasets the pretraining serves, whether they are those its lineage froze, and why not."""
+
+    datasets: list[str]
+    frozen: bool
+    why_redone: str  # '' while frozen
+
+
+def pretrain_forced(dag_settings, rule: str, outputs: Iterable[str]) -> bool:
+    """Whether this run forces the pretrain job: --forcerun naming the rule or an output of it,
+    --forceall, or --force with it (or an output of it) as a target."""
+    names = {rule, *map(str, outputs)}
+    forced = {str(item) for item in getattr(dag_settings, "forcerun", None) or ()}
+    targets = {str(item) for item in getattr(dag_settings, "targets", None) or ()}
+    return bool(
+        getattr(dag_settings, "forceall", False)
+        or forced & names
+        or (getattr(dag_settings, "forcetargets", False) and targets & names)
+    )
+
+
+def code_changed_since(lineage_path: str, code_files: Iterable[str]) -> bool:
+    """Whether a user's model or feature file is newer than the lineage file (the pretrain job
+    then runs again: those files are its inputs)."""
+    try:
+        made = os.path.getmtime(lineage_path)
+        return any(os.path.getmtime(path) > made for path in code_files)
+    except OSError:
+        return False
+
+
+def days_of_new_bars(lineage_path: str, arrays_paths: dict[str, str]) -> float | None:
+    """The most days of new bars any of these datasets ({dataset: array file}) gained since the
+    pretraining: the newest bar of its array file now against the newest it was made with
+    (None: its lineage records none, made by an older rnnfleet)."""
+    import json
+
+    try:
+        with open(lineage_path) as handle:
+            made_with = json.load(handle).get("newest_bars_ns")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(made_with, dict):
+        return None
+    gained = 0
+    for name, path in arrays_paths.items():
+        try:
+            newest = newest_bar_ns(path)
+        except UNREADABLE:  # not made yet, or damaged: its preprocess job will say
+            continue
+        if newest is not None and isinstance(made_with.get(name), int):
+            gained = max(gained, newest - made_with[name])
+    return gained / DAY_NS
+
+
+def pretrain_plan(
+    lineage_path: str,
+    fingerprint: str,
+    datasets: list[str],
+    forced: bool,
+    code_files: Iterable[str],
+    refresh_days: float | None = None,
+    arrays_of=lambda dataset: "",
+) -> PretrainPlan:
+    """The plan of this run's pretraining (see the module doc); arrays_of(dataset): its array file."""
+    members, frozen = frozen_membership(lineage_path, fingerprint, datasets)
+    if not frozen:
+        made = os.path.exists(lineage_path)
+        return PretrainPlan(list(datasets), False, "its settings changed" if made else "there is none yet")
+    if forced:
+        return PretrainPlan(list(datasets), False, "the run forces it (--forcerun, -f or -F)")
+    if code_changed_since(lineage_path, code_files):
+        return PretrainPlan(list(datasets), False, "a model or feature file changed since it was made")
+    if refresh_days is not None:
+        gained = days_of_new_bars(lineage_path, {name: arrays_of(name) for name in members})
+        if gained is None or gained >= refresh_days:
+            said = "its lineage records no newest bar" if gained is None else f"{gained:.3g} days of new bars"
+            return PretrainPlan(list(datasets), False, f"{said} since it was made (pretrain.refresh: {refresh_days:g})")
+    return PretrainPlan(members, True, "")
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: Snakemake may key its caches by the functions
+class PretrainRule:
+    """The pretrain rule's input and param functions and its report (rules/pretrain.smk), over
+    one run's datasets: {dataset: its array file} and {dataset: its preprocess log}."""
+
+    lineage_path: str
+    fingerprint: str
+    arrays_of: dict[str, str]
+    logs_of: dict[str, str]
+    code_files: list[str]
+    refresh_days: float | None
+    main_process: bool
+    dag_settings: Callable[[], object]  # the run's DAG settings (set after the Snakefile is read)
+    outputs: tuple[str, ...]
+    ancient: Callable[[str], object]  # snakemake's ancient()
+
+    def plan(self) -> PretrainPlan:
+        """This run's plan (see the module doc), decided while the DAG is built."""
+        datasets = list(self.arrays_of)
+        if not self.main_process:
+            # A cluster job running the pretraining: its main process chose to redo it, which
+            # serves every dataset present (--forcerun does not reach this process).
+            return PretrainPlan(datasets, False, "")
+        forced = pretrain_forced(self.dag_settings(), "pretrain", self.outputs)
+        return pretrain_plan(
+            self.lineage_path,
+            self.fingerprint,
+            datasets,
+            forced,
+            self.code_files,
+            self.refresh_days,
+            self.arrays_of.__getitem__,
+        )
+
+    def arrays(self, wildcards) -> list:
+        """The input function: the served datasets' array files, ancient() while frozen."""
+        plan = self.plan()
+        paths = [self.arrays_of[name] for name in plan.datasets]
+        if not self.main_process:
+            # An array file missing in a cluster job is one its main process left out (its
+            # preprocess failed; rnnfleet.hooks.past_failed_inputs).
+            paths = [path for path in paths if os.path.exists(path)]
+        return [self.ancient(path) for path in paths] if plan.frozen else paths
+
+    def members(self, wildcards, input) -> str:
+        """The job's datasets and those left out, as JSON (a function of input: Snakemake does
+        not compare it as a param; rnnfleet.pretraining.fleet_members)."""
+        import json
+
+        from rnnfleet.pretraining import fleet_members
+
+        datasets = self.plan().datasets
+        arrays = [self.arrays_of[name] for name in datasets]
+        logs = [self.logs_of[name] for name in datasets]
+        return json.dumps(fleet_members(datasets, arrays, logs, list(input.arrays)))
+
+    def report(self, jobs_to_run: Iterable, say: Callable[[str], None]) -> None:
+        """After the DAG is built (dry-runs too): why the pretraining runs, in one line."""
+        if any(job.rule.name == "pretrain" for job in jobs_to_run):
+            plan = self.plan()
+            if plan.why_redone:
+                say(
+                    f"rnnfleet: the fleet's pretraining runs: {plan.why_redone}; it serves {len(plan.datasets)} dataset(s)"
+                )
