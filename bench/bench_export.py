@@ -70,9 +70,9 @@ def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
 
     from rnnfleet.checkpoint import save_checkpoint
     from rnnfleet.data import prepare_dataset
-    from rnnfleet.scoring import calibration_record
     from rnnfleet.synthetic import synthetic_bars
-    from rnnfleet.training import build_checkpoint, train_model
+    from rnnfleet.train.evaluate import calibration_record
+    from rnnfleet.train.loop import build_checkpoint, train_model
 
     csv_path = folder / "BENCH_1m.csv"
     bars = synthetic_bars(rows, seed=3)

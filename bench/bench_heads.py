@@ -58,7 +58,7 @@ def epoch_seconds(scripts: str, csv_path: str, variant: str, epochs: int, amp: s
     import torch
 
     from rnnfleet.data import prepare_dataset
-    from rnnfleet.training import train_model
+    from rnnfleet.train.loop import train_model
 
     torch.set_num_threads(1)
     heads = HEADS if variant == "heads" else {}

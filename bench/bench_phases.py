@@ -89,8 +89,11 @@ class PhaseClock:
 
 def wrap_job_phases(clock: PhaseClock) -> None:
     """The clocks of the breakdown: every function a preprocess and a train job spend time in."""
-    from rnnfleet import data, evaluation, fitting, intervals, scoring, training
+    from rnnfleet import data, evaluation, intervals
     from rnnfleet.runner import jobs
+    from rnnfleet.train import evaluate as scoring
+    from rnnfleet.train import fit as fitting
+    from rnnfleet.train import loop as training
 
     phases = [
         (jobs, "preprocess_one", PREPROCESS_JOB + ": the rest (settings hash, file checks, log)"),
@@ -149,9 +152,9 @@ def full_config(workload: str, data_dir: Path, args) -> dict:
 
 def run_in_process(config: dict, names: list[str], data_dir: Path, work: Path, clock: PhaseClock) -> list[dict]:
     """preprocess_one and train_one of each dataset in turn: each dataset's phase seconds."""
-    from rnnfleet.fitting import Settings
     from rnnfleet.runner.jobs import preprocess_one, train_one
     from rnnfleet.settings import preprocess_settings, train_hyper_parameters
+    from rnnfleet.train.fit import Settings
 
     settings = Settings(
         config["model"], train_hyper_parameters(config), config["evaluate"], config["update"], config["columns"]

@@ -13,11 +13,11 @@ cost, on two generated fleets side by side in one run:
 
 Per fleet, in this process on one CPU thread (one torch thread, as a train job), the same
 arrays, model and settings (LSTM 1x16, seq 30, batch 128, at most --epochs epochs, patience 3):
-- scratch: each dataset trained from random weights (rnnfleet.training.train_model);
+- scratch: each dataset trained from random weights (rnnfleet.train.loop.train_model);
 - fleet: rnnfleet.pretraining.pretrain on the array files, then each dataset trained from its
   weights with a fresh optimizer (train.finetune_lr = train.lr), as a train job does;
 - one model for all: the pretrained model's own test skill on each dataset (a forward pass).
-Test skill is rnnfleet.scoring.score_test_period's (1 - test MSE / the naive forecast's) on
+Test skill is rnnfleet.train.evaluate.score_test_period's (1 - test MSE / the naive forecast's) on
 each dataset's test period, which neither training reads. Prints per fleet the mean test
 skill of each, the paired difference fleet - scratch (mean, datasets better/worse, a
 sign-flip permutation p-value over datasets), epochs, and wall and CPU time (the pretraining
@@ -80,7 +80,7 @@ def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator)
 
 
 def test_skill(arrays, result) -> float:
-    from rnnfleet.scoring import score_test_period
+    from rnnfleet.train.evaluate import score_test_period
 
     return score_test_period(arrays, result, SEQ_LEN, cost_bps=0.0, block_bars=60, bootstrap=20)["test_skill"]
 
@@ -99,7 +99,7 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     from rnnfleet.model import build_model
     from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
     from rnnfleet.synthetic import write_bars_of_returns
-    from rnnfleet.training import StartState, train_model, usable_windows, window_outputs, window_view
+    from rnnfleet.train.loop import StartState, train_model, usable_windows, window_outputs, window_view
 
     rng = np.random.default_rng(args.seed + (0 if kind == "shared" else 1))
     device = torch.device("cpu")
@@ -252,10 +252,10 @@ def main() -> None:
     args = parse_args()
     import torch
 
-    import rnnfleet.training
+    import rnnfleet.train.loop
 
     torch.set_num_threads(1)
-    rnnfleet.training.log = quiet  # no per-epoch lines
+    rnnfleet.train.loop.log = quiet  # no per-epoch lines
     if args.memory:
         memory = peak_memory(args.memory, args.memory_rows)
         print(

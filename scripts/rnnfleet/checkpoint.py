@@ -203,7 +203,7 @@ def _end_record_fits(tail: bytes, size: int) -> bool:
     return directory_offset + directory_size <= end_offset
 
 
-# What load_model and forecasts read from a model file (rnnfleet.training.build_checkpoint).
+# What load_model and forecasts read from a model file (rnnfleet.train.loop.build_checkpoint).
 REQUIRED_ENTRIES = {
     "state_dict": (),
     "model_config": ("input_size",),

@@ -388,7 +388,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 def metadata(checkpoint: dict, plan: ExportPlan, model_path: str | os.PathLike, comparison) -> dict[str, str]:
     """The file's metadata_props: what it is and what it needs from the platform."""
-    from rnnfleet.updating import rnnfleet_version
+    from rnnfleet.train.updating import rnnfleet_version
 
     zone = training_read(checkpoint).get("timezone") or "unknown (the model file predates that record)"
     return {

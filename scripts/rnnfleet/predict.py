@@ -58,7 +58,7 @@ from rnnfleet.intervals import COVERAGE, horizon_bands, nearest_coverage
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import EVAL_BATCH, outputs_of, window_view
+from rnnfleet.train.loop import EVAL_BATCH, outputs_of, window_view
 
 # The forecast tables' vocabulary, the same in this command's CSV, the predict rule's
 # predictions/<dataset>.csv and the fleet's results/forecasts.csv (rnnfleet.summary): the bar

@@ -282,7 +282,7 @@ def pretrain(arrays_paths: dict[str, str], settings: dict, device, log=print) ->
     """(the model file's contents, its lineage) of the pretraining on these datasets'
     array files ({dataset: path}); settings: pretrain_settings() plus settings_sha256."""
     from rnnfleet.errors import UserError
-    from rnnfleet.training import on_cpu, train_model
+    from rnnfleet.train.loop import on_cpu, train_model
 
     model_hparams, train_hparams = settings["model_hparams"], settings["train_hparams"]
     seq_len = int(train_hparams["seq_len"])
@@ -467,8 +467,8 @@ FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE = (
 def first_horizon_losses(arrays, result, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """(the model's, the naive baseline's) loss on each test window, of the first horizon's point forecast."""
     from rnnfleet.evaluation import window_losses
-    from rnnfleet.scoring import horizon_arrays, horizon_outputs
     from rnnfleet.targets import TARGETS
+    from rnnfleet.train.evaluate import horizon_arrays, horizon_outputs
 
     if result.heads.single:
         numbers, point, naive, own = result.test_numbers, result.test_outputs, float(result.naive_output), arrays
@@ -488,7 +488,7 @@ def pretrained_outputs(weights: dict, arrays, model_hparams: dict, result, seq_l
     import torch
 
     from rnnfleet.model import build_model
-    from rnnfleet.training import window_outputs, window_view, with_outputs
+    from rnnfleet.train.loop import window_outputs, window_view, with_outputs
 
     model = build_model(with_outputs(model_hparams, result.heads), arrays.features.shape[1], seq_len)
     model.load_state_dict(weights)

@@ -24,10 +24,10 @@ from rnnfleet.checkpoint import save_checkpoint  # noqa: E402
 from rnnfleet.data import prepare_dataset, read_clean_bars  # noqa: E402
 from rnnfleet.export_onnx import ExportRefused, export_model, read_metadata  # noqa: E402
 from rnnfleet.predict import main as predict_main  # noqa: E402
-from rnnfleet.scoring import calibration_record  # noqa: E402
 from rnnfleet.synthetic import synthetic_bars  # noqa: E402
-from rnnfleet.training import build_checkpoint, train_model  # noqa: E402
-from rnnfleet.updating import rnnfleet_version  # noqa: E402
+from rnnfleet.train.evaluate import calibration_record  # noqa: E402
+from rnnfleet.train.loop import build_checkpoint, train_model  # noqa: E402
+from rnnfleet.train.updating import rnnfleet_version  # noqa: E402
 
 SEQ_LEN = 16
 TRAIN = {"seq_len": SEQ_LEN, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0, "amp": "off"}

@@ -51,8 +51,8 @@ class RecordingModel(torch.nn.Module):
 
 @pytest.mark.slow
 def test_train_model_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
-    from rnnfleet import training
     from rnnfleet.data import PreparedArrays
+    from rnnfleet.train import loop as training
 
     rows, seq_len, horizon, gap_bars = 200, 8, 2, np.array([40, 41, 120])
     features = np.zeros((rows, 5), dtype=np.float32)

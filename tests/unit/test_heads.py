@@ -1,4 +1,4 @@
-"""Several horizons and quantiles (rnnfleet.heads, rnnfleet.intervals, rnnfleet.scoring): the
+"""Several horizons and quantiles (rnnfleet.heads, rnnfleet.intervals, rnnfleet.train.evaluate): the
 pinball loss, non-crossing quantiles and conformalised quantile intervals against
 hand-computed cases, the binomial interval of a coverage, the targets of several horizons,
 and the settings that keep a project without heads exactly as it was."""
@@ -15,12 +15,12 @@ from conftest import TINY_ROWS, schema_defaults
 from rnnfleet import intervals
 from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
-from rnnfleet.fitting import Settings, fit_dataset
 from rnnfleet.heads import Heads, heads_of_settings, pinball, pinball_losses
 from rnnfleet.settings import preprocess_settings, train_hyper_parameters
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import train_model, usable_windows, window_outputs, window_view
+from rnnfleet.train.fit import Settings, fit_dataset
+from rnnfleet.train.loop import train_model, usable_windows, window_outputs, window_view
 
 
 def test_the_pinball_loss_by_hand():

@@ -47,7 +47,9 @@ FRONT_DOOR = ("cli.py",)
 
 
 def core_modules() -> list[Path]:
-    return sorted(path for path in PACKAGE.glob("*.py") if path.name not in FRONT_DOOR)
+    """The package's top folder (less the front door) and its train/ package."""
+    top = [path for path in PACKAGE.glob("*.py") if path.name not in FRONT_DOOR]
+    return sorted(top + list((PACKAGE / "train").glob("*.py")))
 
 
 def test_the_core_imports_nothing_of_the_runner_or_the_hooks():

@@ -20,7 +20,7 @@ from rnnfleet.model import BUILDERS, SequenceRegressor, build_model
 from rnnfleet.plugins import PluginRefused, imported_sha256, model_file_sources, resolve, sha256_of
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import train_model
+from rnnfleet.train.loop import train_model
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}

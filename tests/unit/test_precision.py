@@ -9,7 +9,7 @@ from rnnfleet import precision
 from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
 from rnnfleet.synthetic import write_synthetic_csv
-from rnnfleet.training import train_model
+from rnnfleet.train.loop import train_model
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel

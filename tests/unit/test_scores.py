@@ -16,9 +16,9 @@ from rnnfleet import evaluation
 from rnnfleet.data import DataError, prepare_dataset, split_and_normalise, split_points
 from rnnfleet.errors import UserError
 from rnnfleet.gaps import window_numbers
-from rnnfleet.scoring import score_test_period
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
-from rnnfleet.training import train_model
+from rnnfleet.train.evaluate import score_test_period
+from rnnfleet.train.loop import train_model
 from rnnfleet.workflow.config_check import config_problems
 
 # --- the split ----------------------------------------------------------------------------
@@ -199,8 +199,8 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
 def test_the_test_series_for_the_report_is_the_test_period_in_the_targets_units(tmp_path):
     """At most TEST_SERIES_POINTS test windows, evenly spread from the first to the last, with
     the actual target and the forecast in the target's units (the report's lower panel)."""
-    from rnnfleet.scoring import TEST_SERIES_POINTS
     from rnnfleet.targets import TARGETS
+    from rnnfleet.train.evaluate import TEST_SERIES_POINTS
 
     torch.set_num_threads(1)
     write_synthetic_csv(tmp_path / "A_1m.csv", 4000, 3)

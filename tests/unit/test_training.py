@@ -14,7 +14,7 @@ from rnnfleet.errors import UserError
 from rnnfleet.model import load_model
 from rnnfleet.precision import cpu_computes_bf16_natively
 from rnnfleet.synthetic import write_synthetic_csv
-from rnnfleet.training import build_checkpoint, train_model, window_view
+from rnnfleet.train.loop import build_checkpoint, train_model, window_view
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 20, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}
@@ -111,7 +111,7 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
 
 
 def test_log_shows_each_epoch_and_progress_inside_long_epochs(arrays, monkeypatch, capsys):
-    from rnnfleet import training
+    from rnnfleet.train import loop as training
 
     train = {**TRAIN, "epochs": 2}
     train_model(arrays, MODEL, train, torch.device("cpu"))

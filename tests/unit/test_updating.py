@@ -14,8 +14,8 @@ from conftest import schema_defaults
 
 from rnnfleet.data import prepare_dataset, row_digests, save_arrays
 from rnnfleet.synthetic import synthetic_bars
-from rnnfleet.training import StartState, build_checkpoint, train_model
-from rnnfleet.updating import (
+from rnnfleet.train.loop import StartState, build_checkpoint, train_model
+from rnnfleet.train.updating import (
     FULL,
     UPDATE,
     Plan,

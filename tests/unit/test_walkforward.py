@@ -1,4 +1,4 @@
-"""Walk-forward folds (rnnfleet.walkforward) and the re-fit for production, in process: where
+"""Walk-forward folds (rnnfleet.train.walkforward) and the re-fit for production, in process: where
 the folds lie, that nothing after a fold's origin reaches its training, that finished folds
 are read back instead of trained again, and that a re-fit runs its epochs on every row."""
 
@@ -17,10 +17,10 @@ from conftest import REPO
 from rnnfleet.data import embargo_rows, prepare_dataset
 from rnnfleet.errors import SettingsError
 from rnnfleet.gaps import window_numbers
-from rnnfleet.scoring import score_test_period
 from rnnfleet.synthetic import write_synthetic_csv
-from rnnfleet.training import all_rows_train, refit_on_all_rows, train_model
-from rnnfleet.walkforward import (
+from rnnfleet.train.evaluate import score_test_period
+from rnnfleet.train.loop import all_rows_train, refit_on_all_rows, train_model
+from rnnfleet.train.walkforward import (
     absolute_rows,
     fold_arrays,
     fold_plan,

@@ -26,7 +26,7 @@ from rnnfleet.data import load_arrays
 from rnnfleet.heads import Heads
 from rnnfleet.model import load_model
 from rnnfleet.synthetic import ar_garch_returns
-from rnnfleet.training import AMP_DTYPES, usable_windows, window_outputs, window_view
+from rnnfleet.train.loop import AMP_DTYPES, usable_windows, window_outputs, window_view
 
 pytestmark = pytest.mark.long  # a minute: started first (tests/conftest.py)
 

@@ -18,9 +18,9 @@ from rnnfleet import intervals
 from rnnfleet.checkpoint import save_checkpoint
 from rnnfleet.data import prepare_dataset
 from rnnfleet.predict import FORECAST_COLUMNS, forecast_at_last_bar, main
-from rnnfleet.scoring import calibration_record
 from rnnfleet.synthetic import synthetic_bars
-from rnnfleet.training import build_checkpoint, train_model, window_view
+from rnnfleet.train.evaluate import calibration_record
+from rnnfleet.train.loop import build_checkpoint, train_model, window_view
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}

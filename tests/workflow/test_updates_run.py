@@ -30,8 +30,8 @@ from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_csv
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import AMP_DTYPES, evaluate, usable_windows, window_view
-from rnnfleet.updating import with_normalisation
+from rnnfleet.train.loop import AMP_DTYPES, evaluate, usable_windows, window_view
+from rnnfleet.train.updating import with_normalisation
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 

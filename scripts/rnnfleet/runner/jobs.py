@@ -43,10 +43,10 @@ from rnnfleet.runner.device import (
 )
 from rnnfleet.runner.orphans import run_job_guard
 from rnnfleet.settings import settings_for_hash
-from rnnfleet.updating import NO_PREVIOUS_MODEL, settings_sha256
+from rnnfleet.train.updating import NO_PREVIOUS_MODEL, settings_sha256
 
 if TYPE_CHECKING:
-    from rnnfleet.fitting import Settings
+    from rnnfleet.train.fit import Settings
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -81,7 +81,7 @@ def train_job(
     Snakemake not launch the job again; a Snakemake where that hook is off launches it again
     anyway, and that attempt stops at once, saying why.
     """
-    from rnnfleet.fitting import Settings  # torch loads with it: not at the top
+    from rnnfleet.train.fit import Settings  # torch loads with it: not at the top
 
     settings = Settings(model_hparams, {**train_hparams, "device": device}, evaluate, update, columns)
     dataset, gpu_mem_gb = job["dataset"], job["gpu_mem_gb"]
@@ -190,9 +190,9 @@ def train_one(
     pretrained_path: str | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
-    fitted by rnnfleet.fitting.fit_dataset on the device this job claims; previous_model: the model file this job replaces;
+    fitted by rnnfleet.train.fit.fit_dataset on the device this job claims; previous_model: the model file this job replaces;
     pretrained_path (train.init fleet): the fleet's pretrained model it may start from. Returns the metrics."""
-    from rnnfleet.fitting import fit_dataset  # torch loads with it: a preprocess job never does
+    from rnnfleet.train.fit import fit_dataset  # torch loads with it: a preprocess job never does
 
     startup_seconds = time.time() - process_started_at if process_started_at else None  # ~0 when warm
     cpu_started = start_job_measure()  # the training's own CPU and peak memory, warm worker or not

@@ -81,7 +81,7 @@ def _train_and_hold(device_index: int, arrays, model_hparams: dict, train_hparam
     import torch
 
     from rnnfleet.runner.device import configure_threads
-    from rnnfleet.training import train_model
+    from rnnfleet.train.loop import train_model
 
     configure_threads(1)
     device = torch.device("cuda", device_index)

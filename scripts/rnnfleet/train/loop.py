@@ -239,7 +239,7 @@ def usable_windows(arrays: PreparedArrays, seq_len: int) -> WindowNumbers:
 
 @dataclass(frozen=True)
 class StartState:
-    """Where an update starts (rnnfleet.updating): the previous model's weights and optimizer
+    """Where an update starts (rnnfleet.train.updating): the previous model's weights and optimizer
     state; it trains only on the training windows ending at or after from_row. A fit from the
     fleet's pretrained model (rnnfleet.pretraining) has its weights, no optimizer state (a
     fresh optimizer) and from_row 0."""
@@ -482,7 +482,7 @@ def build_checkpoint(
     the content hash of each user file the model and its features ran (rnnfleet.plugins:
     forecasts import such a file from the working folder only with that content).
     optimizer_state and lineage: what an update of this model starts from and checks
-    (rnnfleet.updating; lineage None: none recorded, the model is never updated)."""
+    (rnnfleet.train.updating; lineage None: none recorded, the model is never updated)."""
     return {
         "format": "rnnfleet",
         "format_version": FORMAT_VERSION,

@@ -1,6 +1,6 @@
 """A trained model's scores on its test period, per horizon (no torch).
 
-What it promises: score_test_period() turns a TrainingResult (rnnfleet.training) into the
+What it promises: score_test_period() turns a TrainingResult (rnnfleet.train.loop) into the
 metrics entries of the test period: the point forecast's loss and skill against the naive
 baseline with a block-bootstrap interval, verdict and Diebold-Mariano test; the target's
 own extra measures; how the calibrated intervals held (rnnfleet.intervals); with quantile
@@ -78,7 +78,7 @@ def horizon_arrays(arrays: PreparedArrays, k: int) -> PreparedArrays:
 
 @dataclass(frozen=True)
 class HorizonOutputs:
-    """What a trained model (rnnfleet.training.TrainingResult) gives one of its horizons to
+    """What a trained model (rnnfleet.train.loop.TrainingResult) gives one of its horizons to
     score: the test windows, their point forecasts and the baseline's (scaled), the
     horizon's calibration (rnnfleet.intervals.horizon_bands) and, with quantile heads, the
     quantile forecasts (windows, quantiles) and the baseline's quantiles (quantiles,)."""

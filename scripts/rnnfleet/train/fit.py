@@ -7,7 +7,7 @@ contents (or why there is none) and complete settings (the schema's defaults fil
 the workflow's config is) and returns the model file's contents, the metrics and the lines
 that end the job's log. It claims no device and takes no lock, and reads and writes no file
 but the walk-forward folds' (`evaluate.folds`: each finished fold saved under
-.snakemake/rnnfleet-folds and read back by a retried job, rnnfleet.walkforward):
+.snakemake/rnnfleet-folds and read back by a retried job, rnnfleet.train.walkforward):
 rnnfleet.runner.jobs does the rest around it. Progress goes to the job's log as it happens.
 """
 
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import log
 from rnnfleet.predict import forecast_at_last_bar
-from rnnfleet.scoring import calibration_record, score_test_period
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import (
+from rnnfleet.train.evaluate import calibration_record, score_test_period
+from rnnfleet.train.loop import (
     StartState,
     all_rows_train,
     build_checkpoint,
@@ -34,7 +34,7 @@ from rnnfleet.training import (
     train_model,
     usable_windows,
 )
-from rnnfleet.updating import (
+from rnnfleet.train.updating import (
     FULL,
     UPDATE,
     Plan,
@@ -49,12 +49,12 @@ from rnnfleet.updating import (
     update_windows,
     with_normalisation,
 )
-from rnnfleet.walkforward import folds_metrics, walk_forward
+from rnnfleet.train.walkforward import folds_metrics, walk_forward
 
 if TYPE_CHECKING:
     from rnnfleet.pretraining import FleetStart
 
-# The evaluate settings of rnnfleet.scoring.score_test_period.
+# The evaluate settings of rnnfleet.train.evaluate.score_test_period.
 SCORING_KEYS = ("cost_bps", "block_bars", "bootstrap")
 
 
@@ -287,7 +287,7 @@ def scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len)
 
 
 def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict, train_hparams: dict, train_and_score):
-    """The training of an UPDATE plan (rnnfleet.updating): (the plan, the update's metrics,
+    """The training of an UPDATE plan (rnnfleet.train.updating): (the plan, the update's metrics,
     (the arrays it trained on, its TrainingResult, its test scores)). Where no training window
     ends after update_from_row, or the update's skill falls more than update.max_skill_drop
     below its full fit's, the plan returned is FULL and the last item None."""
