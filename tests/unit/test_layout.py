@@ -78,6 +78,18 @@ def test_every_module_of_the_package_is_named_in_architecture_md():
     assert [str(path.relative_to(PACKAGE)) for path in modules if f"`{path.name}`" not in page] == []
 
 
+def test_the_fit_reaches_neither_predict_nor_the_runner():
+    # the forecast at the last bar is asked for by the train job after the fit (rnnfleet.runner.jobs)
+    graph = package_imports()
+    assert "rnnfleet.train.fit" in graph
+    reached, todo = set(), ["rnnfleet.train.fit"]
+    while todo:
+        for imported in graph[todo.pop()] - reached:
+            reached.add(imported)
+            todo.append(imported)
+    assert sorted(name for name in reached if name.startswith(("rnnfleet.predict", "rnnfleet.runner"))) == []
+
+
 def test_the_core_reads_without_sockets_locks_or_snakemake():
     for path in core_modules():
         found = sorted(

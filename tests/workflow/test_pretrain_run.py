@@ -13,9 +13,9 @@ import pytest
 import torch
 from conftest import copy_of_run, planned_rules, snakemake, summary_by_dataset, write_bars_of_returns, write_config
 
-from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.data import load_arrays
 from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
+from rnnfleet.train.modelfile import load_checkpoint
 
 # SHORT's training part ends first: its first embargo bar is the fleet's cutoff. LONG's bars
 # from PLANTED_ROW on follow each other (a return repeats the one before): inside SHORT's

@@ -1,77 +1,37 @@
-"""The training loop: device-agnostic, whole dataset resident on the device, early stopping."""
+"""The training loop: device-agnostic, whole dataset resident on the device, early stopping.
+
+What it promises: train() trains a model on a dataset's training windows (on_device puts them
+on the device once), early-stops on its validation windows and returns what training made
+(Trained: the best epoch's weights and optimizer state, the history, the best epoch's
+validation pass), nothing else: the baseline, the test outputs, the calibration and the
+scores are the evaluation's (rnnfleet.train.evaluate), after it. It reads no test window.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import math
-import platform
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from rnnfleet import intervals
-from rnnfleet.checkpoint import FORMAT_VERSION
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import UserError, log, one_line
-from rnnfleet.evaluation import window_losses
 from rnnfleet.faults import pause_point
 from rnnfleet.gaps import WindowNumbers, window_numbers
-from rnnfleet.heads import Heads, heads_of_settings, pinball
-from rnnfleet.model import DEFAULT_BUILDER, build_model
-from rnnfleet.plugins import imported_sha256
+from rnnfleet.heads import Heads, heads_of_settings, pinball, with_outputs
+from rnnfleet.model import build_model
 from rnnfleet.precision import resolve_amp
 from rnnfleet.targets import TARGETS, Target
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROGRESS_EVERY_SECONDS = 30.0
 EVAL_BATCH = 2048
-
-
-@dataclass
-class TrainingResult:
-    model: nn.Module  # holds the best-validation weights
-    # The first horizon's point forecast (the median with quantiles) on the validation
-    # windows, in the target's own loss: the measure of the test period's test_loss.
-    val_loss: float
-    naive_val_loss: float  # the target's naive baseline (rnnfleet.targets) on the same windows
-    best_epoch: int
-    epochs_run: int
-    train_seconds: float
-    setup_seconds: float  # model, optimizer and data on the device, before the first step
-    history: list[dict] = field(default_factory=list)
-    val_accuracy: float | None = None  # classification targets only
-    naive_val_accuracy: float | None = None
-    # The baseline as a model output (rnnfleet.targets.Target.naive_output); with heads, one
-    # per horizon and quantile (horizons, quantiles or 1): quantiles of the training targets.
-    naive_output: float | np.ndarray = 0.0
-    # The test windows (rnnfleet.gaps.WindowNumbers.test) and the best model's outputs on
-    # them (heads.shaped), computed once training and the epoch choice are over.
-    test_numbers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    test_outputs: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
-    # The optimizer's state at the best epoch (an update starts from it), on the CPU.
-    optimizer_state: dict | None = None
-    start_val_loss: float | None = None  # an update: the validation loss of the weights it started from
-    # The best model's sorted absolute errors on the validation windows, in the scaled
-    # target's units: its forecast intervals' calibration (rnnfleet.intervals). Empty for
-    # classification targets and fits without a validation part. With heads, one row per
-    # horizon (horizons, n); with quantiles, the conformity scores of each quantile pair
-    # (horizons, pairs, n) (rnnfleet.intervals.pair_scores).
-    calibration: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float32))
-    heads: Heads = Heads((1,))  # what the outputs are (rnnfleet.heads); the default: one point forecast
-    # The training loss on the validation windows at the best epoch, which early stopping
-    # compares (its name: objective_key), and the baseline's; for one point forecast the
-    # same as val_loss and naive_val_loss.
-    val_objective: float = math.nan
-    naive_val_objective: float = math.nan
-
-    @property
-    def skill(self) -> float:
-        return 1.0 - self.val_loss / self.naive_val_loss if self.naive_val_loss > 0 else float("nan")
 
 
 def window_view(features: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -126,20 +86,6 @@ def objective_text(heads: Heads, target: Target) -> str:
     return f"{target.loss_name}, mean over horizons {horizons}"
 
 
-def first_point_losses(
-    outputs: np.ndarray, naive_value: float | np.ndarray, targets: np.ndarray, heads: Heads, target: Target
-) -> tuple[float, float]:
-    """(model, baseline) mean loss of the first horizon's point forecast over windows whose
-    outputs (outputs_of's) and targets these are, in the target's own loss, computed as the
-    test period's (rnnfleet.evaluation.window_losses)."""
-    point = outputs if heads.single else outputs[:, 0, heads.point]
-    naive = naive_value if heads.single else np.asarray(naive_value)[0, heads.point]
-    actual = targets.reshape(len(targets), -1)[:, 0]
-    losses = window_losses(point, actual, target.classification)
-    naive_losses = window_losses(np.full(len(actual), naive, np.float64), actual, target.classification)
-    return float(losses.mean()), float(naive_losses.mean())
-
-
 def point_of(outputs: torch.Tensor, heads: Heads) -> torch.Tensor:
     """The point forecasts among outputs: themselves for one forecast, else (batch, horizons)."""
     return outputs if heads.single else outputs[..., heads.point]
@@ -152,7 +98,7 @@ class Evaluation(NamedTuple):
 
 
 @torch.no_grad()
-def evaluate(
+def evaluate_windows(
     model: nn.Module,
     windows: torch.Tensor,
     targets: torch.Tensor,
@@ -260,59 +206,107 @@ def on_cpu(state):
     return copy.copy(state)
 
 
-def train_model(
-    arrays: PreparedArrays,
-    model_hparams: dict,
-    train_hparams: dict,
-    device: torch.device,
-    start: StartState | None = None,
-) -> TrainingResult:
-    """Train on the training windows; early-stop on (and keep the best epoch of) the
-    validation windows; then, with the best weights, compute the outputs on the test
-    windows, which nothing before that step reads. Windows that span a gap are left out.
-    Without validation windows (a re-fit on all rows) every epoch runs and the last is kept.
-    From a start (an update): the same loop from its weights and optimizer state, on its
-    windows only, the start itself being epoch 0 (kept when no epoch improves on it); the
-    naive baseline still comes from every training window, as in a full fit."""
-    entered = time.perf_counter()
-    seq_len, batch_size = int(train_hparams["seq_len"]), int(train_hparams["batch_size"])
-    amp_dtype = AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)]
-    torch.manual_seed(int(train_hparams["seed"]))
-    generator = torch.Generator(device=device).manual_seed(int(train_hparams["seed"]))
+@dataclass(frozen=True)
+class Parts:
+    """A dataset's windows on the device, as the loop and the evaluation read them: window
+    w covers feature rows w .. w + seq_len - 1 and its target is targets[w]; the usable
+    window numbers of each part (rnnfleet.gaps: none spans a gap); the test numbers stay on
+    the CPU, read by the evaluation alone."""
 
+    windows: torch.Tensor
+    targets: torch.Tensor
+    train: torch.Tensor  # every usable training window (an update trains on the latest only)
+    val: torch.Tensor
+    test: np.ndarray
+    heads: Heads
+    target: Target
+    amp_dtype: torch.dtype | None
+    input_size: int
+    seq_len: int
+    seconds: float  # what putting them on the device took
+
+    @property
+    def validating(self) -> bool:
+        """False for a re-fit on all rows: every epoch runs, the last is kept."""
+        return len(self.val) > 0
+
+
+def on_device(arrays: PreparedArrays, train_hparams: dict, device: torch.device) -> Parts:
+    """The arrays' windows on `device` (moved there once) with their heads and precision."""
+    started = time.perf_counter()
+    seq_len = int(train_hparams["seq_len"])
     features = torch.from_numpy(arrays.features).to(device)
     targets = torch.from_numpy(arrays.targets).to(device)
-    windows, window_targets = window_view(features, seq_len), targets[seq_len - 1 :]
     numbers = usable_windows(arrays, seq_len)
-    all_train_numbers, val_numbers = (torch.from_numpy(part).to(device) for part in (numbers.train, numbers.val))
-    train_numbers = all_train_numbers
-    if start is not None:
-        train_numbers = all_train_numbers[all_train_numbers + (seq_len - 1) >= start.from_row]
-    n_train = len(train_numbers)
-    validating = len(val_numbers) > 0  # else a re-fit on all rows: every epoch runs, the last is kept
+    return Parts(
+        windows=window_view(features, seq_len),
+        targets=targets[seq_len - 1 :],
+        train=torch.from_numpy(numbers.train).to(device),
+        val=torch.from_numpy(numbers.val).to(device),
+        test=numbers.test,
+        heads=heads_of_arrays(arrays, train_hparams),
+        target=TARGETS[arrays.target],
+        amp_dtype=AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)],
+        input_size=features.shape[1],
+        seq_len=seq_len,
+        seconds=time.perf_counter() - started,
+    )
 
-    target = TARGETS[arrays.target]
-    heads = heads_of_arrays(arrays, train_hparams)
-    model = build_model(with_outputs(model_hparams, heads), features.shape[1], seq_len).to(device)
+
+@dataclass
+class Trained:
+    """What training made, and nothing else."""
+
+    model: nn.Module  # holds the best-validation weights, in eval mode
+    heads: Heads  # what its outputs are (rnnfleet.heads)
+    best_epoch: int
+    epochs_run: int
+    history: list[dict]
+    # The training loss on the validation windows at the best epoch, which early stopping
+    # compares (its name: objective_key); NaN without validation windows.
+    val_objective: float
+    # The best epoch's validation pass (its outputs calibrate the intervals: no pass of
+    # their own); None without validation windows.
+    best_pass: Evaluation | None
+    optimizer_state: dict | None  # the optimizer's state at the best epoch (an update starts from it), on the CPU
+    start_val_loss: float | None  # an update: the validation loss of the weights it started from
+    train_seconds: float
+    setup_seconds: float  # model, optimizer and data on the device, before the first step
+
+
+def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartState | None = None) -> Trained:
+    """Train on the training windows; early-stop on (and keep the best epoch of) the
+    validation windows. Windows that span a gap are left out. Without validation windows
+    (a re-fit on all rows) every epoch runs and the last is kept. From a start (an update):
+    the same loop from its weights and optimizer state, on its windows only, the start
+    itself being epoch 0 (kept when no epoch improves on it)."""
+    entered = time.perf_counter()
+    device, heads, target, amp_dtype = parts.targets.device, parts.heads, parts.target, parts.amp_dtype
+    batch_size, lr = int(train_hparams["batch_size"]), float(train_hparams["lr"])
+    torch.manual_seed(int(train_hparams["seed"]))
+    generator = torch.Generator(device=device).manual_seed(int(train_hparams["seed"]))
+    windows, window_targets, val_numbers = parts.windows, parts.targets, parts.val
+    train_numbers = parts.train
+    if start is not None:
+        train_numbers = train_numbers[train_numbers + (parts.seq_len - 1) >= start.from_row]
+    n_train = len(train_numbers)
+    validating = parts.validating
+
+    model = build_model(with_outputs(model_hparams, heads), parts.input_size, parts.seq_len).to(device)
     loss_function = loss_of(heads, target, device)
     objective = objective_key(heads)
-    optimizer = torch.optim.Adam(model.parameters(), lr=float(train_hparams["lr"]))
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     if start is not None:
         model.load_state_dict(start.weights)
         if start.optimizer_state is not None:
             optimizer.load_state_dict(start.optimizer_state)
         for group in optimizer.param_groups:
-            group["lr"] = float(train_hparams["lr"])
+            group["lr"] = lr
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
-    val_targets = window_targets[val_numbers]
-    naive_value = naive_outputs(heads, target, window_targets[all_train_numbers])
-    naive_output = naive_batch(naive_value, heads, val_targets)
-    naive_val_objective = loss_function(naive_output, val_targets).item() if validating else math.nan
     best_val_loss, best_epoch, best_state, best_optimizer, history = math.inf, 0, None, None, []
-    # The best epoch's validation pass: its outputs calibrate the intervals (no pass of their own).
     best_pass = start_val_loss = None
     if start is not None and validating:
-        best_pass = evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
+        best_pass = evaluate_windows(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
         start_val_loss = best_val_loss = best_pass.loss
         best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
         log(f"epoch   0  val_{objective} {start_val_loss:.5f}  (the weights it started from)")
@@ -324,8 +318,8 @@ def train_model(
         model.train()
         order = train_numbers[torch.randperm(n_train, device=device, generator=generator)]
         loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
-        for batch_number, start in enumerate(range(0, n_train, batch_size), 1):
-            batch = order[start : start + batch_size]
+        for batch_number, first in enumerate(range(0, n_train, batch_size), 1):
+            batch = order[first : first + batch_size]
             with _autocast(device, amp_dtype):
                 predictions = outputs_of(model, windows[batch], heads)
             loss = loss_function(predictions, window_targets[batch])
@@ -339,7 +333,9 @@ def train_model(
                 log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
         train_loss = loss_sum.item() / n_train
         val_pass = (
-            evaluate(model, windows, window_targets, amp_dtype, target, val_numbers, heads) if validating else None
+            evaluate_windows(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
+            if validating
+            else None
         )
         val_loss = val_pass.loss if val_pass else math.nan
         seconds = time.perf_counter() - epoch_started
@@ -362,40 +358,18 @@ def train_model(
 
     model.load_state_dict(best_state)
     model.eval()
-    accuracies = {}
-    if target.classification and validating:
-        accuracies["val_accuracy"] = best_pass.hit_share
-        naive_points = point_of(naive_output, heads)
-        naive_hits = (naive_points > 0) == (val_targets.reshape(naive_points.shape) > 0.5)
-        accuracies["naive_val_accuracy"] = naive_hits.float().mean().item()
-    test_outputs = window_outputs(model, windows, amp_dtype, torch.from_numpy(numbers.test).to(device), heads)
-    val_loss, naive_val_loss = best_val_loss, naive_val_objective
-    if validating and not heads.single:
-        val_loss, naive_val_loss = first_point_losses(
-            best_pass.outputs, naive_value, val_targets.cpu().numpy(), heads, target
-        )
-    calibration = np.zeros(0, dtype=np.float32)
-    if validating and not target.classification:
-        calibration = intervals.head_calibration(best_pass.outputs, val_targets.cpu().numpy(), heads)
-    return TrainingResult(
+    return Trained(
         model=model,
-        val_loss=val_loss,
-        naive_val_loss=naive_val_loss,
+        heads=heads,
         best_epoch=best_epoch,
         epochs_run=len(history),
-        train_seconds=time.perf_counter() - started,
-        setup_seconds=started - entered,
         history=history,
-        **accuracies,
-        naive_output=naive_value,
-        test_numbers=numbers.test,
-        test_outputs=test_outputs,
+        val_objective=best_val_loss,
+        best_pass=best_pass,
         optimizer_state=best_optimizer,
         start_val_loss=start_val_loss,
-        calibration=calibration,
-        heads=heads,
-        val_objective=best_val_loss,
-        naive_val_objective=naive_val_objective,
+        train_seconds=time.perf_counter() - started,
+        setup_seconds=parts.seconds + started - entered,
     )
 
 
@@ -405,33 +379,6 @@ def heads_of_arrays(arrays: PreparedArrays, train_hparams: dict) -> Heads:
         {"horizons": list(arrays.all_horizons), "quantiles": train_hparams.get("quantiles") or []},
         TARGETS[arrays.target],
     )
-
-
-def with_outputs(model_hparams: dict, heads: Heads) -> dict:
-    """The model's settings asking the builder for one output per head (rnnfleet.model);
-    unchanged for a single forecast."""
-    return model_hparams if heads.single else {**model_hparams, "outputs": heads.count}
-
-
-def naive_outputs(heads: Heads, target: Target, train_targets: torch.Tensor) -> float | np.ndarray:
-    """The naive baseline as outputs, from the training windows' targets: one number for a
-    single forecast (Target.naive_output); else (horizons, quantiles or 1): each horizon's
-    Target.naive_output, or with quantiles the training targets' empirical quantiles."""
-    if heads.single:
-        return target.naive_output(train_targets)
-    columns = train_targets.reshape(len(train_targets), -1).double()
-    if heads.quantiles:
-        quantiles = torch.tensor(heads.quantiles, dtype=torch.float64, device=columns.device)
-        return torch.quantile(columns, quantiles, dim=0).T.cpu().numpy()
-    return np.array([[target.naive_output(column)] for column in columns.T])
-
-
-def naive_batch(naive_value: float | np.ndarray, heads: Heads, like: torch.Tensor) -> torch.Tensor:
-    """The naive outputs for as many windows as `like` (targets) holds, shaped as outputs_of's."""
-    if heads.single:
-        return torch.full_like(like, naive_value)
-    value = torch.tensor(naive_value, dtype=torch.float32, device=like.device)
-    return value.expand(len(like), *value.shape)
 
 
 def all_rows_train(arrays: PreparedArrays) -> PreparedArrays:
@@ -447,118 +394,10 @@ def refit_on_all_rows(
     device: torch.device,
     epochs: int,
     start: StartState | None = None,
-) -> TrainingResult:
+) -> Trained:
     """The production model of `evaluate.production: refit`: the same hyper-parameters and
     seed trained for `epochs` epochs (the scored model's best epoch) on every window of the
     dataset, test part included, without early stopping. The normalisation stays the
     training part's (the array file's), so forecasts see the inputs training saw."""
-    return train_model(all_rows_train(arrays), model_hparams, {**train_hparams, "epochs": epochs}, device, start)
-
-
-def library_versions() -> dict:
-    return {
-        "python": platform.python_version(),
-        "torch": str(torch.__version__),
-        "numpy": str(np.__version__),
-    }
-
-
-def build_checkpoint(
-    dataset: str,
-    result: TrainingResult,
-    arrays: PreparedArrays,
-    model_hparams: dict,
-    train_hparams: dict,
-    metrics: dict,
-    columns: dict | None = None,
-    product: str = "scored",
-    lineage: dict | None = None,
-) -> dict:
-    """Everything needed to rebuild the model and use it on new bars (columns: the CSV's
-    column names, as the config maps them); loads with weights_only=True. product: which
-    model `result` is (evaluate.production: "scored", trained on the training part and
-    early-stopped on validation, or "refit" on all rows); split and metrics are the scored
-    model's in both cases, the scores the product descends from. plugin_sha256:
-    the content hash of each user file the model and its features ran (rnnfleet.plugins:
-    forecasts import such a file from the working folder only with that content).
-    optimizer_state and lineage: what an update of this model starts from and checks
-    (rnnfleet.train.updating; lineage None: none recorded, the model is never updated)."""
-    return {
-        "format": "rnnfleet",
-        "format_version": FORMAT_VERSION,
-        "dataset": dataset,
-        "product": product,
-        "state_dict": {key: value.detach().cpu() for key, value in result.model.state_dict().items()},
-        "model_config": {
-            "builder": DEFAULT_BUILDER,
-            **with_outputs(model_hparams, result.heads),
-            "input_size": int(arrays.features.shape[1]),
-        },
-        "train_config": dict(train_hparams),
-        "normalisation": {
-            "feature_mean": arrays.feature_mean.tolist(),
-            "feature_std": arrays.feature_std.tolist(),
-            # One per horizon with several (a list), as rnnfleet.data keeps them.
-            "target_mean": np.asarray(arrays.target_mean).tolist(),
-            "target_std": np.asarray(arrays.target_std).tolist(),
-        },
-        "features": {
-            "definition": list(arrays.feature_definition),
-            "left_out": list(arrays.features_left_out),  # default features the file could not give
-            "names": list(arrays.feature_names),
-            "warmup": arrays.warmup,
-            "target": arrays.target,
-            "horizon": arrays.horizon,
-            # The heads (rnnfleet.heads): absent for a single point forecast.
-            **(
-                {"horizons": list(result.heads.horizons), "quantiles": list(result.heads.quantiles)}
-                if not result.heads.single
-                else {}
-            ),
-            "seq_len": int(train_hparams["seq_len"]),
-            "columns": dict(columns or {}),
-        },
-        # How the training bars were read: forecasts read new bars the same way (rnnfleet.predict).
-        # Absent from a model trained on an array file of an older rnnfleet.
-        **(
-            {"read": {"format": arrays.read_format, "timezone": arrays.timezone, "read_as": arrays.read_as}}
-            if arrays.read_format
-            else {}
-        ),
-        "plugin_sha256": plugin_hashes(arrays, model_hparams),
-        # Feature rows of the array file; the test part (from test_start) never reached the
-        # scored model's training (a refit's trained on every row).
-        "split": {**arrays.split._asdict(), "rows": arrays.rows},
-        "metrics": metrics,
-        "versions": library_versions(),
-        **({"optimizer_state": result.optimizer_state, "lineage": lineage} if lineage is not None else {}),
-    }
-
-
-def plugin_hashes(arrays: PreparedArrays, model_hparams: dict) -> dict[str, str]:
-    """{user file: sha256} of the feature files (as preprocessing ran them) and the model's builder."""
-    builder = str(model_hparams.get("builder", DEFAULT_BUILDER))
-    return {**arrays.feature_sha256, **imported_sha256([builder])}
-
-
-def model_label(model_hparams: dict) -> str:
-    """The model in a few words, for the summary table: e.g. 'lstm 2x64' or 'my/file.py:build'."""
-    builder = model_hparams.get("builder", DEFAULT_BUILDER)
-    if builder != DEFAULT_BUILDER:
-        return str(builder)
-    return f"{model_hparams['cell']} {model_hparams['num_layers']}x{model_hparams['hidden_size']}"
-
-
-def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
-    """Which model, features and target a dataset used, what its skill is measured against,
-    and the zone its times were read in."""
-    target = TARGETS[arrays.target]
-    return {
-        "model": model_label(model_hparams),
-        "features": " + ".join(arrays.feature_definition)
-        + (f" ({', '.join(arrays.features_left_out)} left out: no volume)" if arrays.features_left_out else ""),
-        "target": f"{arrays.target} over {', '.join(map(str, arrays.all_horizons))} bar(s)",
-        "baseline": target.baseline,
-        "loss": target.loss_name,
-        "timezone": arrays.timezone,
-    }
+    hparams = {**train_hparams, "epochs": epochs}
+    return train(on_device(all_rows_train(arrays), hparams, device), model_hparams, hparams, start)
