@@ -50,7 +50,7 @@ class RecordingModel(torch.nn.Module):
 
 
 @pytest.mark.slow
-def test_train_model_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
+def test_the_loop_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
     from rnnfleet.data import PreparedArrays
     from rnnfleet.train import loop as training
 

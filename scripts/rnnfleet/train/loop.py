@@ -13,6 +13,7 @@ import contextlib
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -274,6 +275,57 @@ class Trained:
     setup_seconds: float  # model, optimizer and data on the device, before the first step
 
 
+def model_and_optimizer(
+    parts: Parts, model_hparams: dict, lr: float, start: StartState | None
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """The model on the parts' device and its Adam optimizer at learning rate lr: freshly
+    built (random weights from torch's seeded generator), or from a start's weights and
+    optimizer state (its learning rate replaced by lr)."""
+    model = build_model(with_outputs(model_hparams, parts.heads), parts.input_size, parts.seq_len)
+    model = model.to(parts.targets.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    if start is not None:
+        model.load_state_dict(start.weights)
+        if start.optimizer_state is not None:
+            optimizer.load_state_dict(start.optimizer_state)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+    return model, optimizer
+
+
+class Step(NamedTuple):
+    """What one optimizer step uses besides the model and the batch."""
+
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    loss_function: Callable
+
+
+def one_epoch(model: nn.Module, parts: Parts, order: torch.Tensor, step: Step, epoch: int, batch_size: int) -> float:
+    """One pass over the training windows numbered `order`, in that order, a step a batch:
+    their mean training loss (summed on the device: no sync per step). A long epoch logs
+    where it is every PROGRESS_EVERY_SECONDS."""
+    device, heads = parts.targets.device, parts.heads
+    model.train()
+    started = last_progress = time.perf_counter()
+    n_batches = math.ceil(len(order) / batch_size)
+    loss_sum = torch.zeros((), device=device)
+    for batch_number, first in enumerate(range(0, len(order), batch_size), 1):
+        batch = order[first : first + batch_size]
+        with _autocast(device, parts.amp_dtype):
+            predictions = outputs_of(model, parts.windows[batch], heads)
+        loss = step.loss_function(predictions, parts.targets[batch])
+        step.optimizer.zero_grad(set_to_none=True)
+        step.scaler.scale(loss).backward()
+        step.scaler.step(step.optimizer)
+        step.scaler.update()
+        loss_sum += loss.detach() * len(batch)
+        if time.perf_counter() - last_progress > PROGRESS_EVERY_SECONDS:
+            last_progress = time.perf_counter()
+            log(progress_line(epoch, batch_number, n_batches, last_progress - started, batch_size))
+    return loss_sum.item() / len(order)
+
+
 def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartState | None = None) -> Trained:
     """Train on the training windows; early-stop on (and keep the best epoch of) the
     validation windows. Windows that span a gap are left out. Without validation windows
@@ -292,16 +344,9 @@ def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartSt
     n_train = len(train_numbers)
     validating = parts.validating
 
-    model = build_model(with_outputs(model_hparams, heads), parts.input_size, parts.seq_len).to(device)
+    model, optimizer = model_and_optimizer(parts, model_hparams, lr, start)
     loss_function = loss_of(heads, target, device)
     objective = objective_key(heads)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    if start is not None:
-        model.load_state_dict(start.weights)
-        if start.optimizer_state is not None:
-            optimizer.load_state_dict(start.optimizer_state)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype is torch.float16)
     best_val_loss, best_epoch, best_state, best_optimizer, history = math.inf, 0, None, None, []
     best_pass = start_val_loss = None
@@ -310,28 +355,12 @@ def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartSt
         start_val_loss = best_val_loss = best_pass.loss
         best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
         log(f"epoch   0  val_{objective} {start_val_loss:.5f}  (the weights it started from)")
-    n_batches = math.ceil(n_train / batch_size)
     started = time.perf_counter()
 
     for epoch in range(1, int(train_hparams["epochs"]) + 1):
-        epoch_started = last_progress = time.perf_counter()
-        model.train()
+        epoch_started = time.perf_counter()
         order = train_numbers[torch.randperm(n_train, device=device, generator=generator)]
-        loss_sum = torch.zeros((), device=device)  # summed on the device: no sync per step
-        for batch_number, first in enumerate(range(0, n_train, batch_size), 1):
-            batch = order[first : first + batch_size]
-            with _autocast(device, amp_dtype):
-                predictions = outputs_of(model, windows[batch], heads)
-            loss = loss_function(predictions, window_targets[batch])
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            loss_sum += loss.detach() * len(batch)
-            if time.perf_counter() - last_progress > PROGRESS_EVERY_SECONDS:
-                last_progress = time.perf_counter()
-                log(progress_line(epoch, batch_number, n_batches, last_progress - epoch_started, batch_size))
-        train_loss = loss_sum.item() / n_train
+        train_loss = one_epoch(model, parts, order, Step(optimizer, scaler, loss_function), epoch, batch_size)
         val_pass = (
             evaluate_windows(model, windows, window_targets, amp_dtype, target, val_numbers, heads)
             if validating
