@@ -7,11 +7,12 @@ validation measures, the forecast intervals' calibration, the outputs on the tes
 train_and_evaluate() is the two steps in order. The model file stores the calibration
 (rnnfleet.train.modelfile.calibration_record), forecasts read it back.
 
-score_test_period() turns an Evaluated into the metrics entries of the test period: the point forecast's loss and skill against the naive
-baseline with a block-bootstrap interval, verdict and Diebold-Mariano test; the target's
-own extra measures; how the calibrated intervals held (rnnfleet.intervals); with quantile
-heads the pinball loss against the baseline's quantiles (the training part's empirical
-ones); and the points of the report's forecast-vs-actual chart. A model of several horizons
+score_test_period() turns an Evaluated into the metrics entries of the test period: the
+point forecast's loss and skill against the naive baseline with a block-bootstrap interval,
+verdict and Diebold-Mariano test; the target's own extra measures; how the calibrated
+intervals held (rnnfleet.intervals); with quantile heads the pinball loss against the
+baseline's quantiles (the training part's empirical ones); and the points of the report's
+forecast-vs-actual chart. A model of several horizons
 is scored at each one alone (the first horizon's entries are the unsuffixed ones, every
 horizon's are in `horizons`), with the same code as a single forecast.
 """
