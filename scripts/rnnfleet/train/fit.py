@@ -17,7 +17,7 @@ around it. Progress goes to the job's log as it happens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rnnfleet.data import PreparedArrays
@@ -59,13 +59,24 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Settings:
-    """One dataset's training settings, each section complete (the schema's defaults filled in)."""
+    """One dataset's training settings, each section complete (the schema's defaults filled
+    in), built once at the job's start; the numbers a fit reads at several places typed there
+    (seq_len, scoring). The dicts stay as given: the model file and the fingerprints record
+    them."""
 
     model: dict
     train: dict
     evaluate: dict
     update: dict
     columns: dict | None = None
+    seq_len: int = field(init=False)
+    scoring: Scoring = field(
+        init=False
+    )  # the test period's scoring (evaluate.cost_bps, block_bars, bootstrap; train.seed)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seq_len", int(self.train["seq_len"]))
+        object.__setattr__(self, "scoring", Scoring.of(self.evaluate, self.train["seed"]))
 
 
 @dataclass(frozen=True)
@@ -135,9 +146,12 @@ def fit_dataset(
     fleet's pretrained model; a full fit (and its refit) starts from its weights where it
     allows (rnnfleet.pretraining.fleet_start), with a fresh optimizer at train.finetune_lr;
     the walk-forward folds train from scratch (the pretraining may have seen their test bars)."""
-    model_hparams, train_hparams, evaluate = settings.model, settings.train, settings.evaluate
-    seq_len = int(train_hparams["seq_len"])
-    scoring = Scoring.of(evaluate, train_hparams["seed"])
+    model_hparams, train_hparams, evaluate, seq_len = (
+        settings.model,
+        settings.train,
+        settings.evaluate,
+        settings.seq_len,
+    )
     fingerprint = training_fingerprint(
         arrays, model_hparams, train_hparams, settings.columns, evaluate, plugin_hashes(arrays, model_hparams)
     )
@@ -151,14 +165,12 @@ def fit_dataset(
     log(f"{dataset}: {fit_plan.label}")
 
     def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start=None) -> Fit:
-        return train_and_evaluate(part, model_hparams, hparams, device, start, scoring)
+        return train_and_evaluate(part, model_hparams, hparams, device, start, settings.scoring)
 
     folds, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
     update_metrics = {}
     if fit_plan.kind == UPDATE:
-        fit_plan, update_metrics, updated = update_model(
-            dataset, fit_plan, arrays, settings.update, train_hparams, train_and_score
-        )
+        fit_plan, update_metrics, updated = update_model(dataset, fit_plan, arrays, settings, train_and_score)
         if updated:
             arrays, scored = updated
     comparison = {}
@@ -230,8 +242,8 @@ def compare_init(
         scratch_fit,
         fleet.weights,
         settings.model,
-        int(settings.train["seq_len"]),
-        int(settings.evaluate["block_bars"]),
+        settings.seq_len,
+        settings.scoring.block_bars,
     )
     log(
         f"{dataset}: validation loss from the fleet's start {comparison['init_fleet_val_loss']:.5f}, from scratch "
@@ -301,16 +313,16 @@ def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
     }
 
 
-def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict, train_hparams: dict, train_and_score):
+def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, settings: Settings, train_and_score):
     """The training of an UPDATE plan (rnnfleet.train.updating): (the plan, the update's metrics,
     (the arrays it trained on, its Fit)). Where no training window
     ends after update_from_row, or the update's skill falls more than update.max_skill_drop
     below its full fit's, the plan returned is FULL and the last item None."""
-    previous = plan.previous
+    previous, update, train_hparams = plan.previous, settings.update, settings.train
     if not update["refit_normalisation"]:
         arrays = with_normalisation(arrays, previous["normalisation"])
     from_row = update_from_row(previous, update["recent_bars"])
-    train_windows = len(update_windows(arrays, int(train_hparams["seq_len"]), from_row))
+    train_windows = len(update_windows(arrays, settings.seq_len, from_row))
     if not train_windows:
         plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
         log(f"{dataset}: {plan.label}")
