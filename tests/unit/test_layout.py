@@ -112,7 +112,8 @@ def test_no_module_imports_itself_back():
 
 
 def test_the_layout_check_sees_a_circle_and_an_outer_import(tmp_path, monkeypatch):
-    """The checks above can fail: a planted circle and a planted core -> runner import are found."""
+    """The checks above can fail: a planted circle, a planted core -> runner import and a fit
+    that reaches predict through another module are found."""
     package = tmp_path / "rnnfleet"
     (package / "runner").mkdir(parents=True)
     (package / "a.py").write_text("from rnnfleet.b import x\n")
@@ -124,3 +125,9 @@ def test_the_layout_check_sees_a_circle_and_an_outer_import(tmp_path, monkeypatc
         test_no_module_imports_itself_back()
     with pytest.raises(AssertionError, match=r"c.py imports \['rnnfleet.runner.jobs'\]"):
         test_the_core_imports_nothing_of_the_runner_or_the_hooks()
+    (package / "train").mkdir()
+    (package / "train" / "fit.py").write_text("from rnnfleet.b import x\n")  # b reaches predict through a function
+    (package / "b.py").write_text("def f():\n    from rnnfleet.predict import forecast_at_last_bar\n")
+    (package / "predict.py").write_text("")
+    with pytest.raises(AssertionError, match=r"rnnfleet.predict"):
+        test_the_fit_reaches_neither_predict_nor_the_runner()
