@@ -68,11 +68,10 @@ def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
     import numpy as np
     import torch
 
-    from rnnfleet.checkpoint import save_checkpoint
     from rnnfleet.data import prepare_dataset
-    from rnnfleet.scoring import calibration_record
     from rnnfleet.synthetic import synthetic_bars
-    from rnnfleet.training import build_checkpoint, train_model
+    from rnnfleet.train.evaluate import train_and_evaluate
+    from rnnfleet.train.modelfile import build_checkpoint, calibration_record, save_checkpoint
 
     csv_path = folder / "BENCH_1m.csv"
     bars = synthetic_bars(rows, seed=3)
@@ -82,9 +81,11 @@ def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
     model = {"cell": "lstm", "hidden_size": 64, "num_layers": 2, "dropout": 0.1}
     train = {"seq_len": 60, "batch_size": 128, "epochs": 1, "lr": 0.001, "patience": 3, "seed": 0, "amp": "off"}
     arrays, _ = prepare_dataset(csv_path, 60, 1, val_fraction=0.2)
-    result = train_model(arrays, model, train, torch.device("cpu"))
-    checkpoint = build_checkpoint("BENCH_1m", result, arrays, model, train, {"val_loss": result.val_loss})
-    checkpoint["calibration"] = calibration_record(result)
+    result = train_and_evaluate(arrays, model, train, torch.device("cpu"))
+    checkpoint = build_checkpoint(
+        "BENCH_1m", result.trained, arrays, model, train, {"val_loss": result.evaluated.val_loss}
+    )
+    checkpoint["calibration"] = calibration_record(result.evaluated)
     save_checkpoint(checkpoint, folder / "BENCH_1m.pt")
     return folder / "BENCH_1m.pt", csv_path
 
@@ -107,11 +108,11 @@ def main() -> None:
     import onnxruntime
     import torch
 
-    from rnnfleet.checkpoint import load_checkpoint
     from rnnfleet.data import read_clean_bars
     from rnnfleet.export_onnx import export_model, input_windows
     from rnnfleet.model import rebuild_model
     from rnnfleet.predict import forecast_frame
+    from rnnfleet.train.modelfile import load_checkpoint
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="rnnfleet-bench-export-") as work:

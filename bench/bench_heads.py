@@ -58,7 +58,7 @@ def epoch_seconds(scripts: str, csv_path: str, variant: str, epochs: int, amp: s
     import torch
 
     from rnnfleet.data import prepare_dataset
-    from rnnfleet.training import train_model
+    from rnnfleet.train.evaluate import train_and_evaluate
 
     torch.set_num_threads(1)
     heads = HEADS if variant == "heads" else {}
@@ -67,8 +67,8 @@ def epoch_seconds(scripts: str, csv_path: str, variant: str, epochs: int, amp: s
     model = {"cell": "lstm", "hidden_size": 64, "num_layers": 2, "dropout": 0.1}
     train = {"seq_len": 60, "batch_size": 128, "epochs": epochs, "lr": 1e-3, "patience": epochs, "seed": 0}
     train |= {"amp": amp, **({"quantiles": heads["quantiles"]} if heads else {})}
-    result = train_model(arrays, model, train, torch.device("cpu"))
-    return statistics.median(epoch["seconds"] for epoch in result.history)
+    result = train_and_evaluate(arrays, model, train, torch.device("cpu"))
+    return statistics.median(epoch["seconds"] for epoch in result.trained.history)
 
 
 def measure(scripts: str, csv_path: str, variant: str, args) -> float:

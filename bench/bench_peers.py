@@ -125,7 +125,7 @@ def export_arrays(prep: Path, folder: Path, seq_len: int) -> dict[str, dict]:
     import numpy as np
 
     from rnnfleet.data import load_arrays
-    from rnnfleet.training import usable_windows
+    from rnnfleet.train.loop import usable_windows
 
     folder.mkdir(parents=True, exist_ok=True)
     tests = {}

@@ -52,7 +52,7 @@ ROWS = 1440
 WORKLOADS = ("one-day", "default")
 TRAIN_JOB = "train job"
 PREPROCESS_JOB = "preprocess job"
-OPTIMIZER_STEPS = "steps (train_model's own: the optimizer steps)"
+OPTIMIZER_STEPS = "steps (the loop's and the evaluation's own: the optimizer steps)"
 
 
 class PhaseClock:
@@ -89,8 +89,11 @@ class PhaseClock:
 
 def wrap_job_phases(clock: PhaseClock) -> None:
     """The clocks of the breakdown: every function a preprocess and a train job spend time in."""
-    from rnnfleet import data, evaluation, fitting, intervals, scoring, training
+    from rnnfleet import data, evaluation, intervals, predict
     from rnnfleet.runner import jobs
+    from rnnfleet.train import evaluate as scoring
+    from rnnfleet.train import fit as fitting
+    from rnnfleet.train import loop as training
 
     phases = [
         (jobs, "preprocess_one", PREPROCESS_JOB + ": the rest (settings hash, file checks, log)"),
@@ -110,14 +113,16 @@ def wrap_job_phases(clock: PhaseClock) -> None:
         (fitting, "training_fingerprint", "fingerprint and plan"),
         (fitting, "plan_training", "fingerprint and plan"),
         (fitting, "walk_forward", "folds"),
-        (fitting, "train_model", OPTIMIZER_STEPS),
+        (fitting, "train_and_evaluate", OPTIMIZER_STEPS),
+        (scoring, "train", OPTIMIZER_STEPS),
+        (scoring, "evaluate", OPTIMIZER_STEPS),
         (training, "build_model", "model built"),
-        (training, "evaluate", "validation (every epoch)"),
+        (training, "evaluate_windows", "validation (every epoch)"),
         (training, "on_cpu", "best epoch's state copied"),
-        (training, "window_outputs", "test outputs"),
+        (scoring, "window_outputs", "test outputs"),
         (intervals, "calibration_scores", "interval calibration"),
         (intervals, "head_calibration", "interval calibration"),
-        (fitting, "score_test_period", "test scoring's own"),
+        (scoring, "score_test_period", "test scoring's own"),
         (evaluation, "bootstrap_skill_interval", "bootstrap: test skill"),
         (intervals, "bootstrap_skill_interval", "bootstrap: interval coverage"),
         (evaluation, "diebold_mariano", "Diebold-Mariano"),
@@ -126,7 +131,7 @@ def wrap_job_phases(clock: PhaseClock) -> None:
         (fitting, "refit_on_all_rows", "refit"),
         (fitting, "scored_metrics", "metrics"),
         (fitting, "build_checkpoint", "model file contents"),
-        (fitting, "forecast_at_last_bar", "forecast at the last bar"),
+        (predict, "forecast_at_last_bar", "forecast at the last bar"),
         (jobs, "save_checkpoint", "model file written"),
         (jobs, "write_json", "metrics file written"),
         (jobs, "job_resources", "job resources measured"),
@@ -149,9 +154,9 @@ def full_config(workload: str, data_dir: Path, args) -> dict:
 
 def run_in_process(config: dict, names: list[str], data_dir: Path, work: Path, clock: PhaseClock) -> list[dict]:
     """preprocess_one and train_one of each dataset in turn: each dataset's phase seconds."""
-    from rnnfleet.fitting import Settings
     from rnnfleet.runner.jobs import preprocess_one, train_one
     from rnnfleet.settings import preprocess_settings, train_hyper_parameters
+    from rnnfleet.train.fit import Settings
 
     settings = Settings(
         config["model"], train_hyper_parameters(config), config["evaluate"], config["update"], config["columns"]

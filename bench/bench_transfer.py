@@ -13,11 +13,11 @@ cost, on two generated fleets side by side in one run:
 
 Per fleet, in this process on one CPU thread (one torch thread, as a train job), the same
 arrays, model and settings (LSTM 1x16, seq 30, batch 128, at most --epochs epochs, patience 3):
-- scratch: each dataset trained from random weights (rnnfleet.training.train_model);
+- scratch: each dataset trained from random weights (rnnfleet.train.evaluate.train_and_evaluate);
 - fleet: rnnfleet.pretraining.pretrain on the array files, then each dataset trained from its
   weights with a fresh optimizer (train.finetune_lr = train.lr), as a train job does;
 - one model for all: the pretrained model's own test skill on each dataset (a forward pass).
-Test skill is rnnfleet.scoring.score_test_period's (1 - test MSE / the naive forecast's) on
+Test skill is rnnfleet.train.evaluate.score_test_period's (1 - test MSE / the naive forecast's) on
 each dataset's test period, which neither training reads. Prints per fleet the mean test
 skill of each, the paired difference fleet - scratch (mean, datasets better/worse, a
 sign-flip permutation p-value over datasets), epochs, and wall and CPU time (the pretraining
@@ -80,9 +80,9 @@ def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator)
 
 
 def test_skill(arrays, result) -> float:
-    from rnnfleet.scoring import score_test_period
+    from rnnfleet.train.evaluate import score_test_period
 
-    return score_test_period(arrays, result, SEQ_LEN, cost_bps=0.0, block_bars=60, bootstrap=20)["test_skill"]
+    return score_test_period(arrays, result.evaluated, SEQ_LEN, cost_bps=0.0, block_bars=60, bootstrap=20)["test_skill"]
 
 
 def sign_flip_pvalue(differences: np.ndarray, rng: np.random.Generator, draws: int = 20_000) -> float:
@@ -99,7 +99,8 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     from rnnfleet.model import build_model
     from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
     from rnnfleet.synthetic import write_bars_of_returns
-    from rnnfleet.training import StartState, train_model, usable_windows, window_outputs, window_view
+    from rnnfleet.train.evaluate import train_and_evaluate
+    from rnnfleet.train.loop import StartState, usable_windows, window_outputs, window_view
 
     rng = np.random.default_rng(args.seed + (0 if kind == "shared" else 1))
     device = torch.device("cpu")
@@ -114,12 +115,14 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         arrays_of[name], paths[name] = arrays, str(folder / f"{name}.npz")
         save_arrays(arrays, paths[name])
 
-    train_model(arrays, MODEL, {**train, "epochs": 1}, device)  # warm-up: the first training pays for torch's start
+    train_and_evaluate(
+        arrays, MODEL, {**train, "epochs": 1}, device
+    )  # warm-up: the first training pays for torch's start
     scratch, scratch_clock, scratch_epochs = {}, Clock(), []
     for name, arrays in arrays_of.items():
         with scratch_clock:
-            result = train_model(arrays, MODEL, train, device)
-        scratch[name], scratch_epochs = test_skill(arrays, result), [*scratch_epochs, result.epochs_run]
+            result = train_and_evaluate(arrays, MODEL, train, device)
+        scratch[name], scratch_epochs = test_skill(arrays, result), [*scratch_epochs, result.trained.epochs_run]
 
     pretrain_windows = {"train_windows": args.train_windows, "val_windows": args.val_windows}
     settings = pretrain_settings(MODEL, train, {}, pretrain_windows, {})
@@ -133,8 +136,8 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     pretrained.load_state_dict(checkpoint["state_dict"])
     for name, arrays in arrays_of.items():
         with fleet_clock:
-            result = train_model(arrays, MODEL, train, device, StartState(checkpoint["state_dict"], None, 0))
-        fleet[name], fleet_epochs = test_skill(arrays, result), [*fleet_epochs, result.epochs_run]
+            result = train_and_evaluate(arrays, MODEL, train, device, StartState(checkpoint["state_dict"], None, 0))
+        fleet[name], fleet_epochs = test_skill(arrays, result), [*fleet_epochs, result.trained.epochs_run]
         numbers = torch.from_numpy(usable_windows(arrays, SEQ_LEN).test)
         windows = window_view(torch.from_numpy(arrays.features), SEQ_LEN)
         outputs = window_outputs(pretrained, windows, None, numbers)
@@ -252,10 +255,10 @@ def main() -> None:
     args = parse_args()
     import torch
 
-    import rnnfleet.training
+    import rnnfleet.train.loop
 
     torch.set_num_threads(1)
-    rnnfleet.training.log = quiet  # no per-epoch lines
+    rnnfleet.train.loop.log = quiet  # no per-epoch lines
     if args.memory:
         memory = peak_memory(args.memory, args.memory_rows)
         print(

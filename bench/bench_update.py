@@ -1,5 +1,5 @@
 """Updates: a run that updates every model with one new day of bars, against a full re-train
-of the same data in the same run of this script (rnnfleet.updating; docs/running.md).
+of the same data in the same run of this script (rnnfleet.train.updating; docs/running.md).
 
     .venv/bin/python bench/bench_update.py                          # 8 datasets x 20 days, this machine
     .venv/bin/python bench/bench_update.py --datasets 300 --days 30  # the issue's size

@@ -13,6 +13,9 @@ a 16-unit LSTM, one thread a job, seed 0):
   folds     evaluate.folds 2 (walk-forward folds before the production fit)
   update    trained, then one more day of bars and a second run (an update of each model)
   fleet     train.init fleet (the fleet's pretraining, then fine-tunes)
+  direction the classification target (validation accuracy, no intervals)
+  refit     evaluate.production refit (the production model re-fitted on every row)
+  compare   train.init fleet with train.compare_init (each fit also from scratch, compared)
 What is compared: every tensor in models/**/*.pt (by SHA-256 of its bytes, with dtype and
 shape), every other value in those files, metrics/*.json and results/forecasts.csv, with the
 values that are times, durations or versions of the code left out. Exit status 1 on any
@@ -60,6 +63,12 @@ SCENARIOS = {
     "folds": {"evaluate": {"folds": 2}},
     "update": {},
     "fleet": {"train": {"init": "fleet"}, "pretrain": {"train_windows": 200, "val_windows": 100}},
+    "direction": {"target": "direction"},
+    "refit": {"evaluate": {"production": "refit"}},
+    "compare": {
+        "train": {"init": "fleet", "compare_init": True},
+        "pretrain": {"train_windows": 200, "val_windows": 100},
+    },
 }
 # Keys whose values are times, durations, paths, hosts or versions: they differ between runs.
 VOLATILE = re.compile(
@@ -99,7 +108,8 @@ def value_fingerprint(value):
     """A JSON-able stand-in for value: tensors and arrays by dtype, shape and SHA-256 of their bytes."""
     if isinstance(value, torch.Tensor):
         data = value.detach().cpu().contiguous()
-        raw = data.reshape(-1).view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+        flat = data.reshape(-1)  # an empty one (a classification model's calibration) has no bytes to view
+        raw = flat.view(torch.uint8) if data.dtype != torch.bool and flat.numel() else flat.to(torch.uint8)
         return {"dtype": str(data.dtype), "shape": list(data.shape), "sha256": hashlib.sha256(raw.numpy()).hexdigest()}
     if isinstance(value, dict):
         return {str(key): value_fingerprint(item) for key, item in value.items() if not VOLATILE.search(str(key))}

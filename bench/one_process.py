@@ -19,8 +19,8 @@ tune_cpu_allocator()
 
 from snakemake.utils import validate  # noqa: E402
 
-from rnnfleet.fitting import Settings  # noqa: E402
 from rnnfleet.runner.jobs import preprocess_one, train_one  # noqa: E402
+from rnnfleet.train.fit import Settings  # noqa: E402
 
 SCHEMA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas", "config.schema.yaml")
 

@@ -3,7 +3,7 @@
     .venv/bin/python bench/step_options.py                    # bf16 and fp32, 60 steps each
     .venv/bin/python bench/step_options.py --amp off --steps 200 --rounds 5
 
-The step is rnnfleet's (rnnfleet.training's loop, written out here: the windows an
+The step is rnnfleet's (rnnfleet.train.loop's loop, written out here: the windows an
 `unfold` view of one feature tensor, a batch one gather by a shuffled index, autocast where
 bf16, Adam, the loss summed without a sync) on bench_speed.py's model (LSTM 5 -> 64 x 2,
 seq 60, batch 128) and a one-day dataset's training windows. Each candidate changes one

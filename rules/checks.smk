@@ -9,7 +9,9 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-from rnnfleet.checkpoint import folder_write_problem, model_file_problem
+from rnnfleet.checkpoint import folder_write_problem
+
+from rnnfleet.train.modelfile import model_file_problem
 from rnnfleet.errors import WRITE_CAUSES
 from rnnfleet.workflow.settings_changes import planned_settings_changes, report_lines
 from rnnfleet.workflow import update_plans
@@ -82,7 +84,7 @@ def write_protected_line(paths):
 
 def models_that_do_not_load():
     """{model path: why} for the model files of this run's datasets that cannot be whole
-    model files (rnnfleet.checkpoint.model_file_problem: size and end bytes, no unpacking).
+    model files (rnnfleet.train.modelfile.model_file_problem: size and end bytes, no unpacking).
     One listing of the models folder and one small read per model."""
     try:
         with os.scandir(PATHS["models"]) as entries:

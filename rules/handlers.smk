@@ -47,7 +47,7 @@ from rnnfleet.workflow.tracking import (
     load_mlflow_early,
     log_run_to_mlflow,
 )
-from rnnfleet.updating import rnnfleet_version
+from rnnfleet.train.updating import rnnfleet_version
 
 # The run's start, for its last line: which datasets this run trained (print_run_summary).
 RUN_STARTED = time.time()

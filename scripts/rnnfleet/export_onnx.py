@@ -388,7 +388,7 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 def metadata(checkpoint: dict, plan: ExportPlan, model_path: str | os.PathLike, comparison) -> dict[str, str]:
     """The file's metadata_props: what it is and what it needs from the platform."""
-    from rnnfleet.updating import rnnfleet_version
+    from rnnfleet.train.updating import rnnfleet_version
 
     zone = training_read(checkpoint).get("timezone") or "unknown (the model file predates that record)"
     return {
@@ -571,8 +571,9 @@ def export_model(
     exported or a difference beyond TOLERANCE: then nothing is at out_path afterwards."""
     import onnx
 
-    from rnnfleet.checkpoint import atomic_write, load_checkpoint
+    from rnnfleet.checkpoint import atomic_write
     from rnnfleet.model import rebuild_model, vetted_plugins
+    from rnnfleet.train.modelfile import load_checkpoint
 
     out_path = Path(out_path)
     checkpoint = checkpoint if checkpoint is not None else load_checkpoint(model_path)
@@ -653,9 +654,9 @@ def export_one(
     """Export one model file, checked on its bars (read as its training bars were; rows with
     NaN or inf dropped up to max_bad_fraction) to out (check_out_path, in the project folder
     `project`); one line on stderr either way. True when written."""
-    from rnnfleet.checkpoint import load_checkpoint
     from rnnfleet.data import read_clean_bars
     from rnnfleet.predict import reading_settings
+    from rnnfleet.train.modelfile import load_checkpoint
 
     try:
         out = Path(out)

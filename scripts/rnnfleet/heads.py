@@ -141,3 +141,9 @@ def head_column_order(name: str) -> tuple:
     if side is not None:
         return (int(horizon), 3, -float(percent), side == "high")
     return (int(horizon), 1 if close else 0, 0.0, 0)
+
+
+def with_outputs(model_hparams: dict, heads: Heads) -> dict:
+    """The model's settings asking the builder for one output per head (rnnfleet.model);
+    unchanged for a single forecast."""
+    return model_hparams if heads.single else {**model_hparams, "outputs": heads.count}

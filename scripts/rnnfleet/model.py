@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from rnnfleet.errors import UserError, one_line
-from rnnfleet.plugins import describe, model_file_sources, resolve
+from rnnfleet.plugins import DEFAULT_BUILDER, describe, model_file_sources, resolve
 
 CELLS = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -64,7 +64,6 @@ def build_rnn(
 
 
 BUILDERS = {"rnn": build_rnn}
-DEFAULT_BUILDER = "rnn"
 NOT_HYPER_PARAMETERS = ("builder", "input_size")
 
 
@@ -143,7 +142,7 @@ def rebuild_model(
     """The trained model of the model file at `path`, its builder run from `sources`
     (vetted_plugins), in eval mode on `device`. Weights that do not fit the model the file
     records are a ModelFileError naming the file."""
-    from rnnfleet.checkpoint import ModelFileError
+    from rnnfleet.train.modelfile import ModelFileError
 
     model_config = checkpoint["model_config"]
     model = build_model(model_config, int(model_config["input_size"]), sources=sources)
@@ -171,7 +170,7 @@ def load_model(
     Returns (model, checkpoint); checkpoint holds `model_config`, `normalisation`,
     `features`, `metrics` and `versions` (see docs/outputs.md).
     """
-    from rnnfleet.checkpoint import load_checkpoint
+    from rnnfleet.train.modelfile import load_checkpoint
 
     checkpoint = load_checkpoint(path)
     return rebuild_model(checkpoint, vetted_plugins(checkpoint, path, trusted), device, path), checkpoint

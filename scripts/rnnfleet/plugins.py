@@ -35,6 +35,10 @@ class PluginRefused(UserError):
     """A model file names a plug-in file the user has not trusted; nothing was imported."""
 
 
+# The built-in model builder (rnnfleet.model.BUILDERS): model.builder's default.
+DEFAULT_BUILDER = "rnn"
+
+
 def is_file_reference(reference: str) -> bool:
     """True for `path/to/file.py:function` (a user's file), False for a built-in name."""
     path, _, function_name = reference.rpartition(":")

@@ -23,6 +23,7 @@ folder with the content it was trained with (rnnfleet.plugins.model_file_sources
 from __future__ import annotations
 
 import argparse
+import copy
 import glob
 import io
 import math
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rnnfleet.checkpoint import atomic_write, load_checkpoint
+from rnnfleet.checkpoint import atomic_write
 from rnnfleet.data import (
     MAX_BAD_FRACTION_KEY,
     DataError,
@@ -58,7 +59,8 @@ from rnnfleet.intervals import COVERAGE, horizon_bands, nearest_coverage
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import EVAL_BATCH, outputs_of, window_view
+from rnnfleet.train.loop import EVAL_BATCH, outputs_of, window_view
+from rnnfleet.train.modelfile import load_checkpoint
 
 # The forecast tables' vocabulary, the same in this command's CSV, the predict rule's
 # predictions/<dataset>.csv and the fleet's results/forecasts.csv (rnnfleet.summary): the bar
@@ -155,13 +157,25 @@ def interval_columns(
     return columns
 
 
+def cpu_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The model itself on the CPU, else a copy of it there. The fleet's forecasts are then
+    the numbers `rnnfleet predict` (CPU by default) gives from the model file, whichever
+    device trained it. On CUDA the forecast differed from predict's in the fourth digit (seen
+    on an NVIDIA H200; likely cuDNN's TF32 arithmetic, torch.backends.cudnn.allow_tf32, on by
+    default)."""
+    if all(parameter.device.type == "cpu" for parameter in model.parameters()):
+        return model
+    return copy.deepcopy(model).cpu()
+
+
 def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: PreparedArrays) -> dict:
     """The forecast made at the last bar of the arrays' file(s), as `rnnfleet predict --last 1`
     on those files makes it, as metrics entries: forecast_time (the bar's time, UTC),
     forecast_bar_close, forecast_horizon (bars), forecast_target, forecast (in the target's
     units) and, for log_return, forecast_close; its interval forecast_coverage,
     forecast_low, forecast_high; forecast_heads: the head columns of a model of heads. {} where the arrays keep no full window up to that bar (an array file
-    of an older rnnfleet)."""
+    of an older rnnfleet). The train job asks for it after the fit, with the model the file
+    holds (on any device: it forecasts on the CPU, see cpu_model)."""
     import pandas as pd
 
     recorded, normalisation = checkpoint["features"], checkpoint["normalisation"]
@@ -173,7 +187,7 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
         np.asarray(normalisation["feature_mean"], dtype=np.float32),
         np.asarray(normalisation["feature_std"], dtype=np.float32),
     )
-    model.eval()
+    model = cpu_model(model).eval()
     heads = checkpoint_heads(checkpoint)
     scaled = predict_scaled(model, features, seq_len, heads).astype(np.float64)
     per_horizon = horizon_forecasts(checkpoint, scaled[-1:])

@@ -330,7 +330,8 @@ def pretrain(
     preprocess failed). A dataset whose array file does not read is left out too, with why:
     one bad dataset never stops the pretraining of the others."""
     from rnnfleet.errors import UserError
-    from rnnfleet.training import on_cpu, train_model
+    from rnnfleet.train.evaluate import train_and_evaluate
+    from rnnfleet.train.loop import on_cpu
 
     model_hparams, train_hparams = settings["model_hparams"], settings["train_hparams"]
     seq_len = int(train_hparams["seq_len"])
@@ -406,11 +407,11 @@ def pretrain(
         )
     arrays = fleet_arrays(train_rows, val_rows, reference)
     log(f"pretrain: {len(bars)} dataset(s), {arrays.rows} rows read; training on {device}")
-    result = train_model(arrays, model_hparams, train_hparams, device)
+    result, evaluated = train_and_evaluate(arrays, model_hparams, train_hparams, device)
     scores = {
-        "val_loss": result.val_loss,
-        "naive_val_loss": result.naive_val_loss,
-        "skill": result.skill,
+        "val_loss": evaluated.val_loss,
+        "naive_val_loss": evaluated.naive_val_loss,
+        "skill": evaluated.skill,
         "best_epoch": result.best_epoch,
         "epochs_run": result.epochs_run,
         "train_seconds": result.train_seconds,
@@ -443,8 +444,8 @@ def pretrain(
         "lineage_json": json.dumps(lineage, sort_keys=True),
     }
     log(
-        f"pretrain: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {result.val_loss:.5f} vs naive "
-        f"{result.naive_val_loss:.5f} (skill {result.skill:+.4f})"
+        f"pretrain: best epoch {result.best_epoch} of {result.epochs_run}, val_loss {evaluated.val_loss:.5f} vs naive "
+        f"{evaluated.naive_val_loss:.5f} (skill {evaluated.skill:+.4f})"
     )
     return checkpoint, lineage
 
@@ -538,10 +539,11 @@ FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE = (
 
 
 def first_horizon_losses(arrays, result, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the model's, the naive baseline's) loss on each test window, of the first horizon's point forecast."""
+    """(the model's, the naive baseline's) loss on each test window, of the first horizon's
+    point forecast; result: a fit's evaluation (rnnfleet.train.evaluate.Evaluated)."""
     from rnnfleet.evaluation import window_losses
-    from rnnfleet.scoring import horizon_arrays, horizon_outputs
     from rnnfleet.targets import TARGETS
+    from rnnfleet.train.evaluate import horizon_arrays, horizon_outputs
 
     if result.heads.single:
         numbers, point, naive, own = result.test_numbers, result.test_outputs, float(result.naive_output), arrays
@@ -560,8 +562,9 @@ def pretrained_outputs(weights: dict, arrays, model_hparams: dict, result, seq_l
     """The pretrained model's own outputs on the result's test windows (no training)."""
     import torch
 
+    from rnnfleet.heads import with_outputs
     from rnnfleet.model import build_model
-    from rnnfleet.training import window_outputs, window_view, with_outputs
+    from rnnfleet.train.loop import window_outputs, window_view
 
     model = build_model(with_outputs(model_hparams, result.heads), arrays.features.shape[1], seq_len)
     model.load_state_dict(weights)
@@ -569,30 +572,30 @@ def pretrained_outputs(weights: dict, arrays, model_hparams: dict, result, seq_l
     return window_outputs(model, windows, None, torch.from_numpy(result.test_numbers), result.heads)
 
 
-def early_stopping_loss(result) -> float:
+def early_stopping_loss(fit) -> float:
     """The validation loss the fit's early stopping compared (the training objective's, with heads)."""
-    objective = getattr(result, "val_objective", float("nan"))
-    return result.val_loss if objective != objective else objective
+    objective = fit.trained.val_objective
+    return fit.evaluated.val_loss if objective != objective else objective
 
 
 def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams: dict, seq_len: int, block_bars: int):
     """(which fit validation prefers, "fleet" or "scratch", and the comparison's metrics) of
-    two fits of one dataset, each (TrainingResult, test scores). The choice reads the
+    two fits of one dataset, each a rnnfleet.train.evaluate.Fit. The choice reads the
     validation losses only; the test windows (the same for both) give the paired difference."""
     from dataclasses import replace
 
     from rnnfleet.evaluation import bootstrap_block, diebold_mariano, skill
 
-    fleet_result, scratch_result = fleet_fit[0], scratch_fit[0]
-    fleet_val, scratch_val = early_stopping_loss(fleet_result), early_stopping_loss(scratch_result)
+    fleet_result, scratch_result = fleet_fit.evaluated, scratch_fit.evaluated
+    fleet_val, scratch_val = early_stopping_loss(fleet_fit), early_stopping_loss(scratch_fit)
     kept = "fleet" if fleet_val <= scratch_val else "scratch"
     metrics = {
         "init_fleet_val_loss": fleet_val,
         "init_scratch_val_loss": scratch_val,
-        "init_fleet_epochs": fleet_result.epochs_run,
-        "init_scratch_epochs": scratch_result.epochs_run,
-        "init_fleet_seconds": fleet_result.train_seconds,
-        "init_scratch_seconds": scratch_result.train_seconds,
+        "init_fleet_epochs": fleet_fit.trained.epochs_run,
+        "init_scratch_epochs": scratch_fit.trained.epochs_run,
+        "init_fleet_seconds": fleet_fit.trained.train_seconds,
+        "init_scratch_seconds": scratch_fit.trained.train_seconds,
     }
     if not len(fleet_result.test_numbers):
         return kept, metrics

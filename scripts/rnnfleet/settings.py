@@ -131,7 +131,7 @@ def train_settings(config: dict) -> dict:
 
 def updates_ruled_out(update: dict, evaluate: dict) -> str | None:
     """Why the `update:` and `evaluate:` settings rule out updating a model with new bars
-    (rnnfleet.updating), in words for the log and the dry-run; None: they allow it."""
+    (rnnfleet.train.updating), in words for the log and the dry-run; None: they allow it."""
     if not update["enabled"]:
         return "update.enabled is false"
     if evaluate["production"] != "scored" or evaluate["folds"]:

@@ -36,7 +36,7 @@ SUMMARY_COLUMNS = (
     "naive_val_pinball",
     "val_mean_loss",
     "naive_val_mean_loss",
-    # The test period (preprocess.test_fraction), never seen in training: rnnfleet.scoring.score_test_period
+    # The test period (preprocess.test_fraction), never seen in training: rnnfleet.train.evaluate.score_test_period
     "test_skill",  # 1 - test_loss / naive_test_loss
     "test_skill_low",  # its 95% block-bootstrap interval
     "test_skill_high",
@@ -73,13 +73,13 @@ SUMMARY_COLUMNS = (
     "test_persistence_skill",  # |return| and volatility targets: skill against the last value
     "test_accuracy",  # direction target
     "test_windows",
-    # Walk-forward (evaluate.folds): the folds' test skills (rnnfleet.walkforward.folds_summary)
+    # Walk-forward (evaluate.folds): the folds' test skills (rnnfleet.train.walkforward.folds_summary)
     "folds_skill_mean",
     "folds_skill_sd",
     "folds_positive",  # folds whose test skill is above 0, of folds_scored
     "folds_scored",
     "product",  # which model the model file holds: scored, or refit on all rows (evaluate.production)
-    "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.updating)
+    "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.train.updating)
     "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.pretraining)
     "init_note",
     "init_pretrained_sha256",  # the pretrained model file its full fit was given (from its lineage)
@@ -150,7 +150,7 @@ SHOWN_FAILURES = 20
 
 
 # Of a model of several horizons (train.horizons) or quantiles, the scores of each horizon
-# (rnnfleet.scoring: metrics["horizons"]) become columns <score>_h<horizon> after SUMMARY_COLUMNS.
+# (rnnfleet.train.evaluate: metrics["horizons"]) become columns <score>_h<horizon> after SUMMARY_COLUMNS.
 HORIZON_SCORES = (
     "test_skill",
     "test_skill_low",

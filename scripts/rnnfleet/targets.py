@@ -48,7 +48,7 @@ class Target:
     centred: bool  # regression: subtract the training mean before scaling
     baseline: str  # the naive forecast, in words (metrics, summary table, report)
     forecast_column: str  # the forecasts CSV column, in the target's own units
-    # Which extra test scores it gets (rnnfleet.scoring.score_test_period): "return" hit
+    # Which extra test scores it gets (rnnfleet.train.evaluate.score_test_period): "return" hit
     # rate and sign trading, "size" skill against persistence, "class" accuracy.
     measures: str = "return"
 

@@ -93,8 +93,8 @@ def test_array_file_with_pickled_objects_is_refused(tmp_path):
 def test_each_feature_row_keeps_its_bars_time_and_the_test_chart_the_forecasts_times(tmp_path):
     import pandas as pd
 
-    from rnnfleet.scoring import test_series
     from rnnfleet.targets import TARGETS
+    from rnnfleet.train.evaluate import test_series
 
     csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS, 1)
     bars = pd.read_csv(csv_path)

@@ -20,14 +20,17 @@ import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
 from rnnfleet import export_onnx  # noqa: E402
-from rnnfleet.checkpoint import save_checkpoint  # noqa: E402
 from rnnfleet.data import prepare_dataset, read_clean_bars  # noqa: E402
 from rnnfleet.export_onnx import ExportRefused, export_model, read_metadata  # noqa: E402
 from rnnfleet.predict import main as predict_main  # noqa: E402
-from rnnfleet.scoring import calibration_record  # noqa: E402
 from rnnfleet.synthetic import synthetic_bars  # noqa: E402
-from rnnfleet.training import build_checkpoint, train_model  # noqa: E402
-from rnnfleet.updating import rnnfleet_version  # noqa: E402
+from rnnfleet.train.evaluate import train_and_evaluate  # noqa: E402
+from rnnfleet.train.modelfile import (
+    build_checkpoint,  # noqa: E402
+    calibration_record,  # noqa: E402
+    save_checkpoint,  # noqa: E402
+)
+from rnnfleet.train.updating import rnnfleet_version  # noqa: E402
 
 SEQ_LEN = 16
 TRAIN = {"seq_len": SEQ_LEN, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0, "amp": "off"}
@@ -97,9 +100,9 @@ def trained_model(csv_path, name: str, model: dict, horizon, quantiles, target, 
     options = {"features": features} if features else {}
     arrays, _ = prepare_dataset(csv_path, SEQ_LEN, horizon, val_fraction=0.2, target=target, **options)
     torch.manual_seed(0)
-    result = train_model(arrays, model, {**TRAIN, "quantiles": quantiles}, torch.device("cpu"))
-    checkpoint = build_checkpoint(name, result, arrays, model, TRAIN, {"val_loss": result.val_loss})
-    checkpoint["calibration"] = calibration_record(result)  # as the train job adds it
+    result = train_and_evaluate(arrays, model, {**TRAIN, "quantiles": quantiles}, torch.device("cpu"))
+    checkpoint = build_checkpoint(name, result.trained, arrays, model, TRAIN, {"val_loss": result.evaluated.val_loss})
+    checkpoint["calibration"] = calibration_record(result.evaluated)  # as the train job adds it
     path = (folder or csv_path.parent) / f"{name}.pt"
     save_checkpoint(checkpoint, path)
     return path

@@ -50,9 +50,9 @@ class RecordingModel(torch.nn.Module):
 
 
 @pytest.mark.slow
-def test_train_model_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
-    from rnnfleet import training
+def test_the_loop_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
     from rnnfleet.data import PreparedArrays
+    from rnnfleet.train import loop as training
 
     rows, seq_len, horizon, gap_bars = 200, 8, 2, np.array([40, 41, 120])
     features = np.zeros((rows, 5), dtype=np.float32)
@@ -72,7 +72,7 @@ def test_train_model_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
     model = RecordingModel()
     monkeypatch.setattr(training, "build_model", lambda config, input_size, seq_len: model)
     hparams = {"seq_len": seq_len, "batch_size": 16, "epochs": 1, "lr": 0.01, "patience": 1, "seed": 0}
-    training.train_model(arrays, {}, hparams, torch.device("cpu"))
+    training.train(training.on_device(arrays, hparams, torch.device("cpu")), {}, hparams)
     usable = usable_window_ends(rows, gap_bars, seq_len, horizon)
     seen_ends = {"train": set(), "val": set()}
     for in_training, window in model.seen_windows:

@@ -1,4 +1,4 @@
-"""Several horizons and quantiles (rnnfleet.heads, rnnfleet.intervals, rnnfleet.scoring): the
+"""Several horizons and quantiles (rnnfleet.heads, rnnfleet.intervals, rnnfleet.train.evaluate): the
 pinball loss, non-crossing quantiles and conformalised quantile intervals against
 hand-computed cases, the binomial interval of a coverage, the targets of several horizons,
 and the settings that keep a project without heads exactly as it was."""
@@ -15,12 +15,14 @@ from conftest import TINY_ROWS, schema_defaults
 from rnnfleet import intervals
 from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
-from rnnfleet.fitting import Settings, fit_dataset
 from rnnfleet.heads import Heads, heads_of_settings, pinball, pinball_losses
+from rnnfleet.predict import forecast_at_last_bar
 from rnnfleet.settings import preprocess_settings, train_hyper_parameters
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import train_model, usable_windows, window_outputs, window_view
+from rnnfleet.train.evaluate import train_and_evaluate
+from rnnfleet.train.fit import Settings, fit_dataset
+from rnnfleet.train.loop import usable_windows, window_outputs, window_view
 
 
 def test_the_pinball_loss_by_hand():
@@ -117,11 +119,13 @@ def test_a_model_of_heads_trains_and_its_test_outputs_have_ordered_quantiles(tmp
     arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5], val_fraction=0.2)
     model = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
     train = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.01, "patience": 2, "seed": 0, "amp": "off"}
-    result = train_model(arrays, model, {**train, "quantiles": [0.1, 0.9]}, torch.device("cpu"))
-    assert result.test_outputs.shape == (len(result.test_numbers), 2, 3)
-    assert np.all(np.diff(result.test_outputs, axis=-1) >= 0)
-    assert result.calibration.shape == (2, 1, len(usable_windows(arrays, 16).val))  # per horizon, per pair
-    assert result.naive_output.shape == (2, 3) and np.all(np.diff(result.naive_output, axis=-1) >= 0)
+    result = train_and_evaluate(arrays, model, {**train, "quantiles": [0.1, 0.9]}, torch.device("cpu"))
+    assert result.evaluated.test_outputs.shape == (len(result.evaluated.test_numbers), 2, 3)
+    assert np.all(np.diff(result.evaluated.test_outputs, axis=-1) >= 0)
+    assert result.evaluated.calibration.shape == (2, 1, len(usable_windows(arrays, 16).val))  # per horizon, per pair
+    assert result.evaluated.naive_output.shape == (2, 3) and np.all(
+        np.diff(result.evaluated.naive_output, axis=-1) >= 0
+    )
 
 
 @pytest.mark.parametrize("quantiles", [[], [0.1, 0.9]])
@@ -133,22 +137,35 @@ def test_the_calibration_is_the_best_epochs_as_a_pass_of_its_own_after_training_
     arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5], val_fraction=0.2)
     model = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
     train = {"seq_len": 16, "batch_size": 32, "epochs": 6, "lr": 0.05, "patience": 6, "seed": 0, "amp": "off"}
-    result = train_model(arrays, model, {**train, "quantiles": quantiles}, torch.device("cpu"))
-    assert result.best_epoch < result.epochs_run  # the kept model is not the last epoch's
+    result = train_and_evaluate(arrays, model, {**train, "quantiles": quantiles}, torch.device("cpu"))
+    assert result.trained.best_epoch < result.trained.epochs_run  # the kept model is not the last epoch's
     val_numbers = torch.from_numpy(usable_windows(arrays, 16).val)
     afresh = window_outputs(
-        result.model, window_view(torch.from_numpy(arrays.features), 16), None, val_numbers, result.heads
+        result.trained.model,
+        window_view(torch.from_numpy(arrays.features), 16),
+        None,
+        val_numbers,
+        result.evaluated.heads,
     )
     val_targets = arrays.targets[16 - 1 :][usable_windows(arrays, 16).val]
-    np.testing.assert_array_equal(result.calibration, intervals.head_calibration(afresh, val_targets, result.heads))
+    np.testing.assert_array_equal(
+        result.evaluated.calibration, intervals.head_calibration(afresh, val_targets, result.evaluated.heads)
+    )
     # val_loss and skill: the first horizon's point forecast (the median) in the target's own
     # loss, as test_loss; the training loss early stopping compared keeps a name of its own.
-    point, naive = afresh[:, 0, result.heads.point], result.naive_output[0, result.heads.point]
+    point, naive = (
+        afresh[:, 0, result.evaluated.heads.point],
+        result.evaluated.naive_output[0, result.evaluated.heads.point],
+    )
     actual = val_targets[:, 0].astype(np.float64)
-    assert result.val_loss == pytest.approx(np.mean((point - actual) ** 2), rel=1e-6)
-    assert result.naive_val_loss == pytest.approx(np.mean((naive - actual) ** 2), rel=1e-6)
+    assert result.evaluated.val_loss == pytest.approx(np.mean((point - actual) ** 2), rel=1e-6)
+    assert result.evaluated.naive_val_loss == pytest.approx(np.mean((naive - actual) ** 2), rel=1e-6)
     key = "pinball" if quantiles else "mean_loss"
-    assert result.val_objective == min(entry[f"val_{key}"] for entry in result.history) != result.val_loss
+    assert (
+        result.trained.val_objective
+        == min(entry[f"val_{key}"] for entry in result.trained.history)
+        != result.evaluated.val_loss
+    )
 
 
 def test_without_heads_the_params_and_arrays_are_those_of_before_heads_existed():
@@ -189,7 +206,8 @@ def test_walk_forward_folds_and_a_refit_score_and_calibrate_every_horizon(tmp_pa
     # The refit has no validation part of its own: the calibration is the scored model's.
     assert tuple(fitted.checkpoint["calibration"]["scores"].shape) == (2, 1, fitted.metrics["val_windows"])
     assert fitted.checkpoint["model_config"]["outputs"] == 6
-    heads = fitted.metrics["forecast_heads"]
+    assert "forecast_heads" not in fitted.metrics  # the forecast at the last bar is the train job's, after the fit
+    heads = forecast_at_last_bar(fitted.model, fitted.checkpoint, arrays)["forecast_heads"]
     for horizon in (1, 5):
         assert heads[f"forecast_h{horizon}_q10"] <= heads[f"forecast_h{horizon}"]
         assert heads[f"forecast_h{horizon}"] <= heads[f"forecast_h{horizon}_q90"]

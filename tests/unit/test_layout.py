@@ -47,7 +47,9 @@ FRONT_DOOR = ("cli.py",)
 
 
 def core_modules() -> list[Path]:
-    return sorted(path for path in PACKAGE.glob("*.py") if path.name not in FRONT_DOOR)
+    """The package's top folder (less the front door) and its train/ package."""
+    top = [path for path in PACKAGE.glob("*.py") if path.name not in FRONT_DOOR]
+    return sorted(top + list((PACKAGE / "train").glob("*.py")))
 
 
 def test_the_core_imports_nothing_of_the_runner_or_the_hooks():
@@ -76,6 +78,18 @@ def test_every_module_of_the_package_is_named_in_architecture_md():
     assert [str(path.relative_to(PACKAGE)) for path in modules if f"`{path.name}`" not in page] == []
 
 
+def test_the_fit_reaches_neither_predict_nor_the_runner():
+    # the forecast at the last bar is asked for by the train job after the fit (rnnfleet.runner.jobs)
+    graph = package_imports()
+    assert "rnnfleet.train.fit" in graph
+    reached, todo = set(), ["rnnfleet.train.fit"]
+    while todo:
+        for imported in graph[todo.pop()] - reached:
+            reached.add(imported)
+            todo.append(imported)
+    assert sorted(name for name in reached if name.startswith(("rnnfleet.predict", "rnnfleet.runner"))) == []
+
+
 def test_the_core_reads_without_sockets_locks_or_snakemake():
     for path in core_modules():
         found = sorted(
@@ -98,7 +112,8 @@ def test_no_module_imports_itself_back():
 
 
 def test_the_layout_check_sees_a_circle_and_an_outer_import(tmp_path, monkeypatch):
-    """The checks above can fail: a planted circle and a planted core -> runner import are found."""
+    """The checks above can fail: a planted circle, a planted core -> runner import and a fit
+    that reaches predict through another module are found."""
     package = tmp_path / "rnnfleet"
     (package / "runner").mkdir(parents=True)
     (package / "a.py").write_text("from rnnfleet.b import x\n")
@@ -110,3 +125,9 @@ def test_the_layout_check_sees_a_circle_and_an_outer_import(tmp_path, monkeypatc
         test_no_module_imports_itself_back()
     with pytest.raises(AssertionError, match=r"c.py imports \['rnnfleet.runner.jobs'\]"):
         test_the_core_imports_nothing_of_the_runner_or_the_hooks()
+    (package / "train").mkdir()
+    (package / "train" / "fit.py").write_text("from rnnfleet.b import x\n")  # b reaches predict through a function
+    (package / "b.py").write_text("def f():\n    from rnnfleet.predict import forecast_at_last_bar\n")
+    (package / "predict.py").write_text("")
+    with pytest.raises(AssertionError, match=r"rnnfleet.predict"):
+        test_the_fit_reaches_neither_predict_nor_the_runner()

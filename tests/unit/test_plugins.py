@@ -20,7 +20,7 @@ from rnnfleet.model import BUILDERS, SequenceRegressor, build_model
 from rnnfleet.plugins import PluginRefused, imported_sha256, model_file_sources, resolve, sha256_of
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import train_model
+from rnnfleet.train.evaluate import train_and_evaluate
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}
@@ -195,22 +195,22 @@ def test_each_target_trains_and_beats_its_own_naive_baseline(synthetic_csv, targ
     )
     assert arrays.target == target_name
     torch.set_num_threads(1)
-    result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))
+    result = train_and_evaluate(arrays, MODEL, TRAIN, torch.device("cpu"))
     val_targets = torch.from_numpy(arrays.targets[arrays.split.val_start : arrays.split.val_end])
     train_targets = torch.from_numpy(arrays.targets[TRAIN["seq_len"] - 1 : arrays.train_end])
     if target.classification:  # baseline: the training share of up moves, as a constant probability
         share = train_targets.mean()
         naive = torch.nn.functional.binary_cross_entropy(share.expand_as(val_targets), val_targets)
         assert set(np.unique(arrays.targets)) == {0.0, 1.0}
-        assert result.val_accuracy is not None and result.naive_val_accuracy is not None
+        assert result.evaluated.val_accuracy is not None and result.evaluated.naive_val_accuracy is not None
     elif target.centred:  # baseline: the training mean, which scaling made 0
         naive = val_targets.pow(2).mean()
         assert abs(float(arrays.targets[: arrays.train_end].mean())) < 1e-4 and arrays.target_mean > 0
     else:  # baseline: a zero return
         naive = val_targets.pow(2).mean()
         assert arrays.target_mean == 0.0
-    assert result.naive_val_loss == pytest.approx(naive.item(), rel=1e-4)
-    assert math.isfinite(result.skill) and result.skill > 0, (target_name, result.skill)
+    assert result.evaluated.naive_val_loss == pytest.approx(naive.item(), rel=1e-4)
+    assert math.isfinite(result.evaluated.skill) and result.evaluated.skill > 0, (target_name, result.evaluated.skill)
 
 
 def test_target_values_over_the_horizon():

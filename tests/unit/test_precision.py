@@ -9,7 +9,7 @@ from rnnfleet import precision
 from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
 from rnnfleet.synthetic import write_synthetic_csv
-from rnnfleet.training import train_model
+from rnnfleet.train.evaluate import train_and_evaluate
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -60,7 +60,9 @@ def test_auto_trains_exactly_like_the_choice_it_names(tmp_path):
     val_loss = {}
     for amp in ("auto", "off", "bf16"):
         try:
-            val_loss[amp] = train_model(arrays, model, {**train, "amp": amp}, torch.device("cpu")).val_loss
+            val_loss[amp] = train_and_evaluate(
+                arrays, model, {**train, "amp": amp}, torch.device("cpu")
+            ).evaluated.val_loss
         except UserError as error:  # bf16 refused by this CPU's kernels: one line, never for auto
             assert amp == "bf16" and "train.amp" in str(error), error
     chosen = precision.resolve_amp("auto", torch.device("cpu"))

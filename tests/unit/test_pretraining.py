@@ -35,7 +35,7 @@ def test_the_datasets_served_stay_frozen_while_the_settings_are_unchanged(tmp_pa
 def test_pooled_pieces_give_exactly_their_windows_and_none_across_two(tmp_path):
     from rnnfleet.data import PreparedArrays, save_arrays, split_points
     from rnnfleet.pretraining import FleetRows, Piece, fleet_arrays, read_head
-    from rnnfleet.training import usable_windows
+    from rnnfleet.train.loop import usable_windows
 
     seq_len, rows = 8, 300
     split = split_points(rows, seq_len, 1, 0.15, 0.15)

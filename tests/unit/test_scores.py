@@ -16,9 +16,8 @@ from rnnfleet import evaluation
 from rnnfleet.data import DataError, prepare_dataset, split_and_normalise, split_points
 from rnnfleet.errors import UserError
 from rnnfleet.gaps import window_numbers
-from rnnfleet.scoring import score_test_period
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
-from rnnfleet.training import train_model
+from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
 from rnnfleet.workflow.config_check import config_problems
 
 # --- the split ----------------------------------------------------------------------------
@@ -176,22 +175,22 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
     np.testing.assert_array_equal(arrays.features[: last_seen_row + 1], arrays_perturbed.features[: last_seen_row + 1])
 
     cpu = torch.device("cpu")
-    result = train_model(arrays, SMALL_MODEL, SMALL_TRAIN, cpu)
-    result_perturbed = train_model(arrays_perturbed, SMALL_MODEL, SMALL_TRAIN, cpu)
-    weights, weights_perturbed = result.model.state_dict(), result_perturbed.model.state_dict()
+    result = train_and_evaluate(arrays, SMALL_MODEL, SMALL_TRAIN, cpu)
+    result_perturbed = train_and_evaluate(arrays_perturbed, SMALL_MODEL, SMALL_TRAIN, cpu)
+    weights, weights_perturbed = result.trained.model.state_dict(), result_perturbed.trained.model.state_dict()
     assert weights.keys() == weights_perturbed.keys()
     for name in weights:
         assert torch.equal(weights[name], weights_perturbed[name]), name
-    assert (result.best_epoch, result.val_loss, result.history) == (
-        result_perturbed.best_epoch,
-        result_perturbed.val_loss,
+    assert (result.trained.best_epoch, result.evaluated.val_loss, result.trained.history) == (
+        result_perturbed.trained.best_epoch,
+        result_perturbed.evaluated.val_loss,
         [
             {**entry, "seconds": old["seconds"]}
-            for entry, old in zip(result_perturbed.history, result.history, strict=True)
+            for entry, old in zip(result_perturbed.trained.history, result.trained.history, strict=True)
         ],
     )
-    scores = score_test_period(arrays, result, seq_len, cost_bps=1.0, block_bars=10, bootstrap=200)
-    scores_perturbed = score_test_period(arrays_perturbed, result_perturbed, seq_len, 1.0, 10, 200)
+    scores = score_test_period(arrays, result.evaluated, seq_len, cost_bps=1.0, block_bars=10, bootstrap=200)
+    scores_perturbed = score_test_period(arrays_perturbed, result_perturbed.evaluated, seq_len, 1.0, 10, 200)
     assert scores["test_windows"] == scores_perturbed["test_windows"] > 0
     assert scores["test_loss"] != scores_perturbed["test_loss"]  # the same model, other test bars
 
@@ -199,16 +198,18 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
 def test_the_test_series_for_the_report_is_the_test_period_in_the_targets_units(tmp_path):
     """At most TEST_SERIES_POINTS test windows, evenly spread from the first to the last, with
     the actual target and the forecast in the target's units (the report's lower panel)."""
-    from rnnfleet.scoring import TEST_SERIES_POINTS
     from rnnfleet.targets import TARGETS
+    from rnnfleet.train.evaluate import TEST_SERIES_POINTS
 
     torch.set_num_threads(1)
     write_synthetic_csv(tmp_path / "A_1m.csv", 4000, 3)
     seq_len = SMALL_TRAIN["seq_len"]
     arrays, _ = prepare_dataset(tmp_path / "A_1m.csv", seq_len, horizon=1, val_fraction=0.2, test_fraction=0.15)
-    result = train_model(arrays, SMALL_MODEL, {**SMALL_TRAIN, "epochs": 1}, torch.device("cpu"))
-    series = score_test_period(arrays, result, seq_len, cost_bps=1.0, block_bars=10, bootstrap=50)["test_series"]
-    numbers = result.test_numbers
+    result = train_and_evaluate(arrays, SMALL_MODEL, {**SMALL_TRAIN, "epochs": 1}, torch.device("cpu"))
+    series = score_test_period(arrays, result.evaluated, seq_len, cost_bps=1.0, block_bars=10, bootstrap=50)[
+        "test_series"
+    ]
+    numbers = result.evaluated.test_numbers
     assert len(numbers) > TEST_SERIES_POINTS and len(series["window"]) == TEST_SERIES_POINTS
     assert series["window"][0] == numbers[0] and series["window"][-1] == numbers[-1]
     assert set(series["window"]) <= set(numbers.tolist())
@@ -218,7 +219,7 @@ def test_the_test_series_for_the_report_is_the_test_period_in_the_targets_units(
         arrays.targets[numbers[picked] + seq_len - 1].astype(np.float64), arrays.target_mean, arrays.target_std
     )
     expected_forecast = target.to_units(
-        result.test_outputs[picked].astype(np.float64), arrays.target_mean, arrays.target_std
+        result.evaluated.test_outputs[picked].astype(np.float64), arrays.target_mean, arrays.target_std
     )
     np.testing.assert_allclose(series["actual"], expected_actual)
     np.testing.assert_allclose(series["forecast"], expected_forecast)
@@ -242,7 +243,7 @@ def test_an_array_file_without_a_test_period_says_to_delete_it(tmp_path):
 
 
 def test_a_model_file_of_format_2_is_refused_saying_to_re_train(tmp_path):
-    from rnnfleet.checkpoint import ModelFileError, load_checkpoint
+    from rnnfleet.train.modelfile import ModelFileError, load_checkpoint
 
     torch.save({"format": "rnnfleet", "format_version": 2, "state_dict": {}}, tmp_path / "old.pt")
     with pytest.raises(

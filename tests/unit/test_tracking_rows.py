@@ -24,7 +24,7 @@ def test_a_failed_datasets_empty_cells_count_as_no_score_and_no_nan_metric():
 
 
 def test_a_quantile_models_loss_curves_are_named_after_its_pinball_loss(tmp_path):
-    """The per-epoch history names the training loss (rnnfleet.training.objective_key): a
+    """The per-epoch history names the training loss (rnnfleet.train.loop.objective_key): a
     model of quantiles has no val_loss curve, its pinball loss is epoch_*_pinball."""
     history = [{"epoch": e, "train_pinball": 0.5 / e, "val_pinball": 0.25 + e / 4, "seconds": 1.0} for e in (1, 2)]
     path = tmp_path / "Q.json"

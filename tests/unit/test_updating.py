@@ -14,8 +14,10 @@ from conftest import schema_defaults
 
 from rnnfleet.data import prepare_dataset, row_digests, save_arrays
 from rnnfleet.synthetic import synthetic_bars
-from rnnfleet.training import StartState, build_checkpoint, train_model
-from rnnfleet.updating import (
+from rnnfleet.train.evaluate import train_and_evaluate
+from rnnfleet.train.loop import StartState
+from rnnfleet.train.modelfile import build_checkpoint
+from rnnfleet.train.updating import (
     FULL,
     UPDATE,
     Plan,
@@ -48,9 +50,9 @@ def grown(tmp_path_factory):
     bars = synthetic_bars(1500, 4)
     before, after = prepared(folder / "a.csv", bars.iloc[:1200]), prepared(folder / "b.csv", bars)
     torch.manual_seed(0)
-    result = train_model(before, MODEL, TRAIN, torch.device("cpu"))
+    result = train_and_evaluate(before, MODEL, TRAIN, torch.device("cpu"))
     lineage = next_lineage(Plan(FULL, "no previous model"), before, FINGERPRINT, fit_record("full", before, {}, 0.0, 0))
-    checkpoint = build_checkpoint("A", result, before, MODEL, TRAIN, {}, lineage=lineage)
+    checkpoint = build_checkpoint("A", result.trained, before, MODEL, TRAIN, {}, lineage=lineage)
     return before, after, checkpoint
 
 
@@ -113,17 +115,19 @@ def test_an_update_starts_from_the_previous_weights_and_trains_only_its_windows(
     kept = with_normalisation(after, checkpoint["normalisation"])
     from_row = before.train_end - 50
     start = StartState(checkpoint["state_dict"], checkpoint["optimizer_state"], from_row)
-    updated = train_model(kept, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"), start)
-    fresh = train_model(kept, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"))
+    updated = train_and_evaluate(kept, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"), start)
+    fresh = train_and_evaluate(kept, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"))
     # Epoch 0 is the previous model on the new validation windows: the best of the epochs.
-    assert math.isfinite(updated.start_val_loss) and updated.val_loss <= updated.start_val_loss
-    if updated.best_epoch == 0:
+    assert (
+        math.isfinite(updated.trained.start_val_loss) and updated.evaluated.val_loss <= updated.trained.start_val_loss
+    )
+    if updated.trained.best_epoch == 0:
         for key, value in checkpoint["state_dict"].items():
-            torch.testing.assert_close(updated.model.state_dict()[key], value)
+            torch.testing.assert_close(updated.trained.model.state_dict()[key], value)
     # The naive baseline is the full fit's (every training window), the work a fraction of it.
-    assert updated.naive_val_loss == fresh.naive_val_loss
-    assert updated.history[0]["train_loss"] != fresh.history[0]["train_loss"]
-    assert fresh.start_val_loss is None and updated.optimizer_state["state"]
+    assert updated.evaluated.naive_val_loss == fresh.evaluated.naive_val_loss
+    assert updated.trained.history[0]["train_loss"] != fresh.trained.history[0]["train_loss"]
+    assert fresh.trained.start_val_loss is None and updated.trained.optimizer_state["state"]
 
 
 def test_an_update_far_below_its_full_fits_skill_is_named():

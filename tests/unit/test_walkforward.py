@@ -1,4 +1,4 @@
-"""Walk-forward folds (rnnfleet.walkforward) and the re-fit for production, in process: where
+"""Walk-forward folds (rnnfleet.train.walkforward) and the re-fit for production, in process: where
 the folds lie, that nothing after a fold's origin reaches its training, that finished folds
 are read back instead of trained again, and that a re-fit runs its epochs on every row."""
 
@@ -17,10 +17,10 @@ from conftest import REPO
 from rnnfleet.data import embargo_rows, prepare_dataset
 from rnnfleet.errors import SettingsError
 from rnnfleet.gaps import window_numbers
-from rnnfleet.scoring import score_test_period
 from rnnfleet.synthetic import write_synthetic_csv
-from rnnfleet.training import all_rows_train, refit_on_all_rows, train_model
-from rnnfleet.walkforward import (
+from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
+from rnnfleet.train.loop import all_rows_train, refit_on_all_rows
+from rnnfleet.train.walkforward import (
     absolute_rows,
     fold_arrays,
     fold_plan,
@@ -107,23 +107,31 @@ def test_nothing_after_a_folds_origin_reaches_its_training(arrays):
     targets[origin:] = rng.normal(size=len(targets) - origin).astype(np.float32)
     perturbed = replace(arrays, features=features, targets=targets)
     cpu = torch.device("cpu")
-    result = train_model(fold_arrays(arrays, fold), SMALL_MODEL, SMALL_TRAIN, cpu)
-    result_perturbed = train_model(fold_arrays(perturbed, fold), SMALL_MODEL, SMALL_TRAIN, cpu)
-    for name, weights in result.model.state_dict().items():
-        assert torch.equal(weights, result_perturbed.model.state_dict()[name]), name
-    assert result.val_loss == result_perturbed.val_loss
-    assert not np.array_equal(result.test_outputs, result_perturbed.test_outputs)  # the test period did change
+    result = train_and_evaluate(fold_arrays(arrays, fold), SMALL_MODEL, SMALL_TRAIN, cpu)
+    result_perturbed = train_and_evaluate(fold_arrays(perturbed, fold), SMALL_MODEL, SMALL_TRAIN, cpu)
+    for name, weights in result.trained.model.state_dict().items():
+        assert torch.equal(weights, result_perturbed.trained.model.state_dict()[name]), name
+    assert result.evaluated.val_loss == result_perturbed.evaluated.val_loss
+    assert not np.array_equal(
+        result.evaluated.test_outputs, result_perturbed.evaluated.test_outputs
+    )  # the test period did change
 
 
 def fake_training(calls: list):
     """A train_and_score that records which fold (by its first test row) it trained."""
 
-    class Result:
-        best_epoch, epochs_run, train_seconds, skill = 1, 1, 0.0, 0.1
+    class Trained:
+        best_epoch, epochs_run, train_seconds = 1, 1, 0.0
+
+    class Evaluated:
+        skill = 0.1
+
+        def __init__(self, test_scores: dict):
+            self.test_scores = test_scores
 
     def train_and_score(part):
         calls.append(part.split.test_start)
-        return Result(), {"test_skill": 0.01 * len(calls), "test_skill_low": -0.1}
+        return Trained(), Evaluated({"test_skill": 0.01 * len(calls), "test_skill_low": -0.1})
 
     return train_and_score
 
@@ -165,17 +173,18 @@ def test_the_folds_summary_gives_mean_spread_and_counts():
 def test_a_refit_trains_its_epochs_on_every_row_without_validation(arrays):
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
-    scored = train_model(arrays, SMALL_MODEL, SMALL_TRAIN, cpu)
+    scored = train_and_evaluate(arrays, SMALL_MODEL, SMALL_TRAIN, cpu)
     refit = refit_on_all_rows(arrays, SMALL_MODEL, {**SMALL_TRAIN, "patience": 1}, cpu, epochs=2)
     assert refit.epochs_run == refit.best_epoch == 2  # no early stopping, the last epoch kept
-    assert math.isnan(refit.val_loss) and len(refit.test_outputs) == 0
+    assert math.isnan(refit.val_objective) and refit.best_pass is None  # no validation pass
     every = window_numbers(arrays.rows, all_rows_train(arrays).split, arrays.gap_bars, SEQ_LEN, HORIZON, arrays.warmup)
     scored_windows = window_numbers(arrays.rows, arrays.split, arrays.gap_bars, SEQ_LEN, HORIZON, arrays.warmup)
     assert len(every.train) > len(scored_windows.train) + len(scored_windows.val) + len(scored_windows.test)
     assert any(
-        not torch.equal(weights, refit.model.state_dict()[name]) for name, weights in scored.model.state_dict().items()
+        not torch.equal(weights, refit.model.state_dict()[name])
+        for name, weights in scored.trained.model.state_dict().items()
     )
-    scores = score_test_period(arrays, scored, SEQ_LEN, 1.0, 10, 200)
+    scores = score_test_period(arrays, scored.evaluated, SEQ_LEN, 1.0, 10, 200)
     assert scores["test_windows"] > 0
 
 

@@ -20,7 +20,7 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.walkforward import FOLDS_DIR
+from rnnfleet.train.walkforward import FOLDS_DIR
 
 ROWS = 1200
 TEST_SCORES = ("val_loss", "naive_val_loss", "skill", "test_skill", "test_skill_low", "test_skill_high", "test_loss")

@@ -24,10 +24,11 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.checkpoint import atomic_write, save_checkpoint
+from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import WRITE_CAUSES, WriteError, job_guard
 from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
 from rnnfleet.model import load_model
+from rnnfleet.train.modelfile import save_checkpoint
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 

@@ -15,12 +15,12 @@ import torch
 from conftest import REPO, TINY_ROWS, write_config
 
 from rnnfleet import intervals
-from rnnfleet.checkpoint import save_checkpoint
 from rnnfleet.data import prepare_dataset
 from rnnfleet.predict import FORECAST_COLUMNS, forecast_at_last_bar, main
-from rnnfleet.scoring import calibration_record
 from rnnfleet.synthetic import synthetic_bars
-from rnnfleet.training import build_checkpoint, train_model, window_view
+from rnnfleet.train.evaluate import train_and_evaluate
+from rnnfleet.train.loop import window_view
+from rnnfleet.train.modelfile import build_checkpoint, calibration_record, save_checkpoint
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}
@@ -38,9 +38,11 @@ def trained(tmp_path_factory):
     bars.to_csv(csv_path, index=False, float_format="%.6f")
     arrays, _ = prepare_dataset(csv_path, TRAIN["seq_len"], HORIZON, val_fraction=0.2, columns=COLUMNS)
     torch.set_num_threads(1)
-    result = train_model(arrays, MODEL, TRAIN, torch.device("cpu"))
-    checkpoint = build_checkpoint("A_1m", result, arrays, MODEL, TRAIN, {"val_loss": result.val_loss}, COLUMNS)
-    checkpoint["calibration"] = calibration_record(result)  # as the train job adds it
+    result = train_and_evaluate(arrays, MODEL, TRAIN, torch.device("cpu"))
+    checkpoint = build_checkpoint(
+        "A_1m", result.trained, arrays, MODEL, TRAIN, {"val_loss": result.evaluated.val_loss}, COLUMNS
+    )
+    checkpoint["calibration"] = calibration_record(result.evaluated)  # as the train job adds it
     model_path = folder / "A_1m.pt"
     save_checkpoint(checkpoint, model_path)
     return csv_path, model_path, arrays, result
@@ -54,7 +56,7 @@ def forecasts_for(model_path, csv_path, out, *extra: str) -> pd.DataFrame:
 def test_forecasts_from_the_model_file_equal_the_trained_model_bit_for_bit(trained, tmp_path):
     csv_path, model_path, arrays, result = trained
     with torch.no_grad():
-        scaled = result.model(window_view(torch.from_numpy(arrays.features), TRAIN["seq_len"]))
+        scaled = result.trained.model(window_view(torch.from_numpy(arrays.features), TRAIN["seq_len"]))
     expected_log_return = scaled.numpy().astype(np.float64) * arrays.target_std
 
     # The arrays end `horizon` bars before the CSV (those bars have no target yet). On the
@@ -75,7 +77,7 @@ def test_each_forecast_has_its_interval_calibrated_on_the_validation_errors(trai
     the target's units); --coverage picks another coverage of the same scores."""
     csv_path, model_path, arrays, result = trained
     forecasts = forecasts_for(model_path, csv_path, tmp_path / "f.csv", "--last", "50")
-    scores = np.sort(result.calibration.astype(np.float64))
+    scores = np.sort(result.evaluated.calibration.astype(np.float64))
     assert len(scores) >= intervals.fewest_scores(0.9)
     expected = scores[int(np.ceil((len(scores) + 1) * 0.9)) - 1] * arrays.target_std
     low, high = forecasts["forecast_low"], forecasts["forecast_high"]
@@ -128,14 +130,14 @@ def test_the_forecast_at_the_last_bar_is_the_commands_last_forecast(trained, tmp
     """What the train job puts in the fleet's forecasts table, from the array file alone."""
     csv_path, model_path, arrays, result = trained
     checkpoint = torch.load(model_path, weights_only=True)
-    entries = forecast_at_last_bar(result.model, checkpoint, arrays)
+    entries = forecast_at_last_bar(result.trained.model, checkpoint, arrays)
     (last,) = forecasts_for(model_path, csv_path, tmp_path / "last.csv", "--last", "1").to_dict("records")
     assert entries["forecast_time"] == last["time"] and entries["forecast_horizon"] == HORIZON
     assert entries["forecast"] == pytest.approx(last["forecast"], rel=1e-6, abs=1e-12)
     assert entries["forecast_close"] == pytest.approx(last["forecast_close"], rel=1e-9)
     assert entries["forecast_low"] == pytest.approx(last["forecast_low"], rel=1e-6, abs=1e-12)
     assert entries["forecast_high"] == pytest.approx(last["forecast_high"], rel=1e-6, abs=1e-12)
-    assert forecast_at_last_bar(result.model, checkpoint, replace(arrays, latest_time=-1)) == {}
+    assert forecast_at_last_bar(result.trained.model, checkpoint, replace(arrays, latest_time=-1)) == {}
 
 
 def test_several_files_or_a_glob_are_joined_like_one_file(trained, tmp_path, capsys):

@@ -21,9 +21,9 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.data import load_arrays
 from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
+from rnnfleet.train.modelfile import load_checkpoint
 
 # SHORT's training part ends first: its first embargo bar is the fleet's cutoff. LONG's bars
 # from PLANTED_ROW on follow each other (a return repeats the one before): inside SHORT's

@@ -16,9 +16,9 @@ import pytest
 from conftest import pending_jobs, snakemake, summary_by_dataset, write_config
 from layouts import REAL_LAYOUTS, SEQ_LEN, headered, preprocess_log, reference_bars, write_nse, write_real_layouts
 
-from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.data import load_arrays
 from rnnfleet.errors import DATA_ERROR_NOTE
+from rnnfleet.train.modelfile import load_checkpoint
 
 WITHOUT_VOLUME = [dataset for dataset, (*_, has_volume) in REAL_LAYOUTS.items() if not has_volume]
 # Files that say their times' zone (an offset per bar, epoch seconds, zoned times): every bar

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import decoded, is_svg, report_results, snakemake, write_bars_of_returns, write_config
 
-from rnnfleet.scoring import TEST_SERIES_POINTS
 from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.train.evaluate import TEST_SERIES_POINTS
 
 # --- the split ----------------------------------------------------------------------------
 

@@ -22,8 +22,8 @@ import pytest
 import torch
 from conftest import PROGRAMS, REPO, add_datasets, as_intruder, snakemake, summary_by_dataset, write_config
 
-from rnnfleet.checkpoint import ModelFileError, load_checkpoint
 from rnnfleet.runner.warm_client import WarmUnavailable, connect, socket_name
+from rnnfleet.train.modelfile import ModelFileError, load_checkpoint
 
 SECRET = "MY_SECRET_TOKEN"
 

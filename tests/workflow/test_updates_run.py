@@ -30,8 +30,8 @@ from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_csv
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import AMP_DTYPES, evaluate, usable_windows, window_view
-from rnnfleet.updating import with_normalisation
+from rnnfleet.train.loop import AMP_DTYPES, evaluate_windows, usable_windows, window_view
+from rnnfleet.train.updating import with_normalisation
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -106,7 +106,7 @@ def start_val_loss(model_path: Path, arrays_path: Path, amp: str) -> float:
     windows = window_view(torch.from_numpy(arrays.features), seq_len)
     targets = torch.from_numpy(arrays.targets)[seq_len - 1 :]
     val = torch.from_numpy(usable_windows(arrays, seq_len).val)
-    return evaluate(model, windows, targets, AMP_DTYPES[amp], TARGETS[arrays.target], val)[0]
+    return evaluate_windows(model, windows, targets, AMP_DTYPES[amp], TARGETS[arrays.target], val)[0]
 
 
 def test_new_bars_update_each_model_from_its_previous_weights(run, bars):

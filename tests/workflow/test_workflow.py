@@ -26,7 +26,7 @@ from conftest import (
 from rnnfleet.data import load_arrays
 from rnnfleet.model import load_model
 from rnnfleet.predict import main as predict_main
-from rnnfleet.training import window_view
+from rnnfleet.train.loop import window_view
 
 DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
 EXPECTED_DEVICE_TYPE = "cuda" if torch.cuda.is_available() else "cpu"  # train.device: auto
@@ -208,7 +208,11 @@ def test_export_the_parts_caps_and_the_fleet_start_work_from_the_command_line(tr
 def test_edited_training_code_does_not_retrain(trained_copy):
     # rerun-triggers in profiles/default leave out `code`: editing scripts/ must not re-train.
     scripts = REPO / "scripts"
-    for code in (scripts / "job.py", scripts / "rnnfleet" / "runner" / "jobs.py", scripts / "rnnfleet" / "training.py"):
+    for code in (
+        scripts / "job.py",
+        scripts / "rnnfleet" / "runner" / "jobs.py",
+        scripts / "rnnfleet" / "train" / "loop.py",
+    ):
         os.utime(code)  # newer mtime than every model
     result = snakemake(trained_copy, "-n")
     assert pending_jobs(result.stdout, "train") == {}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rnnfleet.bar_cache import cache_path_for
-from rnnfleet.checkpoint import save_checkpoint, write_json
+from rnnfleet.checkpoint import write_json
 from rnnfleet.data import PreparedArrays, bars_label, load_arrays, prepare_dataset, save_arrays
 from rnnfleet.errors import (
     ATTEMPT_PREFIX,
@@ -43,10 +43,11 @@ from rnnfleet.runner.device import (
 )
 from rnnfleet.runner.orphans import run_job_guard
 from rnnfleet.settings import settings_for_hash
-from rnnfleet.updating import NO_PREVIOUS_MODEL, settings_sha256
+from rnnfleet.train.modelfile import save_checkpoint
+from rnnfleet.train.updating import NO_PREVIOUS_MODEL, settings_sha256
 
 if TYPE_CHECKING:
-    from rnnfleet.fitting import Settings
+    from rnnfleet.train.fit import Settings
 
 # Snakemake deletes a job's log before each attempt; a failed attempt's log is kept here
 # for the next attempt, which copies it to the top of its own log.
@@ -81,7 +82,7 @@ def train_job(
     Snakemake not launch the job again; a Snakemake where that hook is off launches it again
     anyway, and that attempt stops at once, saying why.
     """
-    from rnnfleet.fitting import Settings  # torch loads with it: not at the top
+    from rnnfleet.train.fit import Settings  # torch loads with it: not at the top
 
     settings = Settings(model_hparams, {**train_hparams, "device": device}, evaluate, update, columns)
     dataset, gpu_mem_gb = job["dataset"], job["gpu_mem_gb"]
@@ -190,9 +191,10 @@ def train_one(
     pretrained_path: str | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
-    fitted by rnnfleet.fitting.fit_dataset on the device this job claims; previous_model: the model file this job replaces;
+    fitted by rnnfleet.train.fit.fit_dataset on the device this job claims; previous_model: the model file this job replaces;
     pretrained_path (train.init fleet): the fleet's pretrained model it may start from. Returns the metrics."""
-    from rnnfleet.fitting import fit_dataset  # torch loads with it: a preprocess job never does
+    from rnnfleet.predict import forecast_at_last_bar  # torch loads with these: a preprocess job never does
+    from rnnfleet.train.fit import fit_dataset
 
     startup_seconds = time.time() - process_started_at if process_started_at else None  # ~0 when warm
     cpu_started = start_job_measure()  # the training's own CPU and peak memory, warm worker or not
@@ -215,6 +217,7 @@ def train_one(
 
             fleet = fleet_start(pretrained_path, arrays, settings.model, settings.train)
         fitted = fit_dataset(dataset, arrays, read_previous_model(previous_model), settings, device, facts, fleet)
+        fitted.add_metrics(forecast_at_last_bar(fitted.model, fitted.checkpoint, arrays))  # the fleet's forecasts table
         save_started = time.perf_counter()
         save_checkpoint(fitted.checkpoint, model_path)
         metrics = {**fitted.metrics, "save_seconds": time.perf_counter() - save_started, "finished_at": time.time()}
@@ -230,7 +233,7 @@ def train_one(
 
 def read_previous_model(path: str | None) -> tuple[dict | None, str | None]:
     """(the contents of the model file at path, None), or (None, why there is none to update)."""
-    from rnnfleet.checkpoint import ModelFileError, load_checkpoint
+    from rnnfleet.train.modelfile import ModelFileError, load_checkpoint
 
     if not path or not os.path.exists(path):
         return None, NO_PREVIOUS_MODEL

@@ -81,12 +81,12 @@ def _train_and_hold(device_index: int, arrays, model_hparams: dict, train_hparam
     import torch
 
     from rnnfleet.runner.device import configure_threads
-    from rnnfleet.training import train_model
+    from rnnfleet.train.evaluate import train_and_evaluate
 
     configure_threads(1)
     device = torch.device("cuda", device_index)
     torch.cuda.set_device(device)
-    result = train_model(arrays, model_hparams, {**train_hparams, "epochs": 1}, device)
+    result = train_and_evaluate(arrays, model_hparams, {**train_hparams, "epochs": 1}, device)
     torch.cuda.synchronize(device)
     connection.send((torch.cuda.max_memory_reserved(device), torch.cuda.memory_reserved(device)))
     connection.recv()  # the parent has read the card's free memory

@@ -107,7 +107,7 @@ def serve(address: Path, start_lock_fd: int) -> None:
     import rnnfleet.data  # noqa: F401
     import rnnfleet.runner.jobs  # noqa: F401
     import rnnfleet.runner.orphans  # noqa: F401  each job's run watch (orphans.run_job_guard)
-    import rnnfleet.training  # noqa: F401
+    import rnnfleet.train.loop  # noqa: F401
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if address.exists():

@@ -201,7 +201,7 @@ def dataset_words(row: dict) -> dict[str, str]:
 def loss_histories(metrics_path: str) -> dict[str, list[tuple[int, float]]]:
     """{"epoch_train_loss": [(epoch, loss), ...], "epoch_val_loss": [...]} from a dataset's
     metrics file, each named as its history names the training loss (epoch_train_pinball,
-    epoch_val_pinball for quantile heads, rnnfleet.training.objective_key)."""
+    epoch_val_pinball for quantile heads, rnnfleet.train.loop.objective_key)."""
     try:
         with open(metrics_path, encoding="utf-8") as handle:
             history = json.load(handle).get("history", [])

@@ -1,7 +1,7 @@
 """What each train job of a run will do to a model trained before, said before the run.
 
 A train job that replaces an existing model either updates it with new bars or trains it
-from scratch (rnnfleet.updating.plan_training decides, in the job, from the bars
+from scratch (rnnfleet.train.updating.plan_training decides, in the job, from the bars
 themselves). Before the run (dry-runs too) this module says which to expect, from what is
 known without reading any bars: the settings changes (rnnfleet.workflow.settings_changes), the
 `update:` and `evaluate:` settings, the model's metrics file (its lineage: updates since the
@@ -62,7 +62,7 @@ def expected_fit(
     arrays_rows: Callable[[], int | None],
 ) -> str:
     """What the train job of a model trained before is expected to do, as its label
-    (rnnfleet.updating.Plan.label's words)."""
+    (rnnfleet.train.updating.Plan.label's words)."""
     if settings_changed:
         return SETTINGS_CHANGED
     ruled_out = updates_ruled_out(update, evaluate)

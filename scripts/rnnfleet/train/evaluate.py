@@ -1,29 +1,201 @@
-"""A trained model's scores on its test period, per horizon (no torch).
+"""The evaluation after the training loop, and a trained model's scores on its test period.
 
-What it promises: score_test_period() turns a TrainingResult (rnnfleet.training) into the
-metrics entries of the test period: the point forecast's loss and skill against the naive
-baseline with a block-bootstrap interval, verdict and Diebold-Mariano test; the target's
-own extra measures; how the calibrated intervals held (rnnfleet.intervals); with quantile
-heads the pinball loss against the baseline's quantiles (the training part's empirical
-ones); and the points of the report's forecast-vs-actual chart. A model of several horizons
+What it promises: evaluate() takes what the loop made (rnnfleet.train.loop.Trained) and the
+windows it trained on and computes, once, with the best weights: the naive baseline, the
+validation measures, the forecast intervals' calibration, the outputs on the test windows
+(which nothing before it reads) and, given the scoring settings, the test period's scores;
+train_and_evaluate() is the two steps in order. The model file stores the calibration
+(rnnfleet.train.modelfile.calibration_record), forecasts read it back.
+
+score_test_period() turns an Evaluated into the metrics entries of the test period: the
+point forecast's loss and skill against the naive baseline with a block-bootstrap interval,
+verdict and Diebold-Mariano test; the target's own extra measures; how the calibrated
+intervals held (rnnfleet.intervals); with quantile heads the pinball loss against the
+baseline's quantiles (the training part's empirical ones); and the points of the report's
+forecast-vs-actual chart. A model of several horizons
 is scored at each one alone (the first horizon's entries are the unsuffixed ones, every
 horizon's are in `horizons`), with the same code as a single forecast.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from rnnfleet import evaluation, fleet, intervals
 from rnnfleet.data import PreparedArrays
 from rnnfleet.heads import Heads, pinball_losses
 from rnnfleet.targets import TARGETS, Target
+from rnnfleet.train.loop import (
+    Parts,
+    StartState,
+    Trained,
+    loss_of,
+    on_device,
+    point_of,
+    train,
+    window_outputs,
+)
 
 # The report's forecast-vs-actual panel: enough points to see the fit, few enough to keep
 # the metrics file and the model file small.
 TEST_SERIES_POINTS = 400
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """The evaluate settings of the test period's scores (score_test_period), read once."""
+
+    cost_bps: float
+    block_bars: int
+    bootstrap: int
+    seed: int  # the bootstraps' (train.seed)
+
+    @classmethod
+    def of(cls, evaluate: dict, seed: int) -> Scoring:
+        return cls(float(evaluate["cost_bps"]), int(evaluate["block_bars"]), int(evaluate["bootstrap"]), int(seed))
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """The evaluation of a trained model (rnnfleet.train.loop.Trained), made once after it."""
+
+    heads: Heads  # what the outputs are (rnnfleet.heads)
+    # The baseline as a model output (rnnfleet.targets.Target.naive_output); with heads, one
+    # per horizon and quantile (horizons, quantiles or 1): quantiles of the training targets.
+    naive_output: float | np.ndarray
+    # The first horizon's point forecast (the median with quantiles) on the validation
+    # windows, in the target's own loss: the measure of the test period's test_loss; and the
+    # baseline's on the same windows. For one point forecast the loop's val_objective.
+    val_loss: float
+    naive_val_loss: float
+    naive_val_objective: float  # the baseline's training loss on the validation windows (NaN without them)
+    val_accuracy: float | None  # classification targets only
+    naive_val_accuracy: float | None
+    # The test windows (rnnfleet.gaps.WindowNumbers.test) and the best model's outputs on
+    # them (heads.shaped).
+    test_numbers: np.ndarray
+    test_outputs: np.ndarray
+    # The best model's sorted absolute errors on the validation windows, in the scaled
+    # target's units: its forecast intervals' calibration (rnnfleet.intervals). Empty for
+    # classification targets and fits without a validation part. With heads, one row per
+    # horizon (horizons, n); with quantiles, the conformity scores of each quantile pair
+    # (horizons, pairs, n) (rnnfleet.intervals.pair_scores).
+    calibration: np.ndarray
+    test_scores: dict = field(default_factory=dict)  # score_test_period's ({}: no test part, or not scored)
+
+    @property
+    def skill(self) -> float:
+        return 1.0 - self.val_loss / self.naive_val_loss if self.naive_val_loss > 0 else float("nan")
+
+
+class Fit(NamedTuple):
+    """One training and its evaluation: what each fit of a train job is made of."""
+
+    trained: Trained
+    evaluated: Evaluated
+
+
+def train_and_evaluate(
+    arrays: PreparedArrays,
+    model_hparams: dict,
+    train_hparams: dict,
+    device,
+    start: StartState | None = None,
+    scoring: Scoring | None = None,
+) -> Fit:
+    """The loop (rnnfleet.train.loop.train), then its evaluation, on the same windows on the device."""
+    parts = on_device(arrays, train_hparams, device)
+    trained = train(parts, model_hparams, train_hparams, start)
+    return Fit(trained, evaluate(trained, parts, arrays, scoring))
+
+
+def evaluate(trained: Trained, parts: Parts, arrays: PreparedArrays, scoring: Scoring | None = None) -> Evaluated:
+    """With the best weights, once training and the epoch choice are over: the naive
+    baseline (from every training window's target, an update's too), the validation
+    measures (from the best epoch's pass in the loop), the interval calibration (from that
+    pass's outputs), the outputs on the test windows (which nothing before this step
+    reads) and, with `scoring`, the test period's scores."""
+    heads, target, validating = parts.heads, parts.target, parts.validating
+    device, best_pass = parts.targets.device, trained.best_pass
+    val_targets = parts.targets[parts.val]
+    naive_value = naive_outputs(heads, target, parts.targets[parts.train])
+    naive_output = naive_batch(naive_value, heads, val_targets)
+    naive_val_objective = loss_of(heads, target, device)(naive_output, val_targets).item() if validating else math.nan
+    val_accuracy = naive_val_accuracy = None
+    if target.classification and validating:
+        val_accuracy = best_pass.hit_share
+        naive_points = point_of(naive_output, heads)
+        naive_hits = (naive_points > 0) == (val_targets.reshape(naive_points.shape) > 0.5)
+        naive_val_accuracy = naive_hits.float().mean().item()
+    test_outputs = window_outputs(
+        trained.model, parts.windows, parts.amp_dtype, torch.from_numpy(parts.test).to(device), heads
+    )
+    val_loss, naive_val_loss = trained.val_objective, naive_val_objective
+    if validating and not heads.single:
+        val_loss, naive_val_loss = first_point_losses(
+            best_pass.outputs, naive_value, val_targets.cpu().numpy(), heads, target
+        )
+    calibration = np.zeros(0, dtype=np.float32)
+    if validating and not target.classification:
+        calibration = intervals.head_calibration(best_pass.outputs, val_targets.cpu().numpy(), heads)
+    evaluated = Evaluated(
+        heads=heads,
+        naive_output=naive_value,
+        val_loss=val_loss,
+        naive_val_loss=naive_val_loss,
+        naive_val_objective=naive_val_objective,
+        val_accuracy=val_accuracy,
+        naive_val_accuracy=naive_val_accuracy,
+        test_numbers=parts.test,
+        test_outputs=test_outputs,
+        calibration=calibration,
+    )
+    if scoring is None:
+        return evaluated
+    scores = score_test_period(
+        arrays, evaluated, parts.seq_len, scoring.cost_bps, scoring.block_bars, scoring.bootstrap, scoring.seed
+    )
+    return replace(evaluated, test_scores=scores)
+
+
+def naive_outputs(heads: Heads, target: Target, train_targets: torch.Tensor) -> float | np.ndarray:
+    """The naive baseline as outputs, from the training windows' targets: one number for a
+    single forecast (Target.naive_output); else (horizons, quantiles or 1): each horizon's
+    Target.naive_output, or with quantiles the training targets' empirical quantiles."""
+    if heads.single:
+        return target.naive_output(train_targets)
+    columns = train_targets.reshape(len(train_targets), -1).double()
+    if heads.quantiles:
+        quantiles = torch.tensor(heads.quantiles, dtype=torch.float64, device=columns.device)
+        return torch.quantile(columns, quantiles, dim=0).T.cpu().numpy()
+    return np.array([[target.naive_output(column)] for column in columns.T])
+
+
+def naive_batch(naive_value: float | np.ndarray, heads: Heads, like: torch.Tensor) -> torch.Tensor:
+    """The naive outputs for as many windows as `like` (targets) holds, shaped as outputs_of's."""
+    if heads.single:
+        return torch.full_like(like, naive_value)
+    value = torch.tensor(naive_value, dtype=torch.float32, device=like.device)
+    return value.expand(len(like), *value.shape)
+
+
+def first_point_losses(
+    outputs: np.ndarray, naive_value: float | np.ndarray, targets: np.ndarray, heads: Heads, target: Target
+) -> tuple[float, float]:
+    """(model, baseline) mean loss of the first horizon's point forecast over windows whose
+    outputs (outputs_of's) and targets these are, in the target's own loss, computed as the
+    test period's (rnnfleet.evaluation.window_losses)."""
+    point = outputs if heads.single else outputs[:, 0, heads.point]
+    naive = naive_value if heads.single else np.asarray(naive_value)[0, heads.point]
+    actual = targets.reshape(len(targets), -1)[:, 0]
+    losses = evaluation.window_losses(point, actual, target.classification)
+    naive_losses = evaluation.window_losses(np.full(len(actual), naive, np.float64), actual, target.classification)
+    return float(losses.mean()), float(naive_losses.mean())
 
 
 def score_test_period(
@@ -78,7 +250,7 @@ def horizon_arrays(arrays: PreparedArrays, k: int) -> PreparedArrays:
 
 @dataclass(frozen=True)
 class HorizonOutputs:
-    """What a trained model (rnnfleet.training.TrainingResult) gives one of its horizons to
+    """What a trained model's evaluation (Evaluated) gives one of its horizons to
     score: the test windows, their point forecasts and the baseline's (scaled), the
     horizon's calibration (rnnfleet.intervals.horizon_bands) and, with quantile heads, the
     quantile forecasts (windows, quantiles) and the baseline's quantiles (quantiles,)."""
@@ -93,7 +265,7 @@ class HorizonOutputs:
 
 
 def horizon_outputs(result, k: int) -> HorizonOutputs:
-    """Horizon k's outputs of a TrainingResult of heads."""
+    """Horizon k's outputs of an Evaluated of heads."""
     heads = result.heads
     outputs = result.test_outputs[:, k, :]
     naive = np.asarray(result.naive_output, dtype=np.float64)
@@ -260,16 +432,3 @@ def test_series(
     if len(shown) > 1:
         series["bands"] = shown
     return series
-
-
-def calibration_record(result) -> dict:
-    """The model file's `calibration` entry: the scored model's calibration (a refit has no
-    held-out windows of its own and keeps those of the model that was scored): `scores`
-    (rnnfleet.intervals.head_calibration) and, with quantile heads, the quantile `pairs`
-    they belong to."""
-    import torch
-
-    record = {"scores": torch.from_numpy(np.ascontiguousarray(result.calibration, dtype=np.float32))}
-    if result.heads.quantiles:
-        record["pairs"] = result.heads.pair_quantiles()
-    return record

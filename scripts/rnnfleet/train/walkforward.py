@@ -136,10 +136,11 @@ def absolute_rows(fold: Fold) -> tuple[int, int, int, int, int, int]:
     )
 
 
-def fold_entry(fold: Fold, result, test_scores: dict) -> dict:
+def fold_entry(fold: Fold, trained, evaluated) -> dict:
     """One fold's line of the metrics: where it lies (feature rows of the dataset), its
-    training, its validation skill, and its test period's scores (without the series the
-    report draws: that is the dataset's own test period)."""
+    training (rnnfleet.train.loop.Trained), its validation skill and its test period's scores
+    (rnnfleet.train.evaluate.Evaluated; without the series the report draws: that is the
+    dataset's own test period)."""
     train_start, train_end, val_start, val_end, test_start, test_end = absolute_rows(fold)
     return {
         "fold": fold.number,
@@ -148,11 +149,11 @@ def fold_entry(fold: Fold, result, test_scores: dict) -> dict:
         "val_start_row": val_start,
         "val_end_row": val_end,
         "test_end_row": test_end,
-        "best_epoch": result.best_epoch,
-        "epochs_run": result.epochs_run,
-        "train_seconds": result.train_seconds,
-        "skill": result.skill,
-        **{name: value for name, value in test_scores.items() if name != "test_series"},
+        "best_epoch": trained.best_epoch,
+        "epochs_run": trained.epochs_run,
+        "train_seconds": trained.train_seconds,
+        "skill": evaluated.skill,
+        **{name: value for name, value in evaluated.test_scores.items() if name != "test_series"},
         "test_start_row": test_start,
     }
 
@@ -201,8 +202,8 @@ def run_folds(
     plan: list[Fold], arrays: PreparedArrays, seq_len: int, folder: Path, train_and_score, log, name: str = "dataset"
 ) -> dict[int, dict]:
     """{fold number: fold_entry} of each fold of the plan: read back from folder/fold-<k>.json
-    when an earlier attempt saved it, else train_and_score(fold's arrays) -> (result,
-    test scores) and saved there before the next fold starts. Folders of this dataset's
+    when an earlier attempt saved it, else train_and_score(fold's arrays) -> (Trained,
+    Evaluated) and saved there before the next fold starts. Folders of this dataset's
     other keys (other settings or data) are removed first."""
     if folder.parent.is_dir():
         for other in folder.parent.iterdir():
@@ -278,9 +279,9 @@ def walk_forward(
     return plan, entries
 
 
-def folds_metrics(plan: list[Fold], entries: dict[int, dict], scored_result, scored_test_scores: dict) -> dict:
+def folds_metrics(plan: list[Fold], entries: dict[int, dict], scored) -> dict:
     """The metrics of the folds: each fold's entry (a fold of the plan without one in
-    `entries` is the dataset's own split: the scored model's result and test scores), and
-    folds_summary."""
-    every = [entries.get(fold.number) or fold_entry(fold, scored_result, scored_test_scores) for fold in plan]
+    `entries` is the dataset's own split: the scored model's, `scored` (Trained, Evaluated)),
+    and folds_summary."""
+    every = [entries.get(fold.number) or fold_entry(fold, *scored) for fold in plan]
     return {"folds": every, **folds_summary(every)}

@@ -1,40 +1,40 @@
 """The decisions of a train job, top to bottom: which fit (an update of the previous model or
 a full fit), the walk-forward folds, the scored model and its test-period scores, the refit
-for production, the metrics and the model file's contents.
+for production, the metrics and the model file's contents. Each fit is the loop
+(rnnfleet.train.loop) then its evaluation (rnnfleet.train.evaluate); the model file's
+contents are rnnfleet.train.modelfile's.
 
 What it promises: fit_dataset() takes the dataset's arrays, the previous model file's
 contents (or why there is none) and complete settings (the schema's defaults filled in, as
-the workflow's config is) and returns the model file's contents, the metrics and the lines
-that end the job's log. It claims no device and takes no lock, and reads and writes no file
-but the walk-forward folds' (`evaluate.folds`: each finished fold saved under
-.snakemake/rnnfleet-folds and read back by a retried job, rnnfleet.walkforward):
-rnnfleet.runner.jobs does the rest around it. Progress goes to the job's log as it happens.
+the workflow's config is) and returns the model file's contents, the metrics, the model
+they hold and the lines that end the job's log. It makes no forecast: the forecast at the
+last bar is the caller's to ask rnnfleet.predict for, after the fit (rnnfleet.runner.jobs).
+It claims no device and takes no lock, and reads and writes no file but the walk-forward
+folds' (`evaluate.folds`: each finished fold saved under .snakemake/rnnfleet-folds and read
+back by a retried job, rnnfleet.train.walkforward): rnnfleet.runner.jobs does the rest
+around it. Progress goes to the job's log as it happens.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import log
-from rnnfleet.predict import forecast_at_last_bar
-from rnnfleet.scoring import calibration_record, score_test_period
+from rnnfleet.plugins import DEFAULT_BUILDER
 from rnnfleet.targets import TARGETS
-from rnnfleet.training import (
+from rnnfleet.train.evaluate import Fit, Scoring, train_and_evaluate
+from rnnfleet.train.loop import (
     StartState,
     all_rows_train,
-    build_checkpoint,
-    describe_training,
     objective_key,
     objective_text,
-    plugin_hashes,
     refit_on_all_rows,
-    train_model,
     usable_windows,
 )
-from rnnfleet.updating import (
+from rnnfleet.train.modelfile import build_checkpoint, calibration_record, plugin_hashes
+from rnnfleet.train.updating import (
     FULL,
     UPDATE,
     Plan,
@@ -49,24 +49,34 @@ from rnnfleet.updating import (
     update_windows,
     with_normalisation,
 )
-from rnnfleet.walkforward import folds_metrics, walk_forward
+from rnnfleet.train.walkforward import folds_metrics, walk_forward
 
 if TYPE_CHECKING:
-    from rnnfleet.pretraining import FleetStart
+    from torch import nn
 
-# The evaluate settings of rnnfleet.scoring.score_test_period.
-SCORING_KEYS = ("cost_bps", "block_bars", "bootstrap")
+    from rnnfleet.pretraining import FleetStart
 
 
 @dataclass(frozen=True)
 class Settings:
-    """One dataset's training settings, each section complete (the schema's defaults filled in)."""
+    """One dataset's training settings, each section complete (the schema's defaults filled
+    in), built once at the job's start; the numbers a fit reads at several places typed there
+    (seq_len, scoring). The dicts stay as given: the model file and the fingerprints record
+    them."""
 
     model: dict
     train: dict
     evaluate: dict
     update: dict
     columns: dict | None = None
+    seq_len: int = field(init=False)
+    scoring: Scoring = field(
+        init=False
+    )  # the test period's scoring (evaluate.cost_bps, block_bars, bootstrap; train.seed)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seq_len", int(self.train["seq_len"]))
+        object.__setattr__(self, "scoring", Scoring.of(self.evaluate, self.train["seed"]))
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,12 @@ class Fitted:
     test_scores: dict  # the scored model's test-period scores ({}: no test period)
     folds: int  # walk-forward folds run
     refitted: bool  # the checkpoint holds the refit on all rows, not the scored model
+    model: nn.Module  # the model the checkpoint holds, on the device it trained on
+
+    def add_metrics(self, entries: dict) -> None:
+        """Entries made after the fit (the forecast at the last bar) added to the metrics,
+        which the model file holds too (the same dict)."""
+        self.metrics.update(entries)
 
     def summary(self, model_path: str) -> list[str]:
         """The lines that end the job's log once the files are written: the test period's
@@ -130,9 +146,12 @@ def fit_dataset(
     fleet's pretrained model; a full fit (and its refit) starts from its weights where it
     allows (rnnfleet.pretraining.fleet_start), with a fresh optimizer at train.finetune_lr;
     the walk-forward folds train from scratch (the pretraining may have seen their test bars)."""
-    model_hparams, train_hparams, evaluate = settings.model, settings.train, settings.evaluate
-    seq_len, seed = int(train_hparams["seq_len"]), int(train_hparams["seed"])
-    scoring = {key: evaluate[key] for key in SCORING_KEYS}
+    model_hparams, train_hparams, evaluate, seq_len = (
+        settings.model,
+        settings.train,
+        settings.evaluate,
+        settings.seq_len,
+    )
     fingerprint = training_fingerprint(
         arrays, model_hparams, train_hparams, settings.columns, evaluate, plugin_hashes(arrays, model_hparams)
     )
@@ -145,37 +164,33 @@ def fit_dataset(
     fit_plan = plan_training(*previous, arrays, fingerprint, settings.update, evaluate)
     log(f"{dataset}: {fit_plan.label}")
 
-    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start=None):
-        trained = train_model(part, model_hparams, hparams, device, start)
-        return trained, score_test_period(part, trained, seq_len, **scoring, seed=seed)
+    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start=None) -> Fit:
+        return train_and_evaluate(part, model_hparams, hparams, device, start, settings.scoring)
 
     folds, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
     update_metrics = {}
     if fit_plan.kind == UPDATE:
-        fit_plan, update_metrics, updated = update_model(
-            dataset, fit_plan, arrays, settings.update, train_hparams, train_and_score
-        )
+        fit_plan, update_metrics, updated = update_model(dataset, fit_plan, arrays, settings, train_and_score)
         if updated:
-            arrays, result, test_scores = updated
+            arrays, scored = updated
     comparison = {}
     if fit_plan.kind == FULL:
         if fleet is not None:
             log(f"{dataset}: trains {fleet.note}")
-        result, test_scores = train_and_score(arrays, full_hparams, full_start)
+        scored = train_and_score(arrays, full_hparams, full_start)
         if full_start is not None and train_hparams.get("compare_init"):
-            scratch_fit, comparison = compare_init(
-                dataset, arrays, (result, test_scores), fleet, settings, train_and_score
-            )
+            scratch_fit, comparison = compare_init(dataset, arrays, scored, fleet, settings, train_and_score)
             if comparison["init_kept"] == "scratch":
-                (result, test_scores), full_start, full_hparams = scratch_fit, None, train_hparams
+                scored, full_start, full_hparams = scratch_fit, None, train_hparams
 
-    metrics = scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) | job_facts | comparison
+    trained, test_scores = scored.trained, scored.evaluated.test_scores
+    metrics = scored_metrics(dataset, arrays, scored, model_hparams, seq_len) | job_facts | comparison
     if folds:
-        metrics |= folds_metrics(folds, fold_entries, result, test_scores)
+        metrics |= folds_metrics(folds, fold_entries, scored)
     metrics["product"] = evaluate["production"]
     metrics |= update_metrics
     made = "full" if fit_plan.kind == FULL else "update"
-    record = fit_record(made, arrays, metrics, result.train_seconds, update_metrics.get("new_rows", 0))
+    record = fit_record(made, arrays, metrics, trained.train_seconds, update_metrics.get("new_rows", 0))
     lineage = next_lineage(fit_plan, arrays, fingerprint, record)
     if fit_plan.kind == FULL and fleet is not None:
         lineage["init"] = {
@@ -189,11 +204,11 @@ def fit_dataset(
         metrics |= {"init": lineage["init"]["from"], "init_note": lineage["init"]["note"]}
     metrics |= {"made": made_label(lineage), "made_reason": fit_plan.label, "lineage": lineage}
 
-    product = result
+    product = trained
     if evaluate["production"] == "refit":
-        log(f"{dataset}: refit for production: {result.best_epoch} epoch(s) (the scored model's best) on all rows")
+        log(f"{dataset}: refit for production: {trained.best_epoch} epoch(s) (the scored model's best) on all rows")
         hparams, start = (full_hparams, full_start) if fit_plan.kind == FULL else (train_hparams, None)
-        product = refit_on_all_rows(arrays, model_hparams, hparams, device, result.best_epoch, start)
+        product = refit_on_all_rows(arrays, model_hparams, hparams, device, trained.best_epoch, start)
         metrics |= {"refit_epochs": product.epochs_run, "refit_seconds": product.train_seconds}
         metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
     checkpoint = build_checkpoint(
@@ -207,14 +222,13 @@ def fit_dataset(
         product=evaluate["production"],
         lineage=lineage,
     )
-    checkpoint["calibration"] = calibration_record(result)  # the forecasts' intervals
-    metrics |= forecast_at_last_bar(on_cpu(product.model), checkpoint, arrays)  # the fleet's forecasts table
-    return Fitted(checkpoint, metrics, test_scores, len(folds or []), refitted=product is not result)
+    checkpoint["calibration"] = calibration_record(scored.evaluated)  # the forecasts' intervals
+    return Fitted(checkpoint, metrics, test_scores, len(folds or []), product is not trained, product.model)
 
 
 def compare_init(
-    dataset: str, arrays: PreparedArrays, fleet_fit, fleet: FleetStart, settings: Settings, train_and_score
-):
+    dataset: str, arrays: PreparedArrays, fleet_fit: Fit, fleet: FleetStart, settings: Settings, train_and_score
+) -> tuple[Fit, dict]:
     """train.compare_init: the same fit from scratch, compared with the fit from the fleet's
     start (rnnfleet.pretraining.compare_starts): (the fit from scratch, the comparison's
     metrics, init_kept the one validation prefers)."""
@@ -228,8 +242,8 @@ def compare_init(
         scratch_fit,
         fleet.weights,
         settings.model,
-        int(settings.train["seq_len"]),
-        int(settings.evaluate["block_bars"]),
+        settings.seq_len,
+        settings.scoring.block_bars,
     )
     log(
         f"{dataset}: validation loss from the fleet's start {comparison['init_fleet_val_loss']:.5f}, from scratch "
@@ -238,64 +252,77 @@ def compare_init(
     return scratch_fit, comparison | {"init_kept": kept}
 
 
-def on_cpu(model):
-    """The model itself on the CPU, else a copy of it there. The fleet's forecasts are then
-    the numbers `rnnfleet predict` (CPU by default) gives from the model file, whichever
-    device trained it. On CUDA the forecast differed from predict's in the fourth digit (seen
-    on an NVIDIA H200; likely cuDNN's TF32 arithmetic, torch.backends.cudnn.allow_tf32, on by
-    default)."""
-    if all(parameter.device.type == "cpu" for parameter in model.parameters()):
-        return model
-    return copy.deepcopy(model).cpu()
-
-
-def scored_metrics(dataset, arrays, result, test_scores, model_hparams, seq_len) -> dict:
+def scored_metrics(dataset: str, arrays: PreparedArrays, scored: Fit, model_hparams: dict, seq_len: int) -> dict:
     """The scored model's metrics: validation and test scores, what it is, how it trained.
     val_loss, naive_val_loss and skill measure what test_loss, naive_test_loss and test_skill
     do (the first horizon's point forecast, in `loss`); with heads, the training loss that
     early stopping compared is val_<objective key> (val_pinball, val_mean_loss) beside them,
     named by `early_stopping` and described by `objective`."""
     windows = usable_windows(arrays, seq_len)
-    key = objective_key(result.heads)
+    trained, evaluated = scored
+    key = objective_key(trained.heads)
     metrics = {
         "dataset": dataset,
-        "val_loss": result.val_loss,
-        "naive_val_loss": result.naive_val_loss,
-        "skill": result.skill,
+        "val_loss": evaluated.val_loss,
+        "naive_val_loss": evaluated.naive_val_loss,
+        "skill": evaluated.skill,
         **(
-            {f"val_{key}": result.val_objective, f"naive_val_{key}": result.naive_val_objective}
+            {f"val_{key}": trained.val_objective, f"naive_val_{key}": evaluated.naive_val_objective}
             if key != "loss"
             else {}
         ),
-        **test_scores,
+        **evaluated.test_scores,
         **describe_training(arrays, model_hparams),
         "early_stopping": f"val_{key}",
-        "objective": objective_text(result.heads, TARGETS[arrays.target]),
-        "best_epoch": result.best_epoch,
-        "epochs_run": result.epochs_run,
-        "train_seconds": result.train_seconds,
+        "objective": objective_text(trained.heads, TARGETS[arrays.target]),
+        "best_epoch": trained.best_epoch,
+        "epochs_run": trained.epochs_run,
+        "train_seconds": trained.train_seconds,
         "rows": arrays.rows,
         **arrays.quality,  # the data-quality flags (rnnfleet.quality)
         "train_windows": len(windows.train),
         "val_windows": len(windows.val),
-        "setup_seconds": result.setup_seconds,
-        "history": result.history,
+        "setup_seconds": trained.setup_seconds,
+        "history": trained.history,
     }
-    if result.val_accuracy is not None:
-        metrics |= {"val_accuracy": result.val_accuracy, "naive_val_accuracy": result.naive_val_accuracy}
+    if evaluated.val_accuracy is not None:
+        metrics |= {"val_accuracy": evaluated.val_accuracy, "naive_val_accuracy": evaluated.naive_val_accuracy}
     return metrics
 
 
-def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict, train_hparams: dict, train_and_score):
-    """The training of an UPDATE plan (rnnfleet.updating): (the plan, the update's metrics,
-    (the arrays it trained on, its TrainingResult, its test scores)). Where no training window
+def model_label(model_hparams: dict) -> str:
+    """The model in a few words, for the summary table: e.g. 'lstm 2x64' or 'my/file.py:build'."""
+    builder = model_hparams.get("builder", DEFAULT_BUILDER)
+    if builder != DEFAULT_BUILDER:
+        return str(builder)
+    return f"{model_hparams['cell']} {model_hparams['num_layers']}x{model_hparams['hidden_size']}"
+
+
+def describe_training(arrays: PreparedArrays, model_hparams: dict) -> dict:
+    """Which model, features and target a dataset used, what its skill is measured against,
+    and the zone its times were read in."""
+    target = TARGETS[arrays.target]
+    return {
+        "model": model_label(model_hparams),
+        "features": " + ".join(arrays.feature_definition)
+        + (f" ({', '.join(arrays.features_left_out)} left out: no volume)" if arrays.features_left_out else ""),
+        "target": f"{arrays.target} over {', '.join(map(str, arrays.all_horizons))} bar(s)",
+        "baseline": target.baseline,
+        "loss": target.loss_name,
+        "timezone": arrays.timezone,
+    }
+
+
+def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, settings: Settings, train_and_score):
+    """The training of an UPDATE plan (rnnfleet.train.updating): (the plan, the update's metrics,
+    (the arrays it trained on, its Fit)). Where no training window
     ends after update_from_row, or the update's skill falls more than update.max_skill_drop
     below its full fit's, the plan returned is FULL and the last item None."""
-    previous = plan.previous
+    previous, update, train_hparams = plan.previous, settings.update, settings.train
     if not update["refit_normalisation"]:
         arrays = with_normalisation(arrays, previous["normalisation"])
     from_row = update_from_row(previous, update["recent_bars"])
-    train_windows = len(update_windows(arrays, int(train_hparams["seq_len"]), from_row))
+    train_windows = len(update_windows(arrays, settings.seq_len, from_row))
     if not train_windows:
         plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
         log(f"{dataset}: {plan.label}")
@@ -307,18 +334,19 @@ def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, update: dict,
     )
     hparams = {**train_hparams, "epochs": update["epochs"], "lr": update["lr"] or train_hparams["lr"]}
     start = StartState(previous["state_dict"], previous["optimizer_state"], from_row)
-    result, test_scores = train_and_score(arrays, hparams, start)
+    fit = train_and_score(arrays, hparams, start)
+    trained, evaluated = fit
     update_metrics = {
         "new_rows": arrays.rows - int(previous["lineage"]["rows"]),
-        f"update_start_val_{objective_key(result.heads)}": result.start_val_loss,
+        f"update_start_val_{objective_key(trained.heads)}": trained.start_val_loss,
         "update_train_windows": train_windows,
-        "update_seconds": result.train_seconds,
+        "update_seconds": trained.train_seconds,
     }
     dropped = skill_drop(
-        {"skill": result.skill, **test_scores}, previous["lineage"]["full_fit"], update["max_skill_drop"]
+        {"skill": evaluated.skill, **evaluated.test_scores}, previous["lineage"]["full_fit"], update["max_skill_drop"]
     )
     if dropped:
         plan = Plan(FULL, dropped)
         log(f"{dataset}: {plan.label}")
         return plan, {"discarded_update": update_metrics}, None
-    return plan, update_metrics, (arrays, result, test_scores)
+    return plan, update_metrics, (arrays, fit)
