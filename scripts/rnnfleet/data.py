@@ -82,7 +82,7 @@ class PreparedArrays:
     read_as: str = ""
     # One digest per feature row of its values before normalisation (row_digests), and a hash
     # of the preprocess settings: what tells an update that the earlier bars are unchanged
-    # (rnnfleet.updating). Empty in array files written before updates existed.
+    # (rnnfleet.train.updating). Empty in array files written before updates existed.
     row_digests: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     settings_sha256: str = ""
     # The time of each feature row's bar, int64 nanoseconds since the epoch, UTC (for the test

@@ -89,8 +89,9 @@ def planted_window_skill(state_dict: dict, model_hparams: dict, arrays, ends: np
     """Skill (1 - MSE / the naive zero forecast's) of a model's weights on the windows ending at `ends`."""
     import torch
 
+    from rnnfleet.heads import with_outputs
     from rnnfleet.model import build_model
-    from rnnfleet.training import SINGLE, window_outputs, window_view, with_outputs
+    from rnnfleet.train.loop import SINGLE, window_outputs, window_view
 
     model = build_model(with_outputs(model_hparams, SINGLE), arrays.features.shape[1], SEQ_LEN)
     model.load_state_dict(state_dict)
