@@ -189,13 +189,13 @@ def main() -> None:
             history = one_history(args, work, days)
             result["histories"].append(history)
             print(
-                f"  {'':8} {'run wall':>9} {'preprocess':>11} {'files read':>11} {'train jobs':>11} {'forecasts':>10} "
-                f"{'test skill':>11}"
+                f"  {'':8} {'run wall':>9} {'preprocess':>11} {'files read':>11} {'train jobs':>11} "
+                f"{'their loops':>12} {'forecasts':>10} {'test skill':>11}"
             )
             for variant, run in history["runs"].items():
                 print(
                     f"  {variant:8} {run['seconds']:8.1f}s {run['preprocess_job_seconds']:10.1f}s {run['files_read']:11d} "
-                    f"{run['train_job_seconds']:10.1f}s {run['forecasts']:10d} "
+                    f"{run['train_job_seconds']:10.1f}s {run['train_seconds']:11.1f}s {run['forecasts']:10d} "
                     f"{history['mean_test_skill'][variant]:+11.4f}  {', '.join(run['made'])}"
                 )
             morning = history["runs"]["morning"]

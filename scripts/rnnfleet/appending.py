@@ -87,7 +87,9 @@ def arrays_settings_sha256(settings: dict, timezone: str) -> str:
 
 
 def prepared_arrays(data_files: list[str], arrays_path: str, settings: dict) -> tuple[PreparedArrays, list[str]]:
-    """The dataset's arrays (see the module doc) with their settings hash, and the notes for the log."""
+    """The dataset's arrays (see the module doc) with their settings hash, and the notes for
+    the log. A DataError where the only bar the previous arrays lack was read from a cut last
+    line and left out (refuse_cut_line_alone)."""
     from rnnfleet.bar_cache import cache_path_for
 
     name = bars_label(data_files, settings.get("dataset", ""))
@@ -99,7 +101,36 @@ def prepared_arrays(data_files: list[str], arrays_path: str, settings: dict) -> 
     if why:
         print(f"{name}: arrays made from every bar: {why}", file=sys.stderr)
     arrays, notes = prepare_dataset(data_files, **settings, bars_cache=cache_path_for(arrays_path))
-    return replace(arrays, settings_sha256=arrays_settings_sha256(settings, arrays.timezone)), notes
+    arrays = replace(arrays, settings_sha256=arrays_settings_sha256(settings, arrays.timezone))
+    refuse_cut_line_alone(arrays, notes, base_path_for(arrays_path), name)
+    return arrays, notes
+
+
+def refuse_cut_line_alone(arrays: PreparedArrays, notes: list[str], previous_path: Path, name: str) -> None:
+    """A DataError naming the file when its cut last line (left out, rnnfleet.formats.CUT_LINE)
+    was the only bar new since the previous arrays (the same settings, rows and last bar):
+    without it nothing is new, and a train job would train from scratch on the bars the model
+    has seen ("no new bars") while the dry-run said "update". The previous model stays; the
+    next run reads the file again once its line is complete."""
+    from rnnfleet.formats import CUT_LINE
+
+    cut = [note for note in notes if CUT_LINE in note]
+    if not cut or not previous_path.exists():
+        return
+    try:
+        previous = load_arrays(previous_path, normalised=False)
+    except DataError:
+        return
+    if (previous.settings_sha256, previous.rows, previous.latest_time) == (
+        arrays.settings_sha256,
+        arrays.rows,
+        arrays.latest_time,
+    ):
+        where = cut[0].split(f": {CUT_LINE}")[0] if f": {CUT_LINE}" in cut[0] else name
+        raise DataError(
+            f"{where}: {CUT_LINE}, and that line is its only new bar: nothing new to train on, the model is kept; "
+            "the next run reads the file again once the line is complete"
+        )
 
 
 def previous_arrays(

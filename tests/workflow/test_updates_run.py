@@ -258,6 +258,26 @@ def test_a_day_file_cut_inside_its_last_line_is_read_without_it_and_its_repair_i
     assert (repaired["made"], repaired["rows"]) == ("update 2", first["rows"] + DAY)
 
 
+def test_a_cut_last_line_that_is_a_grown_files_only_new_bar_is_refused_and_the_model_kept(run, bars):
+    growing, model = run / "data" / "GROWING-1m-all.csv", run / "models" / "GROWING.pt"
+    kept = model.read_bytes()
+    bars["GROWING"].iloc[: GROWING_ROWS + 1].to_csv(growing, index=False, float_format="%.6f")
+    whole = growing.read_text()
+    growing.write_text(whole[:-4])  # the one new line cut inside its last number, its line end lost
+    result = snakemake(run, check=False)
+    refused = (
+        "data/GROWING-1m-all.csv: the last line has no line end (the file may have been cut while it was written), "
+        "and that line is its only new bar: nothing new to train on, the model is kept"
+    )
+    assert result.returncode != 0 and refused in result.stdout + result.stderr
+    assert refused in preprocess_log(run, "GROWING")
+    assert model.read_bytes() == kept
+
+    growing.write_text(whole)  # the line complete
+    snakemake(run)
+    assert "GROWING: update: 1 new bars" in train_log(run, "GROWING")
+
+
 def test_a_changed_setting_trains_from_scratch(run, bars):
     appended(run, bars)
     changed = ("--config", 'train={"lr": 0.002}')
