@@ -395,10 +395,11 @@ def normalised_with(
     mean and std, target mean and std), with `changes` to its other fields: the one place
     features and targets are normalised (array files, updates, folds)."""
     feature_mean, feature_std, target_mean, target_std = statistics
+    features, targets = normalised_rows(raw_features, raw_targets, statistics)
     return replace(
         arrays,
-        features=normalise(raw_features, feature_mean, feature_std),
-        targets=np.ascontiguousarray((raw_targets - target_mean) / target_std, dtype=np.float32),
+        features=features,
+        targets=targets,
         raw_features=raw_features,
         raw_targets=raw_targets,
         feature_mean=feature_mean,
@@ -407,6 +408,16 @@ def normalised_with(
         target_std=target_std,
         **changes,
     )
+
+
+def normalised_rows(
+    raw_features: np.ndarray, raw_targets: np.ndarray, statistics: tuple
+) -> tuple[np.ndarray, np.ndarray]:
+    """(features, targets) normalised with statistics (feature mean and std, target mean and
+    std) as contiguous float32: what the models see, computed one way for every caller."""
+    feature_mean, feature_std, target_mean, target_std = statistics
+    targets = np.ascontiguousarray((raw_targets - target_mean) / target_std, dtype=np.float32)
+    return normalise(raw_features, feature_mean, feature_std), targets
 
 
 def fit_normalisation(train_features: np.ndarray, train_targets: np.ndarray, target: str) -> tuple:
