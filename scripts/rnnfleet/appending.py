@@ -177,7 +177,7 @@ def append_new_bars(
     import pandas as pd
 
     from rnnfleet.data import file_facts, left_out_note
-    from rnnfleet.joining import check_one_minute_bars, join_bars
+    from rnnfleet.joining import check_one_minute_bars, file_sha256, join_bars
     from rnnfleet.quality import add_counts, bar_counts, check_measures, measures_of, measures_text
 
     base = previous.append_base
@@ -202,9 +202,11 @@ def append_new_bars(
         notes.append(left_out_note(previous.features_left_out))
     new.attrs["conflicting_duplicates"] = sum(part.attrs.get("conflicting_duplicates", 0) for _, part in frames)
     # In the dataset's order of files, as a join of every file names their ways of reading.
-    facts_of = {facts["path"]: facts for facts in base["files"]} | {
-        path: file_facts(path, part) for path, part in frames
-    }
+    # A file read without the bars cache (a dataset of one file until now) gets its hash once,
+    # as the cache would have recorded it.
+    facts_of = {
+        facts["path"]: {**facts, "sha256": facts["sha256"] or file_sha256(facts["path"])} for facts in base["files"]
+    } | {path: file_facts(path, part, file_sha256(path)) for path, part in frames}
     facts = [facts_of[path] for path in data_files]
     if len({fact["volume"] for fact in facts}) > 1 or bar_columns(new) != base["columns"]:
         return None, "the new files' columns are not those of the earlier ones"

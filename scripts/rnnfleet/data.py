@@ -536,7 +536,9 @@ def read_clean_bars(
     frame.attrs["sources"] = sources
     frame.attrs["read_sources"] = read_sources
     # Of each file, for a later job that appends new files' bars (rnnfleet.appending).
-    frame.attrs["files"] = [file_facts(path, part) for path, part in frames]
+    # The SHA-256 of the bars cache's records: no file is hashed for this alone.
+    known = {path: record.get("sha256") for path, record in cache.entries.items()} if cache else {}
+    frame.attrs["files"] = [file_facts(path, part, known.get(path)) for path, part in frames]
     if cache:
         cache.save()
         frame.attrs["reading"] = cache.summary_lines(bars_label(paths, dataset))
@@ -570,14 +572,16 @@ def read_files(paths: list[str], columns, max_bad_fraction, read_format, max_bad
     return frames, sources, read_sources
 
 
-def file_facts(path: str, frame) -> dict:
-    """How one file was read, as a join of files records it: its read line, zone and columns."""
+def file_facts(path: str, frame, sha256: str | None = None) -> dict:
+    """How one file was read, as a join of files records it: its read line, zone and columns;
+    and its SHA-256 where it is known (the bars cache's record), None elsewhere."""
     return {
         "path": path,
         "read_as": frame.attrs["read_as"],
         "timezone": frame.attrs["timezone"],
         "volume": "volume" in frame.columns,
         "bars": len(frame),
+        "sha256": sha256,
     }
 
 
@@ -767,16 +771,11 @@ def append_base(frame, features, target: str, warmup: int, seq_len: int, horizon
 
 
 def versioned(facts: dict) -> dict:
-    """A file's facts (file_facts) with what tells later whether it changed:
-    its version and its SHA-256, as rnnfleet.bar_cache keeps them."""
+    """A file's facts (file_facts) with its version (rnnfleet.bar_cache.file_version): with
+    its SHA-256, what tells a later job whether the file changed."""
     from rnnfleet.bar_cache import file_version
-    from rnnfleet.joining import file_sha256
 
-    return {
-        **facts,
-        "version": file_version(facts["path"]),
-        "sha256": facts.get("sha256") or file_sha256(facts["path"]),
-    }
+    return {**facts, "version": file_version(facts["path"])}
 
 
 def left_out_note(left_out: tuple[str, ...]) -> str:
