@@ -220,7 +220,15 @@ def dataset_zones():
 # their params carry the default zone, so the setting re-runs nothing for them.
 DATASET_ZONES = dataset_zones()
 ZONE_UNUSED = set(
-    zone_free_datasets(DATASET_ZONES, lambda dataset: ARRAYS.format(dataset=dataset))
+    zone_free_datasets(
+        DATASET_ZONES,
+        lambda dataset: ARRAYS.format(dataset=dataset),
+        lambda dataset: (
+            DATA_FILES.get(dataset, []),
+            DATASET_CONFIGS.get(dataset, config)["columns"],
+            DATASET_CONFIGS.get(dataset, config)["format"],
+        ),
+    )
 )
 if ZONE_UNUSED and workflow.is_main_process:
     print(

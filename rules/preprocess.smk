@@ -1,3 +1,6 @@
+from rnnfleet.data import ARRAYS_FORMAT
+
+
 rule preprocess:
     input:
         data=dataset_files,
@@ -16,6 +19,8 @@ rule preprocess:
         **JOB_SETTINGS_PARAM,
         files_fingerprint=files_fingerprint,
         files_json=files_json,
+        # An array file of another layout is made again, once (rnnfleet.data.load_arrays).
+        arrays_format=ARRAYS_FORMAT,
     shell:
         job_command(
             "preprocess",

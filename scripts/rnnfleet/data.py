@@ -2,28 +2,35 @@
 
 Which features and which target: rnnfleet.features and rnnfleet.targets.
 
-The array file (`.npz`) holds the feature matrix once (rows x features, float32,
-already normalised with training-part statistics) and the aligned targets. Training
-windows are cut from it later as views, so its size stays O(rows).
+The array file (`.npz`, format ARRAYS_FORMAT) holds the feature matrix once (rows x
+features) and the aligned targets as they were computed (float64, before normalisation),
+with the split and the training part's statistics; load_arrays normalises them once
+(normalised_with, the one normaliser of fits, updates and folds). Raw values let a morning's
+preprocess job append the rows of new bars to the previous arrays (rnnfleet.appending)
+instead of making them from every bar: normalised rows would change with every new
+training part. Training windows are cut from the arrays later as views, so their size
+stays O(rows).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
 from rnnfleet.errors import DataError, UserError
-from rnnfleet.features import DEFAULT_FEATURES, VOLUME_FEATURES, compute_feature_matrix
+from rnnfleet.features import BUILTIN_FEATURES, DEFAULT_FEATURES, VOLUME_FEATURES, compute_feature_matrix
 from rnnfleet.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
 from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
 from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
-from rnnfleet.quality import check_quality, measures_text
+from rnnfleet.quality import bar_counts, check_quality, measures_text
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
 
 DEFAULT_TEST_FRACTION = 0.15  # as the schema's preprocess.test_fraction
@@ -32,6 +39,10 @@ DEFAULT_TEST_FRACTION = 0.15  # as the schema's preprocess.test_fraction
 # the morning run: what a longer part buys in the test interval's width against what it costs
 # every update, which scores the whole validation part at each epoch and the test part once).
 DEFAULT_MAX_PART_BARS = 10_080
+# The array file's layout: 2 since the file holds the raw features and targets (1 held them
+# normalised). A file of another format is never read (load_arrays); the preprocess rule has
+# it as a param, so such a file is made again once.
+ARRAYS_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,15 @@ class PreparedArrays:
     # files written before they were kept.
     latest_features: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     latest_time: int = -1
+    # features and targets before normalisation (float64): what the array file holds.
+    raw_features: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    raw_targets: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # What the next preprocess job needs to append new bars' rows instead of making the
+    # arrays from every bar (rnnfleet.appending.AppendBase: the files, their bars' counts,
+    # the last bars); {} where it cannot.
+    append_base: dict = field(default_factory=dict)
+    tail_times: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    tail_values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
     @property
     def rows(self) -> int:
@@ -353,7 +373,10 @@ def rows_needed(
 
 
 def denormalised(arrays: PreparedArrays, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
-    """The feature rows and targets of `arrays` as they were before normalisation (float64)."""
+    """The feature rows and targets of `arrays` as they were before normalisation (float64):
+    the raw values themselves where the arrays hold them (every array file since format 2)."""
+    if len(arrays.raw_targets) == arrays.rows:
+        return arrays.raw_features[rows], arrays.raw_targets[rows]
     raw_features = arrays.features[rows] * arrays.feature_std.astype(np.float64) + arrays.feature_mean.astype(
         np.float64
     )
@@ -369,18 +392,32 @@ def normalised_with(
     **changes,
 ) -> PreparedArrays:
     """`arrays` holding raw_features and raw_targets normalised with statistics (feature
-    mean and std, target mean and std), with `changes` to its other fields."""
+    mean and std, target mean and std), with `changes` to its other fields: the one place
+    features and targets are normalised (array files, updates, folds)."""
     feature_mean, feature_std, target_mean, target_std = statistics
+    features, targets = normalised_rows(raw_features, raw_targets, statistics)
     return replace(
         arrays,
-        features=normalise(raw_features, feature_mean, feature_std),
-        targets=np.ascontiguousarray((raw_targets - target_mean) / target_std, dtype=np.float32),
+        features=features,
+        targets=targets,
+        raw_features=raw_features,
+        raw_targets=raw_targets,
         feature_mean=feature_mean,
         feature_std=feature_std,
         target_mean=target_mean,
         target_std=target_std,
         **changes,
     )
+
+
+def normalised_rows(
+    raw_features: np.ndarray, raw_targets: np.ndarray, statistics: tuple
+) -> tuple[np.ndarray, np.ndarray]:
+    """(features, targets) normalised with statistics (feature mean and std, target mean and
+    std) as contiguous float32: what the models see, computed one way for every caller."""
+    feature_mean, feature_std, target_mean, target_std = statistics
+    targets = np.ascontiguousarray((raw_targets - target_mean) / target_std, dtype=np.float32)
+    return normalise(raw_features, feature_mean, feature_std), targets
 
 
 def fit_normalisation(train_features: np.ndarray, train_targets: np.ndarray, target: str) -> tuple:
@@ -438,15 +475,13 @@ def split_and_normalise(
             f"{embargo_rows(seq_len, horizon, warmup)} bars apart); lower train.seq_len or "
             f"{test_key.partition('=')[0]}, or give this dataset more rows"
         )
-    feature_mean, feature_std, target_mean, target_std = fit_normalisation(
-        features[: split.train_end], targets[: split.train_end], target
-    )
-    return PreparedArrays(
-        features=normalise(features, feature_mean, feature_std),
-        targets=np.ascontiguousarray((targets - target_mean) / target_std, dtype=np.float32),
-        feature_mean=feature_mean,
-        feature_std=feature_std,
-        target_std=target_std,
+    statistics = fit_normalisation(features[: split.train_end], targets[: split.train_end], target)
+    unnormalised = PreparedArrays(
+        features=features,
+        targets=targets,
+        feature_mean=statistics[0],
+        feature_std=statistics[1],
+        target_std=statistics[3],
         train_end=split.train_end,
         val_start=split.val_start,
         val_end=split.val_end,
@@ -455,9 +490,10 @@ def split_and_normalise(
         horizon=horizon,
         horizons=horizons,
         target=target,
-        target_mean=target_mean,
         warmup=warmup,
     )
+    raw_features = np.ascontiguousarray(features, dtype=np.float64)
+    return normalised_with(unnormalised, raw_features, np.ascontiguousarray(targets, dtype=np.float64), statistics)
 
 
 def read_clean_bars(
@@ -477,7 +513,7 @@ def read_clean_bars(
     where the bars of each file are kept and taken from while the file is unchanged
     (rnnfleet.bar_cache); attrs["reading"] then says what was read and what was taken
     (dataset: its name in those lines)."""
-    from rnnfleet.bar_cache import BarCache, file_version, reading_key
+    from rnnfleet.bar_cache import BarCache, reading_key
 
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     paths = list(map(str, paths))
@@ -485,6 +521,35 @@ def read_clean_bars(
     if cache_path is not None and len(paths) > 1:
         cache = BarCache.open(cache_path, reading_key(columns, read_format, max_bad_fraction))
         cache.keep_only(paths)
+    frames, sources, read_sources = read_files(
+        paths, columns, max_bad_fraction, read_format, max_bad_fraction_setting, cache
+    )
+    if len(frames) > 1:
+        read_as = "; ".join(dict.fromkeys(part.attrs["read_as"] for _, part in frames))
+        timezone = "; ".join(dict.fromkeys(part.attrs["timezone"] for _, part in frames))
+        frame = join_bars(frames)
+        frame.attrs["read_as"] = f"{len(frames)} files joined: {read_as}"
+        frame.attrs["conflicting_duplicates"] = sum(part.attrs.get("conflicting_duplicates", 0) for _, part in frames)
+        frame.attrs["timezone"] = timezone
+    else:
+        frame = frames[0][1]
+    frame.attrs["sources"] = sources
+    frame.attrs["read_sources"] = read_sources
+    # Of each file, for a later job that appends new files' bars (rnnfleet.appending).
+    # The SHA-256 of the bars cache's records: no file is hashed for this alone.
+    known = {path: record.get("sha256") for path, record in cache.entries.items()} if cache else {}
+    frame.attrs["files"] = [file_facts(path, part, known.get(path)) for path, part in frames]
+    if cache:
+        cache.save()
+        frame.attrs["reading"] = cache.summary_lines(bars_label(paths, dataset))
+    return frame
+
+
+def read_files(paths: list[str], columns, max_bad_fraction, read_format, max_bad_fraction_setting, cache):
+    """([(path, its bars table)], a source line per file, the lines of the files read rather
+    than taken from the cache): read_clean_bars' reading, before the join."""
+    from rnnfleet.bar_cache import file_version
+
     frames, sources, read_sources = [], [], []
     for path in paths:
         cached = cache.take(path) if cache else None
@@ -504,21 +569,20 @@ def read_clean_bars(
             frame, source = cached
         frames.append((path, frame))
         sources.append(source)
-    if len(frames) > 1:
-        read_as = "; ".join(dict.fromkeys(part.attrs["read_as"] for _, part in frames))
-        timezone = "; ".join(dict.fromkeys(part.attrs["timezone"] for _, part in frames))
-        frame = join_bars(frames)
-        frame.attrs["read_as"] = f"{len(frames)} files joined: {read_as}"
-        frame.attrs["conflicting_duplicates"] = sum(part.attrs.get("conflicting_duplicates", 0) for _, part in frames)
-        frame.attrs["timezone"] = timezone
-    else:
-        frame = frames[0][1]
-    frame.attrs["sources"] = sources
-    frame.attrs["read_sources"] = read_sources
-    if cache:
-        cache.save()
-        frame.attrs["reading"] = cache.summary_lines(bars_label(paths, dataset))
-    return frame
+    return frames, sources, read_sources
+
+
+def file_facts(path: str, frame, sha256: str | None = None) -> dict:
+    """How one file was read, as a join of files records it: its read line, zone and columns;
+    and its SHA-256 where it is known (the bars cache's record), None elsewhere."""
+    return {
+        "path": path,
+        "read_as": frame.attrs["read_as"],
+        "timezone": frame.attrs["timezone"],
+        "volume": "volume" in frame.columns,
+        "bars": len(frame),
+        "sha256": sha256,
+    }
 
 
 def bars_label(paths: str | os.PathLike | list[str], dataset: str = "") -> str:
@@ -586,7 +650,6 @@ def prepare_dataset(
         # Warnings are judged where the tables are written (warn thresholds re-train nothing).
         print(f"{name}: data quality measured: {measures_text(quality_row)}", file=sys.stderr)
     quality_row.pop("quality_flags")
-    gap_bars = find_gaps(timestamps_ns, max_gap)
     if len(frame) < 2 + longest_horizon(horizon):
         raise DataError(
             f"{name}: too few rows for one training window plus validation and test: only {len(frame)} usable rows"
@@ -594,40 +657,125 @@ def prepare_dataset(
     feature_matrix, targets, matrix, last_close = compute_features(frame, horizon, features, target, name)
     names, warmup = matrix.names, matrix.warmup
     latest_features = np.array(matrix.values[warmup:][-seq_len:], dtype=np.float64)
+    base = append_base(frame, features, target, warmup, seq_len, longest_horizon(horizon))
     del frame, matrix  # from here on only the numbers are held (a large file is in memory once)
+    columns = FeatureColumns(tuple(features), names, left_out)
+    split = (val_fraction, test_fraction, val_bars, test_bars, val_max_bars, test_max_bars)
+    arrays, gap_note = arrays_of(
+        feature_matrix, targets, timestamps_ns, warmup, seq_len, horizon, split, target, max_gap, name, columns
+    )
+    notes += gap_note
+    arrays = replace(
+        arrays, quality=quality_row, **read, latest_features=latest_features, last_close=last_close, **base
+    )
+    return arrays, notes
+
+
+@dataclass(frozen=True)
+class FeatureColumns:
+    """The features an array file's columns hold: the `features:` references computed, a
+    name per column, the default features left out (no volume)."""
+
+    definition: tuple[str, ...]
+    names: tuple[str, ...]
+    left_out: tuple[str, ...]
+
+
+def arrays_of(
+    features: np.ndarray,
+    targets: np.ndarray,
+    timestamps_ns: np.ndarray,
+    warmup: int,
+    seq_len: int,
+    horizon: int | Sequence[int],
+    split: tuple,
+    target: str,
+    max_gap: str | None,
+    name: str,
+    columns: FeatureColumns,
+) -> tuple[PreparedArrays, list[str]]:
+    """The arrays of every feature row (features, targets: raw) of bars at timestamps_ns,
+    split and normalised (split: val_fraction, test_fraction, val_bars, test_bars and the
+    caps), with their digests, times and gaps; and the note on the gaps (none or one)."""
+    val_fraction, test_fraction, *parts = split
     arrays = split_and_normalise(
-        feature_matrix,
-        targets,
-        seq_len,
-        horizon,
-        val_fraction,
-        last_close,
-        name,
-        target,
-        test_fraction,
-        warmup,
-        val_bars,
-        test_bars,
-        val_max_bars,
-        test_max_bars,
+        features, targets, seq_len, horizon, val_fraction, 0.0, name, target, test_fraction, warmup, *parts
     )
     arrays = replace(
         arrays,
-        feature_definition=tuple(features),
-        feature_sha256=imported_sha256(features),
-        feature_names=names,
-        quality=quality_row,
-        **read,
-        features_left_out=left_out,
-        row_digests=row_digests(feature_matrix, targets),
+        feature_definition=columns.definition,
+        feature_sha256=imported_sha256(columns.definition),
+        feature_names=columns.names,
+        features_left_out=columns.left_out,
+        row_digests=row_digests(features, targets),
         row_times=np.ascontiguousarray(timestamps_ns[warmup : warmup + len(targets)], dtype=np.int64),
-        latest_features=latest_features,
         latest_time=int(timestamps_ns[-1]),
     )
-    if len(gap_bars):
-        notes.append(check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name))
-        arrays = replace(arrays, gap_bars=gap_bars)
-    return arrays, notes
+    gap_bars = find_gaps(timestamps_ns, max_gap)
+    if not len(gap_bars):
+        return arrays, []
+    note = check_gap_windows(arrays, gap_bars, timestamps_ns, seq_len, max_gap, name)
+    return replace(arrays, gap_bars=gap_bars), [note]
+
+
+APPENDABLE_TARGETS = ("log_return", "abs_log_return", "direction")
+# Rows before the new ones computed again from the kept bars and compared with the stored ones.
+CHECK_ROWS = 32
+# The modules whose code decides an array file's numbers (an append needs the same).
+ARRAYS_CODE = (
+    "data.py",
+    "features.py",
+    "targets.py",
+    "quality.py",
+    "gaps.py",
+    "joining.py",
+    "formats.py",
+    "appending.py",
+    "bar_cache.py",
+)
+
+
+def code_key() -> str:
+    """A digest of the code that makes array files from bars (ARRAYS_CODE, numpy, pandas)."""
+    import pandas as pd
+
+    digest = hashlib.sha256(f"{ARRAYS_FORMAT} {np.__version__} {pd.__version__}".encode())
+    for name in ARRAYS_CODE:
+        digest.update((Path(__file__).parent / name).read_bytes())
+    return digest.hexdigest()
+
+
+def append_base(frame, features, target: str, warmup: int, seq_len: int, horizon: int) -> dict:
+    """PreparedArrays' append_base, tail_times and tail_values from the bars table of a full
+    make (read_clean_bars' frame): what a later job appends to (rnnfleet.appending: the
+    files and how each was read, the bars' quality counts, the first bars' times, the last
+    bars); {} where it could not: a user's feature or a target that looks further back."""
+    if target not in APPENDABLE_TARGETS or any(feature not in BUILTIN_FEATURES for feature in features):
+        return {}
+    tail = horizon + seq_len + CHECK_ROWS + 2
+    timestamps_ns = frame["timestamp"].array.asi8
+    files = [versioned(facts) for facts in frame.attrs["files"]]
+    base = {
+        "code": code_key(),
+        "files": files,
+        "bars": len(frame),
+        "counts": bar_counts(frame),
+        "head_times": [int(time) for time in timestamps_ns[:warmup]],
+        "columns": bar_columns(frame),
+    }
+    return {
+        "append_base": base,
+        "tail_times": np.ascontiguousarray(timestamps_ns[-tail:], dtype=np.int64),
+        "tail_values": frame[bar_columns(frame)].to_numpy(dtype=np.float64)[-tail:],
+    }
+
+
+def versioned(facts: dict) -> dict:
+    """A file's facts (file_facts) with its version (rnnfleet.bar_cache.file_version): with
+    its SHA-256, what tells a later job whether the file changed."""
+    from rnnfleet.bar_cache import file_version
+
+    return {**facts, "version": file_version(facts["path"])}
 
 
 def left_out_note(left_out: tuple[str, ...]) -> str:
@@ -637,14 +785,18 @@ def left_out_note(left_out: tuple[str, ...]) -> str:
 
 
 def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
-    """Write the arrays as an uncompressed .npz (no pickled objects), atomically."""
+    """Write the arrays as an uncompressed .npz (no pickled objects), atomically: the raw
+    features and targets (format ARRAYS_FORMAT), not the normalised ones."""
     from rnnfleet.checkpoint import atomic_write
 
+    if len(arrays.raw_targets) != arrays.rows:
+        raise ValueError("save_arrays needs the arrays' raw features and targets")
     with atomic_write(path) as handle:
         np.savez(
             handle,
-            features=arrays.features,
-            targets=arrays.targets,
+            arrays_format=np.int64(ARRAYS_FORMAT),
+            raw_features=arrays.raw_features,
+            raw_targets=arrays.raw_targets,
             feature_mean=arrays.feature_mean,
             feature_std=arrays.feature_std,
             target_std=np.asarray(arrays.target_std, np.float64),
@@ -672,18 +824,37 @@ def save_arrays(arrays: PreparedArrays, path: str | os.PathLike) -> None:
             row_times=arrays.row_times,
             latest_features=arrays.latest_features,
             latest_time=np.int64(arrays.latest_time),
+            append_base=np.str_(json.dumps(arrays.append_base, sort_keys=True)),
+            tail_times=arrays.tail_times,
+            tail_values=arrays.tail_values,
         )
 
 
-def load_arrays(path: str | os.PathLike) -> PreparedArrays:
-    """Read arrays written by save_arrays, never unpickling anything."""
+def arrays_format(path: str | os.PathLike) -> int:
+    """The format of the array file at path (1 for files from before formats were numbered)."""
+    with np.load(path, allow_pickle=False) as stored:
+        return int(stored["arrays_format"]) if "arrays_format" in stored.files else 1
+
+
+def load_arrays(path: str | os.PathLike, normalised: bool = True) -> PreparedArrays:
+    """Read arrays written by save_arrays, never unpickling anything, and normalise their
+    features and targets with their own statistics (normalised_with; not normalised:
+    features and targets are the raw ones). An array file of another format is a
+    DataError: its preprocess job makes it again (the rule's param)."""
     try:
         with np.load(path, allow_pickle=False) as stored:
             if "train_end" in stored.files and "test_start" not in stored.files:
                 raise DataError(f"{path}: an array file of an older rnnfleet (no test period); delete it and re-run")
-            return PreparedArrays(
-                features=stored["features"],
-                targets=stored["targets"],
+            found = int(stored["arrays_format"]) if "arrays_format" in stored.files else 1
+            if found != ARRAYS_FORMAT and "train_end" in stored.files:
+                raise DataError(
+                    f"{path}: an array file of format {found}, not {ARRAYS_FORMAT} (another rnnfleet); "
+                    "its dataset's preprocess job makes it again: run the workflow"
+                )
+            raw_features, raw_targets = stored["raw_features"], stored["raw_targets"]
+            arrays = PreparedArrays(
+                features=raw_features,
+                targets=raw_targets,
                 feature_mean=stored["feature_mean"],
                 feature_std=stored["feature_std"],
                 target_std=target_statistic(stored["target_std"]),
@@ -721,6 +892,9 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
                 **{"latest_features": stored["latest_features"], "latest_time": int(stored["latest_time"])}
                 if "latest_features" in stored.files
                 else {},
+                append_base=json.loads(str(stored["append_base"])),
+                tail_times=stored["tail_times"],
+                tail_values=stored["tail_values"],
             )
     except DataError:
         raise
@@ -730,3 +904,7 @@ def load_arrays(path: str | os.PathLike) -> PreparedArrays:
         archive = isinstance(error, OSError) or zipfile.is_zipfile(path)
         reason = str(error).splitlines()[0] if archive else "not an .npz archive"
         raise DataError(f"{path}: not a valid rnnfleet array file ({reason}); delete it and re-run") from None
+    if not normalised:
+        return replace(arrays, raw_features=raw_features, raw_targets=raw_targets)
+    statistics = (arrays.feature_mean, arrays.feature_std, arrays.target_mean, arrays.target_std)
+    return normalised_with(arrays, raw_features, raw_targets, statistics)

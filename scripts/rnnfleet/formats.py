@@ -268,6 +268,30 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     return frame
 
 
+def head_times_zone_free(path: str | os.PathLike, columns: dict | None = None, read_format: dict | None = None) -> bool:
+    """Whether the first lines of a text file give their times as epoch numbers or with their
+    zone (format.timezone cannot apply), read as read_bars reads them; False where they do
+    not, or where that cannot be told from the head alone (Parquet, a date column, an error)."""
+    name = str(path)
+    try:
+        requested = lean_layout(name, requested_layout(columns, read_format))
+        with open(path, "rb") as raw:
+            if raw.read(4) == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
+                return False
+            raw.seek(0)
+            with decompressed(raw, name) as stream:
+                head = stream.read(SNIFF_BYTES)
+        encoding = text_encoding(head, name)
+        layout = sniff_text(head.decode(encoding, errors="replace"), name, replace(requested, encoding=encoding))
+        if layout.day or "date" in layout.columns:
+            return False
+        lines = head[: head.rfind(b"\n") + 1]  # whole lines only
+        zone = parse_times(read_text(io.BytesIO(lines), name, layout), name, layout)[3]
+    except Exception:  # the job reads the file and says what is wrong with it
+        return False
+    return zone in (TIMEZONE_EPOCH, TIMEZONE_IN_FILE)
+
+
 NOT_REGULAR = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
     (stat.S_ISSOCK, "a socket"),

@@ -168,6 +168,8 @@ class ArraysHead:
     row_times: np.ndarray
     target_mean: float | np.ndarray
     target_std: float | np.ndarray
+    feature_mean: np.ndarray
+    feature_std: np.ndarray
 
 
 def read_head(path: str) -> ArraysHead:
@@ -176,7 +178,7 @@ def read_head(path: str) -> ArraysHead:
 
     with np.load(path, allow_pickle=False) as stored:
         return ArraysHead(
-            rows=_member_rows(path, "targets"),
+            rows=_member_rows(path, "raw_targets"),
             train_end=int(stored["train_end"]),
             horizon=int(stored["horizon"]),
             horizons=tuple(int(h) for h in stored["horizons"]) if "horizons" in stored.files else (),
@@ -187,6 +189,8 @@ def read_head(path: str) -> ArraysHead:
             row_times=stored["row_times"] if "row_times" in stored.files else np.zeros(0, np.int64),
             target_mean=target_statistic(stored["target_mean"]),
             target_std=target_statistic(stored["target_std"]),
+            feature_mean=stored["feature_mean"],
+            feature_std=stored["feature_std"],
         )
 
 
@@ -279,9 +283,14 @@ class FleetRows:
 
 def piece_rows(path: str, head: ArraysHead, piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, targets, gaps) of the rows a piece's windows read, the gaps counted from its first row."""
+    from rnnfleet.data import normalised_rows
+
     first_row, stop = piece.first_end - (seq_len - 1), piece.last_end + 1
-    features = npz_rows(path, "features", first_row, stop)
-    targets = npz_rows(path, "targets", first_row, stop)
+    # Normalised with the dataset's own statistics, as its train job sees them.
+    statistics = (head.feature_mean, head.feature_std, head.target_mean, head.target_std)
+    features, targets = normalised_rows(
+        npz_rows(path, "raw_features", first_row, stop), npz_rows(path, "raw_targets", first_row, stop), statistics
+    )
     return features, targets, head.gap_bars[(head.gap_bars >= first_row) & (head.gap_bars < stop)] - first_row
 
 

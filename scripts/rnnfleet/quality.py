@@ -83,11 +83,6 @@ def has_volume(bars) -> bool:
     return "volume" in bars.columns and bool(bars["volume"].notna().any())
 
 
-def one_value(values: np.ndarray) -> bool:
-    """Whether a column holds one value throughout (min and max: no sort, no hashing)."""
-    return bool(np.nanmin(values) == np.nanmax(values))
-
-
 def missing_minutes_share(timestamps_ns: np.ndarray, max_gap: str | None) -> float:
     """The share of the minutes inside the series' pieces (between gaps longer than max_gap)
     that have no bar."""
@@ -101,25 +96,60 @@ def missing_minutes_share(timestamps_ns: np.ndarray, max_gap: str | None) -> flo
 def measure_quality(bars, max_gap: str | None) -> dict:
     """Each flag's measure of read_clean_bars' frame (see the module doc), shares rounded to
     SHARE_DIGITS; zero_volume is None without a volume column."""
-    rows = len(bars)
+    return measures_of(bar_counts(bars), bars["timestamp"].array.asi8, max_gap)
+
+
+def bar_counts(bars) -> dict:
+    """What the measures count of the bars' values (JSON-able): the bars, the flat, the
+    zero-volume and the inconsistent ones, the conflicting duplicates, each column's least and
+    greatest value. Counts of consecutive stretches of bars add up (add_counts)."""
     columns = ["open", "high", "low", "close"] + (["volume"] if has_volume(bars) else [])
     values = {column: bars[column].to_numpy(dtype=np.float64) for column in columns}
     open_, high, low, close = (values[key] for key in ("open", "high", "low", "close"))
     flat = (open_ == high) & (high == low) & (low == close)
     inconsistent = (high < low) | (open_ < low) | (open_ > high) | (close < low) | (close > high)
-    constant = [column for column in columns if rows > 1 and one_value(values[column])]
-    timestamps_ns = bars["timestamp"].array.asi8
+    return {
+        "columns": columns,
+        "rows": len(bars),
+        "flat": int(flat.sum()),
+        "zero_volume": int((values["volume"] == 0).sum()) if "volume" in values else None,
+        "inconsistent": int(inconsistent.sum()),
+        "conflicting": int(bars.attrs.get("conflicting_duplicates", 0)),
+        "least": {column: float(np.nanmin(values[column])) if len(bars) else None for column in columns},
+        "greatest": {column: float(np.nanmax(values[column])) if len(bars) else None for column in columns},
+    }
+
+
+def add_counts(earlier: dict, later: dict) -> dict | None:
+    """bar_counts of two stretches of bars, one after the other; None when their columns differ."""
+    if earlier["columns"] != later["columns"]:
+        return None
+    added = {key: earlier[key] + later[key] for key in ("rows", "flat", "inconsistent", "conflicting")}
+    volume = earlier["zero_volume"]
+    return {
+        "columns": earlier["columns"],
+        **added,
+        "zero_volume": None if volume is None else volume + later["zero_volume"],
+        "least": {key: min(value, later["least"][key]) for key, value in earlier["least"].items()},
+        "greatest": {key: max(value, later["greatest"][key]) for key, value in earlier["greatest"].items()},
+    }
+
+
+def measures_of(counts: dict, timestamps_ns: np.ndarray, max_gap: str | None) -> dict:
+    """The measures (measure_quality) from bar_counts and every bar's time."""
+    rows, columns = counts["rows"], counts["columns"]
+    constant = [column for column in columns if rows > 1 and counts["least"][column] == counts["greatest"][column]]
     steps = np.diff(timestamps_ns)
 
     def share(count: float) -> float:
         return round(float(count) / rows, SHARE_DIGITS) if rows else 0.0
 
     return {
-        "flat_bars": share(flat.sum()),
-        "zero_volume": share((values["volume"] == 0).sum()) if "volume" in values else None,
+        "flat_bars": share(counts["flat"]),
+        "zero_volume": None if counts["zero_volume"] is None else share(counts["zero_volume"]),
         "constant_columns": round(len(constant) / len(columns), SHARE_DIGITS),
-        "ohlc_inconsistent": share(inconsistent.sum()),
-        "conflicting_duplicates": share(bars.attrs.get("conflicting_duplicates", 0)),
+        "ohlc_inconsistent": share(counts["inconsistent"]),
+        "conflicting_duplicates": share(counts["conflicting"]),
         "missing_minutes": round(missing_minutes_share(timestamps_ns, max_gap), SHARE_DIGITS),
         "constant_column_names": " ".join(constant),
         "median_step": duration_text(int(np.median(steps))) if len(steps) else "",
@@ -167,7 +197,11 @@ def flags_text(findings: list[Finding]) -> str:
 def check_quality(bars, max_gap: str | None, thresholds: dict | None, name: str) -> tuple[dict, list[str]]:
     """(the quality row: measures and quality_flags (the warnings), the warning lines), or a
     DataError naming `name`, each failing flag, its share and its threshold's config key."""
-    measures = measure_quality(bars, max_gap)
+    return check_measures(measure_quality(bars, max_gap), thresholds, name)
+
+
+def check_measures(measures: dict, thresholds: dict | None, name: str) -> tuple[dict, list[str]]:
+    """check_quality of measures already taken."""
     findings = judge_quality(measures, thresholds)
     failures = [finding for finding in findings if finding.level == "fail"]
     if failures:

@@ -7,10 +7,12 @@ import pytest
 from conftest import TINY_ROWS
 
 from rnnfleet.data import (
+    ARRAYS_FORMAT,
     DataError,
     compute_features,
     load_arrays,
     prepare_dataset,
+    read_clean_bars,
     save_arrays,
     split_and_normalise,
 )
@@ -80,8 +82,9 @@ def test_arrays_round_trip_without_pickle(tmp_path):
     np.testing.assert_array_equal(loaded.targets, arrays.targets)
     assert (loaded.split, loaded.horizon) == (arrays.split, 1) and arrays.split.test_start < arrays.rows
     assert loaded.rows == TINY_ROWS - 2  # first bar has no previous close, last has no target
-    # Stored once (rows x features, plus a digest and a time per row), not as pre-cut windows.
-    assert (tmp_path / "A.npz").stat().st_size < 2 * TINY_ROWS * 6 * 4 + TINY_ROWS * 16 + 4096
+    # Stored once (rows x features and a target, raw float64, plus a digest and a time per
+    # row, and the last bars for the next append), not as pre-cut windows.
+    assert (tmp_path / "A.npz").stat().st_size < 2 * TINY_ROWS * 6 * 8 + TINY_ROWS * 16 + 8192
 
 
 def test_array_file_with_pickled_objects_is_refused(tmp_path):
@@ -162,3 +165,54 @@ def test_at_the_defaults_the_validation_and_test_parts_stop_growing_past_one_wee
     assert sizes[30] == part_sizes(30 * 1440, fractions, seq_len)[1:]
     assert max(sizes[30]) < DEFAULT_MAX_PART_BARS
     assert sizes[90] == sizes[180] == (DEFAULT_MAX_PART_BARS, DEFAULT_MAX_PART_BARS)
+
+
+def test_an_array_file_holds_raw_values_and_one_of_the_older_format_is_refused(tmp_path):
+    csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS, 1)
+    arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=1, val_fraction=0.2)
+    save_arrays(arrays, tmp_path / "A.npz")
+    raw_features, raw_targets, _, _ = compute_features(read_clean_bars(csv_path, None, 0.01), horizon=1)
+    with np.load(tmp_path / "A.npz") as stored:
+        assert "features" not in stored.files and int(stored["arrays_format"]) == ARRAYS_FORMAT == 2
+        np.testing.assert_array_equal(stored["raw_features"], raw_features, strict=True)
+        np.testing.assert_array_equal(stored["raw_targets"], raw_targets, strict=True)
+        older = {name: stored[name] for name in stored.files if name != "arrays_format"}
+    np.savez(tmp_path / "older.npz", **older, features=arrays.features)  # format 1: no format number
+    with pytest.raises(DataError, match="older.npz: an array file of format 1, not 2"):
+        load_arrays(tmp_path / "older.npz")
+
+
+@pytest.mark.parametrize(
+    ("features", "target", "horizon", "max_gap"),
+    [
+        (
+            ["ohlc_returns", "log_volume", "hl_range", "volume_change", "time_of_day", "day_of_week"],
+            "direction",
+            [1, 5],
+            "15min",
+        ),
+        (["ohlc_returns"], "abs_log_return", 3, "off"),
+    ],
+)
+def test_appended_arrays_are_those_of_every_bar_member_by_member(tmp_path, capsys, features, target, horizon, max_gap):
+    from rnnfleet.runner.jobs import preprocess_one
+    from rnnfleet.synthetic import synthetic_bars
+
+    bars = synthetic_bars(4 * 300, 3)
+    bars = bars.drop(index=range(340, 400))  # an hour missing: a gap at 15min
+    data = tmp_path / "data"
+    data.mkdir()
+    paths = []
+    for day in range(4):
+        paths.append(str(data / f"A-{day}.csv"))
+        bars.iloc[day * 285 : (day + 1) * 285].to_csv(paths[-1], index=False, float_format="%.6f")
+    settings = dict(seq_len=8, horizon=horizon, val_fraction=0.2, features=features, target=target, max_gap=max_gap)
+    preprocess_one(paths[:3], str(tmp_path / "morning" / "A.npz"), **settings, dataset="A")
+    capsys.readouterr()
+    preprocess_one(paths, str(tmp_path / "morning" / "A.npz"), **settings, dataset="A")
+    assert "the rows of 285 new bars appended to the previous arrays'" in capsys.readouterr().err
+    preprocess_one(paths, str(tmp_path / "full" / "A.npz"), **settings, dataset="A")
+    with np.load(tmp_path / "morning" / "A.npz") as appended, np.load(tmp_path / "full" / "A.npz") as every:
+        assert appended.files == every.files
+        for member in every.files:
+            np.testing.assert_array_equal(appended[member], every[member], err_msg=member, strict=True)

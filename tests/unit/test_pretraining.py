@@ -59,6 +59,8 @@ def test_pooled_pieces_give_exactly_their_windows_and_none_across_two(tmp_path):
                 horizon=1,
                 feature_names=("a", "b"),
                 row_times=np.arange(rows, dtype=np.int64),
+                raw_features=features.astype(np.float64),  # what the file holds: mean 0, std 1
+                raw_targets=np.zeros(rows),
             ),
             path,
         )

@@ -101,11 +101,12 @@ def test_nothing_after_a_folds_origin_reaches_its_training(arrays):
     origin = fold.first_row + fold.split.test_start
     first_test_input = origin - SEQ_LEN + 1  # the first bar a test window of the fold reads
     rng = np.random.default_rng(1)
-    features = arrays.features.copy()
-    features[first_test_input:] *= rng.uniform(0.5, 1.5, features[first_test_input:].shape).astype(np.float32)
-    targets = arrays.targets.copy()
-    targets[origin:] = rng.normal(size=len(targets) - origin).astype(np.float32)
-    perturbed = replace(arrays, features=features, targets=targets)
+    # The raw values: what a fold normalises with its own training part's statistics.
+    features = arrays.raw_features.copy()
+    features[first_test_input:] *= rng.uniform(0.5, 1.5, features[first_test_input:].shape)
+    targets = arrays.raw_targets.copy()
+    targets[origin:] = rng.normal(size=len(targets) - origin) * targets.std()
+    perturbed = replace(arrays, raw_features=features, raw_targets=targets)
     cpu = torch.device("cpu")
     result = train_and_evaluate(fold_arrays(arrays, fold), SMALL_MODEL, SMALL_TRAIN, cpu)
     result_perturbed = train_and_evaluate(fold_arrays(perturbed, fold), SMALL_MODEL, SMALL_TRAIN, cpu)

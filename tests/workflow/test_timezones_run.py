@@ -172,3 +172,22 @@ def test_a_time_zone_set_for_epoch_time_files_re_runs_nothing_for_them_and_the_d
     assert datasets_planned(*zoned)[0] == set()
     assert datasets_planned()[0] == {"NAIVE_1m"}  # the setting removed: again only the naive times change
     assert [path.stat().st_mtime_ns for path in outputs] == written
+
+
+def test_a_time_zone_set_before_the_first_run_of_epoch_time_files_and_removed_re_runs_nothing(tmp_path):
+    bars = synthetic_bars(400, 5)
+    bars["timestamp"] = pd.to_datetime(bars["timestamp"]).astype("int64") // 10**6  # epoch milliseconds
+    (tmp_path / "data").mkdir()
+    bars.to_csv(tmp_path / "data" / "EPOCH_1m.csv", index=False, float_format="%.6f")
+    write_synthetic_csv(tmp_path / "data" / "NAIVE_1m.csv", 400, 6)  # naive text times: the zone applies
+    write_config(tmp_path, data_dir="data", format={"timezone": "Europe/Berlin"})
+    first = snakemake(tmp_path)
+    assert "format.timezone 'Europe/Berlin' is not used by 1 dataset(s)" in first.stderr and "EPOCH_1m" in first.stderr
+
+    def datasets_planned() -> set[str]:
+        jobs = planned_jobs(snakemake(tmp_path, "-n").stdout)
+        return {job.wildcards.split("dataset=")[1] for job in jobs if job.wildcards}
+
+    assert datasets_planned() == set()
+    write_config(tmp_path, data_dir="data")  # the zone removed: only the naive times change
+    assert datasets_planned() == {"NAIVE_1m"}

@@ -5,6 +5,7 @@ keeps the previous model."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -25,7 +26,7 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.data import load_arrays
+from rnnfleet.data import ARRAYS_FORMAT, DataError, load_arrays
 from rnnfleet.model import load_model
 from rnnfleet.predict import forecast_csv
 from rnnfleet.synthetic import synthetic_bars
@@ -184,17 +185,48 @@ def assert_arrays_of_a_full_preprocess(workdir: Path, dataset: str, tmp_path: Pa
             np.testing.assert_array_equal(made[member], every[member], err_msg=member, strict=True)
 
 
-def test_a_new_day_file_is_the_only_file_read_and_the_arrays_are_those_of_reading_every_file(run, bars, tmp_path):
+def test_a_new_day_file_is_the_only_file_read_its_rows_appended_and_the_arrays_are_those_of_reading_every_file(
+    run, bars, tmp_path
+):
     part = bars["DAYS"].iloc[DAYS * DAY : (DAYS + 1) * DAY]  # the morning's file; the others untouched
     part.to_csv(run / "data" / f"DAYS-1m-{DAYS:02d}.csv", index=False, float_format="%.6f")
+    # Without the bars cache too: the earlier files' rows come from the previous arrays.
+    (run / "prep" / "bars" / "DAYS.npz").unlink()
     snakemake(run, "prep/DAYS.npz")
     log = preprocess_log(run, "DAYS")
     assert (
-        f"DAYS ({DAYS + 1} files under data): 1 file(s) read ({DAY:,} bars), {DAYS} file(s) unchanged since they "
-        f"were read taken from prep/bars/DAYS.npz ({DAYS * DAY:,} bars)" in log
+        f"DAYS ({DAYS + 1} files under data): 1 file(s) read ({DAY:,} bars), {DAYS} earlier file(s) not read: "
+        "their rows are those of the previous arrays" in log
     )
+    assert f"the rows of {DAY:,} new bars appended to the previous arrays'" in log
     assert f"data/DAYS-1m-{DAYS:02d}.csv: read as" in log and "DAYS-1m-00.csv: read as" not in log
     assert_arrays_of_a_full_preprocess(run, "DAYS", tmp_path)
+
+
+def test_an_array_file_of_the_older_format_is_made_again_once(run):
+    arrays_path = run / "prep" / "DAYS.npz"
+    # As an older rnnfleet left it: normalised features, no format, no copy kept to append
+    # to, and its job's record (Snakemake's metadata) without the format param.
+    with np.load(arrays_path) as stored:
+        older = {name: stored[name] for name in stored.files if name not in ("arrays_format", "raw_features")}
+    older["features"] = load_arrays(arrays_path).features
+    np.savez(arrays_path, **older)
+    (run / "prep" / "bars" / "DAYS.arrays.npz").unlink(missing_ok=True)
+    record_path = run / ".snakemake" / "metadata" / base64.b64encode(b"prep/DAYS.npz").decode()
+    record = json.loads(record_path.read_text())
+    params = record["params"]
+    assert params.count(repr(ARRAYS_FORMAT)) == 1, params  # the format param, and no other of that value
+    params.remove(repr(ARRAYS_FORMAT))
+    record_path.write_text(json.dumps({**record, "params": params}))
+    with pytest.raises(DataError, match="an array file of format 1, not 2"):
+        load_arrays(arrays_path)
+
+    dry_run = snakemake(run, "-n")
+    assert set(pending_jobs(dry_run.stdout + dry_run.stderr, "preprocess")) == {"DAYS"}
+    snakemake(run, "prep/DAYS.npz")
+    assert load_arrays(arrays_path).rows == older["raw_targets"].shape[0]
+    dry_run = snakemake(run, "-n")
+    assert pending_jobs(dry_run.stdout + dry_run.stderr, "preprocess") == {}
 
 
 def test_the_dry_run_counts_new_bars_once_the_arrays_are_made(run, bars):
@@ -226,6 +258,26 @@ def test_a_day_file_cut_inside_its_last_line_is_read_without_it_and_its_repair_i
     assert (repaired["made"], repaired["rows"]) == ("update 2", first["rows"] + DAY)
 
 
+def test_a_cut_last_line_that_is_a_grown_files_only_new_bar_is_refused_and_the_model_kept(run, bars):
+    growing, model = run / "data" / "GROWING-1m-all.csv", run / "models" / "GROWING.pt"
+    kept = model.read_bytes()
+    bars["GROWING"].iloc[: GROWING_ROWS + 1].to_csv(growing, index=False, float_format="%.6f")
+    whole = growing.read_text()
+    growing.write_text(whole[:-4])  # the one new line cut inside its last number, its line end lost
+    result = snakemake(run, check=False)
+    refused = (
+        "data/GROWING-1m-all.csv: the last line has no line end (the file may have been cut while it was written), "
+        "and that line is its only new bar: nothing new to train on, the model is kept"
+    )
+    assert result.returncode != 0 and refused in result.stdout + result.stderr
+    assert refused in preprocess_log(run, "GROWING")
+    assert model.read_bytes() == kept
+
+    growing.write_text(whole)  # the line complete
+    snakemake(run)
+    assert "GROWING: update: 1 new bars" in train_log(run, "GROWING")
+
+
 def test_a_changed_setting_trains_from_scratch(run, bars):
     appended(run, bars)
     changed = ("--config", 'train={"lr": 0.002}')
@@ -240,10 +292,13 @@ def test_a_changed_setting_trains_from_scratch(run, bars):
 def test_parts_of_fixed_size_keep_their_size_as_days_are_added_and_updates_go_on(run, bars):
     fixed = ("--config", 'preprocess={"val_bars": 300, "test_bars": 200}')
     snakemake(run, *fixed)  # the parts changed: preprocessed and trained again
+    made = "DAYS (3 files under data): arrays made from every bar: the previous arrays were made with other settings"
+    assert made in preprocess_log(run, "DAYS")
     first = metrics(run, "DAYS")
     assert (first["made"], first["val_windows"], first["test_windows"]) == ("full", 300, 200)
     appended(run, bars)
     snakemake(run, *fixed)
+    assert f"the rows of {DAY:,} new bars appended" in preprocess_log(run, "DAYS")
     after = metrics(run, "DAYS")
     assert (after["made"], after["val_windows"], after["test_windows"]) == ("update 1", 300, 200)
     assert after["rows"] == first["rows"] + DAY and after["train_windows"] == first["train_windows"] + DAY
@@ -262,6 +317,7 @@ def test_a_changed_earlier_bar_trains_from_scratch(run, bars, tmp_path):
     assert metrics(run, "GROWING")["made"] == "update 1"
     # The changed file is read again, with the new one; the others come from the bars cache.
     log = preprocess_log(run, "DAYS")
+    assert "arrays made from every bar: data/DAYS-1m-00.csv changed since the previous arrays were made" in log
     assert "data/DAYS-1m-00.csv: changed since it was read: read again" in log
     assert f"2 file(s) read ({2 * DAY:,} bars), {DAYS - 1} file(s) unchanged" in log
     assert_arrays_of_a_full_preprocess(run, "DAYS", tmp_path)

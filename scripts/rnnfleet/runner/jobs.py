@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnfleet.bar_cache import cache_path_for
 from rnnfleet.checkpoint import write_json
-from rnnfleet.data import PreparedArrays, bars_label, load_arrays, prepare_dataset, save_arrays
+from rnnfleet.data import PreparedArrays, bars_label, load_arrays, save_arrays
 from rnnfleet.errors import (
     ATTEMPT_PREFIX,
     ERROR_PREFIX,
@@ -42,9 +41,8 @@ from rnnfleet.runner.device import (
     torch_threads,
 )
 from rnnfleet.runner.orphans import run_job_guard
-from rnnfleet.settings import settings_for_hash
 from rnnfleet.train.modelfile import save_checkpoint
-from rnnfleet.train.updating import NO_PREVIOUS_MODEL, settings_sha256
+from rnnfleet.train.updating import NO_PREVIOUS_MODEL
 
 if TYPE_CHECKING:
     from rnnfleet.train.fit import Settings
@@ -150,13 +148,12 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     rnnfleet.settings.preprocess_settings builds them from the config. A file that is
     replaced, rewritten or deleted while the job runs fails the job (UserError) and leaves no
     array file: arrays newer than the file would keep the next run from reading the new content."""
-    from dataclasses import replace
+    from rnnfleet.appending import keep_for_next_append, prepared_arrays
 
     read_versions = files_version(data_files)
-    arrays, notes = prepare_dataset(data_files, **settings, bars_cache=cache_path_for(arrays_path))
-    # What an update checks the arrays were made with (the dataset's name aside).
-    hashed = settings_for_hash({**settings, "dataset": None}, arrays.timezone)
-    arrays = replace(arrays, settings_sha256=settings_sha256(hashed))
+    # Appended to the previous arrays where it can be (rnnfleet.appending), with the
+    # settings hash an update checks the arrays were made with.
+    arrays, notes = prepared_arrays(data_files, arrays_path, settings)
     csv_path = bars_label(data_files, settings.get("dataset", ""))
     for note in notes:
         print(f"{csv_path}: note: {note}", file=sys.stderr)
@@ -169,6 +166,7 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
             f"{csv_path}: changed while it was read (replaced, rewritten or deleted during the run); "
             "nothing was written, the next run reads it again"
         )
+    keep_for_next_append(arrays_path, arrays)
     print(
         f"{csv_path}: {arrays.rows} rows x {len(arrays.feature_names)} features ({', '.join(arrays.feature_names)}), "
         f"target {arrays.target} -> {arrays_path} (train windows end before row {arrays.train_end}, validation "

@@ -34,14 +34,23 @@ def recorded_zones(arrays_path: str) -> str:
         return ""
 
 
-def zone_free_datasets(zones: dict[str, str], arrays_path_of) -> list[str]:
+def zone_free_datasets(zones: dict[str, str], arrays_path_of, files_of=None) -> list[str]:
     """Of {dataset: its format.timezone}, the datasets whose zone is set (not auto) and
-    whose array file records zone-free times (sorted)."""
-    return sorted(
-        dataset
-        for dataset, zone in zones.items()
-        if zone != DEFAULT_ZONE and times_zone_free(recorded_zones(arrays_path_of(dataset)))
-    )
+    whose array file records zone-free times (sorted). files_of(dataset): (its files, its
+    `columns:`, its `format:`), for a dataset without an array file yet: zone-free when the
+    first lines of every file give epoch times or times with their zone (rnnfleet.formats.
+    head_times_zone_free), so that its first run records the default zone as well and a zone
+    removed later re-runs nothing either."""
+    from rnnfleet.formats import head_times_zone_free
+
+    def zone_free(dataset: str) -> bool:
+        arrays_path = arrays_path_of(dataset)
+        if os.path.exists(arrays_path) or files_of is None:
+            return times_zone_free(recorded_zones(arrays_path))
+        paths, columns, read_format = files_of(dataset)
+        return bool(paths) and all(head_times_zone_free(path, columns, read_format) for path in paths)
+
+    return sorted(dataset for dataset, zone in zones.items() if zone != DEFAULT_ZONE and zone_free(dataset))
 
 
 def unused_zone_note(datasets: list[str], zones: dict[str, str]) -> str:

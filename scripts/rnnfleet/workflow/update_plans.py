@@ -29,11 +29,11 @@ SHOWN_DATASETS = 3
 
 def array_rows(path: str) -> int | None:
     """The feature rows of an array file (rnnfleet.data.save_arrays), from the header of its
-    features array; None where it cannot be read."""
+    targets array; None where it cannot be read."""
     import numpy as np
 
     try:
-        with zipfile.ZipFile(path) as archive, archive.open("features.npy") as member:
+        with zipfile.ZipFile(path) as archive, archive.open("raw_targets.npy") as member:
             version = np.lib.format.read_magic(member)
             read_header = (
                 np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
