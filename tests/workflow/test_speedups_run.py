@@ -15,9 +15,11 @@ import pytest
 from conftest import PROGRAMS, REPO, TINY_ROWS, add_datasets, write_config, write_synthetic_csv
 from conftest import snakemake as run_snakemake
 
-from rnnfleet.hooks import snakemake_speedups
+from rnnfleet.hooks import PATCHES_OFF_VARIABLE, snakemake_speedups
 
-SPEEDUPS_LINE = re.compile(r"rnnfleet: Snakemake speed-ups on: (.*)")
+PATCHES_LINE = re.compile(r"rnnfleet: Snakemake patches on: (.*)")
+# The bench switch's value: "all" leaves every patch out (stock Snakemake), "" none.
+WITHOUT = {"1": "all", "0": ""}
 
 
 def job_lines(dry_run_output: str) -> list[str]:
@@ -25,7 +27,7 @@ def job_lines(dry_run_output: str) -> list[str]:
     sorted (Snakemake prints them from sets, in an order that varies between runs)."""
     kept = []
     for line in dry_run_output.splitlines():
-        if re.match(r"\s*(\[\w{3} \w{3}|Date:|Workflow ID:)", line) or SPEEDUPS_LINE.search(line):
+        if re.match(r"\s*(\[\w{3} \w{3}|Date:|Workflow ID:)", line) or PATCHES_LINE.search(line):
             continue
         if line.strip().startswith("reason:"):
             parts = line.split("reason: ", 1)[1].split("; ")
@@ -62,10 +64,10 @@ def test_dry_run_lists_the_same_jobs_and_reasons_with_and_without_speedups(tmp_p
     os.utime(changed_csv, (later, later))
     listings = {}
     for stock in ("1", "0"):
-        result = run_snakemake(tmp_path, "-n", "-p", "--verbose", env={"RNNFLEET_STOCK_SNAKEMAKE": stock})
+        result = run_snakemake(tmp_path, "-n", "-p", "--verbose", env={PATCHES_OFF_VARIABLE: WITHOUT[stock]})
         output = result.stdout + result.stderr
         listings[stock] = job_blocks(output)
-        applied = SPEEDUPS_LINE.search(output).group(1)
+        applied = PATCHES_LINE.search(output).group(1)
         assert (applied == "none") == (stock == "1"), applied
     jobs = listings["0"][0]
     assert any("reason: Updated input files: data/D1_1m.csv" in job for job in jobs)
@@ -85,7 +87,7 @@ def test_missing_script_is_still_reported(tmp_path, stock):
         [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "-d", str(tmp_path), "-n"],
         capture_output=True,
         text=True,
-        env={**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock},
+        env={**os.environ, PATCHES_OFF_VARIABLE: WITHOUT[stock]},
     )
     assert result.returncode != 0
     assert "scripts/summarize.py" in result.stdout + result.stderr  # Snakemake's own error names it
@@ -109,7 +111,7 @@ def test_params_are_evaluated_for_a_conda_path_only_where_it_needs_them(tmp_path
     # rnnfleet's triggers (profiles/default): the "code" trigger evaluates params for its own reasons.
     command = [sys.executable, "-m", "snakemake", "-s", str(COUNTED_PARAMS / "Snakefile"), "--cores", "1"]
     command += ["--rerun-triggers", "mtime", "params", "input", "software-env"]
-    environment = {**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock}
+    environment = {**os.environ, PATCHES_OFF_VARIABLE: WITHOUT[stock]}
 
     planned = subprocess.run([*command, "-n"], cwd=tmp_path, capture_output=True, text=True, env=environment)
     assert planned.returncode == 0, planned.stderr
@@ -133,7 +135,7 @@ def test_garbage_collection_is_tuned_only_with_the_speedups(stock):
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock},
+        env={**os.environ, PATCHES_OFF_VARIABLE: WITHOUT[stock]},
     )
     first_threshold, frozen = map(int, result.stdout.split())
     if stock == "1":
