@@ -86,6 +86,12 @@ def parse_args():
         help="instead of 1 and 2: per name, dry-runs and real runs without that patch ('all': stock "
         "Snakemake; 'speedups': each speed-up in turn), interleaved with runs with every patch",
     )
+    parser.add_argument(
+        "--predict-all",
+        action="store_true",
+        help="with --leave-out: the dry-runs forecast every dataset (predict.datasets: all), so each dataset "
+        "has a `script:` job with a `conda:` path too",
+    )
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args()
 
@@ -248,7 +254,9 @@ def median_with_load(runs: list[tuple[float, float]]) -> str:
     return f"{statistics.median(run[0] for run in runs):.2f} s (load {min(loads):.1f}-{max(loads):.1f})"
 
 
-def leave_out_figures(names: list[str], sizes: list[int], run_datasets: list[int], reps: int) -> dict:
+def leave_out_figures(
+    names: list[str], sizes: list[int], run_datasets: list[int], reps: int, predict_all: bool = False
+) -> dict:
     """Per patch left out, and with every patch: the dry-run's CPU (one dry-run of each size per
     repetition) and Snakemake's own CPU per job of a real run (each --run-datasets size), in
     interleaved repetitions; the ratio without / with printed."""
@@ -260,7 +268,7 @@ def leave_out_figures(names: list[str], sizes: list[int], run_datasets: list[int
             (workdir / "data").mkdir()
             for number in range(size):
                 (workdir / "data" / f"S{number:06d}_1m.csv").touch()
-            write_config(workdir)
+            write_config(workdir, **({"predict": {"datasets": "all"}} if predict_all else {}))
             cpu = {label: [] for label in variants}
             for _ in range(reps):
                 for label, off in variants.items():
@@ -270,7 +278,10 @@ def leave_out_figures(names: list[str], sizes: list[int], run_datasets: list[int
                     )
                     cpu[label].append((figures["cpu_s"], started_load))
         record["dry_runs"][size] = cpu
-        print(f"\n{size:,} datasets, `snakemake -n`: CPU s, median of {reps} interleaved (ratio to every patch):")
+        forecasts = ", predict.datasets: all" if predict_all else ""
+        print(
+            f"\n{size:,} datasets{forecasts}, `snakemake -n`: CPU s, median of {reps} interleaved (ratio to every patch):"
+        )
         with_all = statistics.median(run[0] for run in cpu["every patch"])
         for label, runs in cpu.items():
             ratio = statistics.median(run[0] for run in runs) / with_all
@@ -304,7 +315,7 @@ def main():
             )
         ]
         print(f"bench_scale --leave-out on {platform.node()}, {os.cpu_count()} cores; load {load():.1f}")
-        record = leave_out_figures(names, args.sizes, args.run_datasets, args.reps)
+        record = leave_out_figures(names, args.sizes, args.run_datasets, args.reps, args.predict_all)
         record["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
         Path(args.out).mkdir(parents=True, exist_ok=True)
         with open(Path(args.out) / "scale_patches.jsonl", "a") as handle:

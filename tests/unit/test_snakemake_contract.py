@@ -126,10 +126,11 @@ def test_the_bench_switch_leaves_out_the_patches_it_names(stock_snakemake, monke
 
     applied = hooks.apply(JobProcess(), run_hooks())
 
-    assert {"shellcmd", "retry_policy", "gc"}.isdisjoint(applied) and "conda_env" in applied
+    assert {"shellcmd", "retry_policy", "gc"}.isdisjoint(applied) and "input_sizes" in applied
     assert current("snakemake.jobs:Job.shellcmd") is shellcmd
     assert current("snakemake.jobs:Job.restart_times") is restart_times
-    assert current("snakemake.jobs:Job.conda_env_spec").fget is snakemake_speedups.job_conda_env_spec
+    update_input_sizes = current("snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes")
+    assert update_input_sizes is snakemake_speedups.update_input_sizes
 
 
 def test_the_bench_switch_all_leaves_snakemake_stock(stock_snakemake, monkeypatch):

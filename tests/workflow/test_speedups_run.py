@@ -1,6 +1,5 @@
 """rnnfleet.hooks.snakemake_speedups in real snakemake runs: it changes nothing Snakemake plans
-(same jobs and reasons), still reports a missing script, evaluates params only where a conda
-path needs them, and tunes garbage collection only when on."""
+(same jobs and reasons), still reports a missing script, and tunes garbage collection only when on."""
 
 from __future__ import annotations
 
@@ -91,41 +90,6 @@ def test_missing_script_is_still_reported(tmp_path, stock):
     )
     assert result.returncode != 0
     assert "scripts/summarize.py" in result.stdout + result.stderr  # Snakemake's own error names it
-
-
-# A workflow of its own, whose params count their evaluations (run with tmp_path as its working folder).
-COUNTED_PARAMS = PROGRAMS / "counted_params"
-
-
-def params_calls(workdir) -> list[str]:
-    calls = workdir / "params_calls.txt"
-    return sorted(calls.read_text().splitlines()) if calls.exists() else []
-
-
-@pytest.mark.parametrize("stock", ["1", "0"])
-def test_params_are_evaluated_for_a_conda_path_only_where_it_needs_them(tmp_path, stock):
-    """Stock Snakemake evaluates every job's params while building the DAG to expand its
-    conda path; with the speed-ups a plain path is expanded once per rule, and only a path
-    holding wildcards gets each job's params. (The first job whose script path Snakemake
-    checks has its params evaluated for that, too.)"""
-    # rnnfleet's triggers (profiles/default): the "code" trigger evaluates params for its own reasons.
-    command = [sys.executable, "-m", "snakemake", "-s", str(COUNTED_PARAMS / "Snakefile"), "--cores", "1"]
-    command += ["--rerun-triggers", "mtime", "params", "input", "software-env"]
-    environment = {**os.environ, PATCHES_OFF_VARIABLE: WITHOUT[stock]}
-
-    planned = subprocess.run([*command, "-n"], cwd=tmp_path, capture_output=True, text=True, env=environment)
-    assert planned.returncode == 0, planned.stderr
-    calls = params_calls(tmp_path)
-    assert [call for call in calls if call.startswith("per_job")] == [f"per_job {n}" for n in range(3)]
-    plain_calls = [call for call in calls if call.startswith("plain")]
-    if stock == "1":
-        assert plain_calls == [f"plain {n}" for n in range(6)]
-    else:
-        assert 1 <= len(plain_calls) <= 2, calls
-
-    ran = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=environment)
-    assert ran.returncode == 0, ran.stderr
-    assert [(tmp_path / "plain" / f"{n}.txt").read_text() for n in range(6)] == [f"{n}\n" for n in range(6)]
 
 
 @pytest.mark.parametrize("stock", ["1", "0"])

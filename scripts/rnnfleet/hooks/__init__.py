@@ -29,7 +29,6 @@ PATCHES = {
     "input_sizes": "snakemake_speedups",
     "script_check": "snakemake_speedups",
     "function_params": "snakemake_speedups",
-    "conda_env": "snakemake_speedups",
     "shellcmd": "snakemake_speedups",
     "report_captions": "snakemake_speedups",
     "gc": "snakemake_speedups",

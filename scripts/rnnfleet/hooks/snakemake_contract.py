@@ -8,7 +8,7 @@ What it promises:
   apply (speed-ups, guards, atomic restore) read their hashes from here.
 - PRIVATE_NAMES lists the private attributes of Snakemake's classes and modules that the
   replacements read or write without replacing them: each class's module must still assign
-  them (`self.<name> =`), each module must still define them.
+  them (`self.<name> =`).
 - differences() says, per function, what the installed Snakemake changed: another source, a
   function gone, a private name no longer set. tests/unit/test_snakemake_contract.py fails on any difference, so a new
   Snakemake shows in `make test` which of rnnfleet's changes need reading again, instead of
@@ -55,11 +55,6 @@ CONTRACT = (
         "snakemake.common:get_function_params",
         "snakemake_speedups",
         "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",
-    ),
-    Patch(
-        "snakemake.jobs:Job.conda_env_spec",
-        "snakemake_speedups",
-        "4a98328beadaf1b9407bc162ac57a5921fb0fb9fc9159f0a5961ef14d4db6c21",
     ),
     Patch(
         "snakemake.jobs:Job.shellcmd",
@@ -157,13 +152,11 @@ CONTRACT = (
 # Private names the replacements use without replacing them (see the module docstring).
 PRIVATE_NAMES = {
     "snakemake.scheduling.job_scheduler:JobScheduler": ("_open_jobs", "_input_sizes", "_tofinish"),
-    "snakemake.jobs:Job": ("_params", "_resources", "_conda_env_spec"),
+    "snakemake.jobs:Job": ("_params", "_resources"),
     "snakemake.jobs:GroupJob": ("_toposorted", "_resources", "_input", "_output", "_log", "_all_products", "_jobid"),
-    "snakemake.rules:Rule": ("_expanded_conda_env",),
     "snakemake.workflow:Workflow": ("_resource_scopes",),
     "snakemake.dag:DAG": ("_running",),
 }
-PRIVATE_MODULE_NAMES = {"snakemake.rules": ("_NOT_CACHED",)}
 
 
 def stock_hashes(by: str) -> dict[str, str]:
@@ -215,16 +208,13 @@ def difference(target: str, expected_sha256: str) -> str | None:
 
 
 def private_name_differences() -> list[str]:
-    """One line per private name of PRIVATE_NAMES and PRIVATE_MODULE_NAMES that Snakemake no longer has."""
+    """One line per private name of PRIVATE_NAMES that Snakemake no longer sets."""
     problems = []
     for qualified_name, names in PRIVATE_NAMES.items():
         owner, attribute, _ = locate(qualified_name)
         # the source of the class's module: a class's own source takes a parse of the module (seconds)
         source = inspect.getsource(inspect.getmodule(getattr(owner, attribute)))
         problems += [f"{qualified_name} no longer sets {name}" for name in names if f"self.{name} =" not in source]
-    for module_name, names in PRIVATE_MODULE_NAMES.items():
-        module = importlib.import_module(module_name)
-        problems += [f"{module_name} no longer defines {name}" for name in names if not hasattr(module, name)]
     return problems
 
 

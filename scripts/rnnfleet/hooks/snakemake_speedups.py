@@ -17,14 +17,10 @@ What it promises:
      still checked per job).
   4. `snakemake.common.get_function_params`: `inspect.signature` of the same input and
      resource functions for every job; the replacement remembers it per function.
-  5. `Job.conda_env_spec`: stock Snakemake evaluates every job's `params:` while building the
-     DAG, only to pass them to `Rule.expand_conda_env`, which ignores them when the rule's
-     `conda:` is a plain path it has already expanded (the same for every job). The
-     replacement asks the rule first and evaluates the params only when the rule needs them.
-  6. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
+  5. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
      job while a dry-run prints it). The replacement keeps the command with the params and
      resources it was formatted from, and formats again when those are new (a retry).
-  7. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
+  6. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
      target for every file of the report appended, and parsed as reStructuredText once per
      file: quadratic in the files (bench/README.md: hours at 10,000 datasets). A caption
      that does not use `snakemake` (the job's wildcards, params, ...) is the same text for
@@ -134,20 +130,6 @@ def get_function_params(func):
     return params
 
 
-def job_conda_env_spec(self):
-    """Job.conda_env_spec, evaluating the job's params only when the rule's `conda:` needs them
-    (a function, or a path with wildcards); a plain path is expanded once per rule."""
-    if self._conda_env_spec is None:
-        from snakemake.rules import _NOT_CACHED
-
-        expanded_for_rule = self.rule._expanded_conda_env
-        if expanded_for_rule is not _NOT_CACHED:
-            self._conda_env_spec = expanded_for_rule
-        else:
-            self._conda_env_spec = self.rule.expand_conda_env(self.wildcards_dict, self.params, self.input)
-    return self._conda_env_spec
-
-
 def job_shellcmd(self):
     """Job.shellcmd, formatted once for the params and resources the job has (a retry
     resets both, and the command is formatted again)."""
@@ -216,7 +198,6 @@ REPLACEMENTS = {
     "input_sizes": ("snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes", update_input_sizes),
     "script_check": ("snakemake.dag:ScriptProcessor.process_job", script_processor_process_job),
     "function_params": ("snakemake.common:get_function_params", get_function_params),
-    "conda_env": ("snakemake.jobs:Job.conda_env_spec", job_conda_env_spec),
     "shellcmd": ("snakemake.jobs:Job.shellcmd", job_shellcmd),
     "report_captions": ("snakemake.report:FileRecord.render", file_record_render),
 }
