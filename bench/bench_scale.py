@@ -248,10 +248,11 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def median_with_load(runs: list[tuple[float, float]]) -> str:
-    """'median s (load a-b)' of (seconds, load average at the start) pairs."""
+def median_with_load(runs: list[tuple[float, float]], scale: float = 1, unit: str = "s") -> str:
+    """'median unit (load a-b)' of (seconds, load average at the start) pairs; scale: units a second."""
     loads = [run[1] for run in runs]
-    return f"{statistics.median(run[0] for run in runs):.2f} s (load {min(loads):.1f}-{max(loads):.1f})"
+    median = scale * statistics.median(run[0] for run in runs)
+    return f"{median:.2f} {unit} (load {min(loads):.1f}-{max(loads):.1f})"
 
 
 def leave_out_figures(
@@ -298,7 +299,7 @@ def leave_out_figures(
         with_all = statistics.median(run[0] for run in per_job["every patch"])
         for label, runs in per_job.items():
             ratio = statistics.median(run[0] for run in runs) / with_all
-            print(f"  {label:<30} {median_with_load(runs):>28}  x{ratio:.3f}", flush=True)
+            print(f"  {label:<30} {median_with_load(runs, 1000, 'ms'):>28}  x{ratio:.3f}", flush=True)
     return record
 
 

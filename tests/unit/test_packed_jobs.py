@@ -36,7 +36,7 @@ def test_a_job_counted_as_succeeded_goes_to_the_finish_queue_and_wakes_the_sched
     assert queue._tofinish == [job] and woken == [True]
 
 
-def test_inside_a_job_an_unknown_step_executor_runs_one_step_at_a_time_with_one_warning(monkeypatch, capsys):
+def test_inside_a_job_without_the_step_executor_plugin_steps_run_one_at_a_time_with_one_warning(monkeypatch, capsys):
     monkeypatch.setattr(packed_jobs, "_concurrent_overlapping_steps", lambda: False)
     registered = {}
     workflow = SimpleNamespace(

@@ -28,10 +28,10 @@ retry runs them all again (snakemake/snakemake#2508, snakemake-executor-plugin-s
 "Finished" is what Snakemake itself records: every output there and none marked incomplete
 (the step's Snakemake removes its job's mark only after the job succeeded).
 
-rnnfleet.hooks.apply applies them behind its one gate (the supported release, the replaced
-functions' source and the private names used as in snakemake_contract). Inside a SLURM job,
-a job-step plugin other than the one these were written for (its functions' source checked
-there too) leaves the steps one at a time, with one warning line.
+rnnfleet.hooks.apply applies them behind its one gate (the supported release; the replaced
+functions' source, the job-step plugin's where it is installed, and the private names used
+as in snakemake_contract). Inside a SLURM job without the job-step plugin the steps run one
+at a time, with one warning line.
 """
 
 from __future__ import annotations
@@ -72,16 +72,10 @@ def in_slurm_job(workflow) -> bool:
 def _concurrent_overlapping_steps() -> bool:
     """Have the job step executor start each step in a thread of its own (stock, it waits for
     one step to end before it starts the next) and with `srun --overlap`; False where the
-    plugin is not the one these were written for."""
-    from rnnfleet.hooks.snakemake_contract import CONTRACT, difference
-
+    plugin is not installed (its source, where it is, is part of rnnfleet.hooks' gate)."""
     try:
         import snakemake_executor_plugin_slurm_jobstep as jobstep
     except ImportError:
-        return False
-    if any(
-        difference(patch.target, patch.source_sha256) for patch in CONTRACT if patch.target.startswith(jobstep.__name__)
-    ):
         return False
     executor = jobstep.Executor
     stock_node_setting = jobstep.get_node_setting
@@ -114,7 +108,7 @@ def apply_inside_job(workflow) -> int | None:
     apply_split_on_failure()
     exit_with_injected_code_at_end()
     if not _concurrent_overlapping_steps():
-        _warn("this SLURM job step executor is not the one rnnfleet knows: a packed job runs one step at a time")
+        _warn("the SLURM job step executor plugin is not installed: a packed job runs one step at a time")
         return None
     cpus = int(os.environ.get("SLURM_CPUS_ON_NODE") or 1)
     workflow.register_resource("_nodes", max(1, cpus))  # steps at once (each takes >= 1 CPU)
