@@ -12,6 +12,11 @@
    how the per-job cost grows with the number of datasets; the largest size is also run in
    --run-batches batches (`snakemake summarize --batch summarize=i/B`), the remedy.
 
+3. What each of rnnfleet's patches to Snakemake buys (--leave-out NAME ...): the dry-run and
+   the real run again without that patch, by the bench switch RNNFLEET_SNAKEMAKE_PATCHES_OFF
+   (rnnfleet.hooks; "all": stock Snakemake), interleaved with runs with every patch, and the
+   ratio without / with printed with the load average at each figure.
+
 The machine is shared and small: wall times move with other load; the CPU figures less so.
 """
 
@@ -37,6 +42,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
+from rnnfleet.hooks import PATCHES, PATCHES_OFF_VARIABLE  # noqa: E402
 from rnnfleet.synthetic import write_synthetic_csv  # noqa: E402
 
 # A training that takes well under a second: what is left is the per-job overhead.
@@ -72,6 +78,20 @@ def parse_args():
         default=3,
         help="also run the largest --run-datasets as this many `snakemake summarize --batch summarize=i/B` runs",
     )
+    parser.add_argument(
+        "--leave-out",
+        nargs="*",
+        choices=[*PATCHES, "all", "speedups"],
+        default=[],
+        help="instead of 1 and 2: per name, dry-runs and real runs without that patch ('all': stock "
+        "Snakemake; 'speedups': each speed-up in turn), interleaved with runs with every patch",
+    )
+    parser.add_argument(
+        "--predict-all",
+        action="store_true",
+        help="with --leave-out: the dry-runs forecast every dataset (predict.datasets: all), so each dataset "
+        "has a `script:` job with a `conda:` path too",
+    )
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args()
 
@@ -106,7 +126,7 @@ def measure(command: list[str], stdout_path: Path, env: dict | None = None) -> d
 def dry_run_figures(datasets: int, reps: int, stock: bool) -> dict:
     """Median of `reps` dry-runs with the workflow's Snakemake speed-ups, and with stock
     Snakemake (interleaved) when `stock`; both must list the same jobs."""
-    variants = {"": {}, "stock_": {"RNNFLEET_STOCK_SNAKEMAKE": "1"}} if stock else {"": {}}
+    variants = {"": {}, "stock_": {PATCHES_OFF_VARIABLE: "all"}} if stock else {"": {}}
     with tempfile.TemporaryDirectory(prefix=f"rnnfleet-scale-{datasets}-") as folder:
         workdir = Path(folder)
         (workdir / "data").mkdir()
@@ -185,9 +205,10 @@ def benchmark_seconds(workdir: Path, rule: str) -> list[float]:
     return seconds
 
 
-def real_run_figures(datasets: int, batches: int = 1, stock: bool = False) -> dict:
+def real_run_figures(datasets: int, batches: int = 1, stock: bool = False, leave_out: str | None = None) -> dict:
     """One run over all datasets, or `batches` runs of a slice each (the last one summarises);
-    `stock`: without the workflow's Snakemake speed-ups."""
+    `stock`: without the workflow's Snakemake patches; `leave_out`: without those (the bench
+    switch's value)."""
     with tempfile.TemporaryDirectory(prefix="rnnfleet-scale-run-") as folder:
         workdir = Path(folder)
         for number in range(datasets):
@@ -203,7 +224,7 @@ def real_run_figures(datasets: int, batches: int = 1, stock: bool = False) -> di
                 )
                 for batch in range(1, batches + 1)
             ]
-        env = {"RNNFLEET_STOCK_SNAKEMAKE": "1" if stock else "0"}
+        env = {PATCHES_OFF_VARIABLE: leave_out if leave_out is not None else "all" if stock else ""}
         timings = [run_and_sample_cpu(command, env=env) for command in commands]
         wall, snakemake_cpu, jobs = (sum(column) for column in zip(*timings, strict=True))
         preprocess, train = benchmark_seconds(workdir, "preprocess"), benchmark_seconds(workdir, "train")
@@ -223,8 +244,84 @@ def real_run_figures(datasets: int, batches: int = 1, stock: bool = False) -> di
     }
 
 
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def median_with_load(runs: list[tuple[float, float]], scale: float = 1, unit: str = "s") -> str:
+    """'median unit (load a-b)' of (seconds, load average at the start) pairs; scale: units a second."""
+    loads = [run[1] for run in runs]
+    median = scale * statistics.median(run[0] for run in runs)
+    return f"{median:.2f} {unit} (load {min(loads):.1f}-{max(loads):.1f})"
+
+
+def leave_out_figures(
+    names: list[str], sizes: list[int], run_datasets: list[int], reps: int, predict_all: bool = False
+) -> dict:
+    """Per patch left out, and with every patch: the dry-run's CPU (one dry-run of each size per
+    repetition) and Snakemake's own CPU per job of a real run (each --run-datasets size), in
+    interleaved repetitions; the ratio without / with printed."""
+    variants = {"every patch": "", **{f"without {name}": name for name in names}}
+    record = {"variants": variants, "dry_runs": {}, "runs": {}}
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix=f"rnnfleet-scale-{size}-") as folder:
+            workdir = Path(folder)
+            (workdir / "data").mkdir()
+            for number in range(size):
+                (workdir / "data" / f"S{number:06d}_1m.csv").touch()
+            write_config(workdir, **({"predict": {"datasets": "all"}} if predict_all else {}))
+            cpu = {label: [] for label in variants}
+            for _ in range(reps):
+                for label, off in variants.items():
+                    started_load = load()
+                    figures = measure(
+                        snakemake_command(workdir, "-n"), workdir / "dry_run.txt", {PATCHES_OFF_VARIABLE: off}
+                    )
+                    cpu[label].append((figures["cpu_s"], started_load))
+        record["dry_runs"][size] = cpu
+        forecasts = ", predict.datasets: all" if predict_all else ""
+        print(
+            f"\n{size:,} datasets{forecasts}, `snakemake -n`: CPU s, median of {reps} interleaved (ratio to every patch):"
+        )
+        with_all = statistics.median(run[0] for run in cpu["every patch"])
+        for label, runs in cpu.items():
+            ratio = statistics.median(run[0] for run in runs) / with_all
+            print(f"  {label:<30} {median_with_load(runs):>28}  x{ratio:.3f}", flush=True)
+    for size in run_datasets:
+        per_job = {label: [] for label in variants}
+        for _ in range(reps):
+            for label, off in variants.items():
+                started_load = load()
+                run = real_run_figures(size, leave_out=off)
+                per_job[label].append((run["snakemake_cpu_per_job_ms"] / 1000, started_load))
+        record["runs"][size] = per_job
+        print(f"\n{size} tiny trainings, Snakemake's own CPU per job, median of {reps} interleaved:")
+        with_all = statistics.median(run[0] for run in per_job["every patch"])
+        for label, runs in per_job.items():
+            ratio = statistics.median(run[0] for run in runs) / with_all
+            print(f"  {label:<30} {median_with_load(runs, 1000, 'ms'):>28}  x{ratio:.3f}", flush=True)
+    return record
+
+
 def main():
     args = parse_args()
+    if args.leave_out:
+        names = [
+            name
+            for choice in args.leave_out
+            for name in (
+                [name for name, module in PATCHES.items() if module == "snakemake_speedups"]
+                if choice == "speedups"
+                else [choice]
+            )
+        ]
+        print(f"bench_scale --leave-out on {platform.node()}, {os.cpu_count()} cores; load {load():.1f}")
+        record = leave_out_figures(names, args.sizes, args.run_datasets, args.reps, args.predict_all)
+        record["when"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        with open(Path(args.out) / "scale_patches.jsonl", "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        return
     machine = f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}"
     record = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine, "dry_runs": []}
     print(f"bench_scale on {machine}; load average at start {os.getloadavg()[0]:.1f}")

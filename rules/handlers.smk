@@ -1,5 +1,5 @@
-# What the run does around its jobs, in one place: the version-guarded changes to Snakemake
-# (speed-ups, guards for unusable dataset files, the retry policy), the clean-up after a
+# What the run does around its jobs, in one place: the changes to Snakemake's internals
+# (rnnfleet.hooks.apply: one gate, the supported release), the clean-up after a
 # killed run (at parse time, before Snakemake checks its lock), and the onstart / onsuccess /
 # onerror handlers (Snakemake keeps one handler of each kind).
 import time
@@ -11,7 +11,8 @@ from rnnfleet.workflow.after_failures import (
     drop_not_done_list_if_replaced,
     write_results_after_failures,
 )
-from rnnfleet.hooks.atomic_restore import apply as apply_atomic_restore, forget_records
+from rnnfleet.hooks import RunHooks, apply as apply_snakemake_patches
+from rnnfleet.hooks.atomic_restore import forget_records
 from rnnfleet.workflow.previous_models import (
     drop_stale_snakemake_backup,
     restore_previous_models,
@@ -25,22 +26,6 @@ from rnnfleet.workflow.recovery import (
     mark_run_working,
     stop_jobs_on_signals,
 )
-from rnnfleet.hooks.snakemake_guards import apply as apply_snakemake_guards
-from rnnfleet.hooks.snakemake_hooks import (
-    after_building_dag,
-    before_building_dag,
-    keep_going_past_busy_empty_folders,
-    name_write_protected_outputs,
-)
-from rnnfleet.hooks.retry_policy import apply as apply_retry_policy
-from rnnfleet.hooks.past_failed_inputs import start_past_failed_inputs
-from rnnfleet.hooks.packed_jobs import (
-    apply_inside_job,
-    apply_split_on_failure,
-    budget_for_jobs,
-    in_slurm_job,
-)
-from rnnfleet.hooks.snakemake_speedups import apply as apply_snakemake_speedups
 from rnnfleet.summary import print_run_summary
 from rnnfleet.workflow.tracking import (
     TrackedPaths,
@@ -52,59 +37,32 @@ from rnnfleet.train.updating import rnnfleet_version
 # The run's start, for its last line: which datasets this run trained (print_run_summary).
 RUN_STARTED = time.time()
 
-# Per-job costs inside Snakemake that grow with the number of datasets (see the module).
-SNAKEMAKE_SPEEDUPS = apply_snakemake_speedups(warn=workflow.is_main_process)
+# Every change to Snakemake's internals, behind one gate (rnnfleet.hooks; docs/architecture.md,
+# "What rnnfleet changes in Snakemake"): speed-ups; a dataset file deleted or made unreadable
+# during the run fails its own job; a training launched again only when a retry can help (out
+# of GPU memory; stopped or killed without a line on a cluster, not on this machine); a failed
+# re-train's model put back in one rename; targets and model files checked before the DAG is
+# built (rules/checks.smk) and models re-trained with changed settings named once it is (dry-runs
+# too); an empty output folder that is a mount point left in place; one line for
+# write-protected outputs; the pretraining going on past a failed dataset; packed cluster
+# jobs (profiles/slurm-packed).
+SNAKEMAKE_PATCHES = apply_snakemake_patches(
+    workflow,
+    RunHooks(
+        dataset_files=[path for paths in DATA_FILES.values() for path in paths],
+        retried_rules=("train",),
+        retry_silent_deaths=lambda: not workflow.local_exec,
+        before_dag=before_building_dag_of_this_run,
+        after_dag=report_changed_settings,
+        write_protected_line=write_protected_line,
+        # One dataset whose preprocess fails does not stop the fleet's pretraining
+        # (rules/pretrain.smk): it goes on with the others.
+        past_failed_rules=("pretrain",),
+    ),
+)
 logger.debug(
-    f"rnnfleet: Snakemake speed-ups on: {', '.join(SNAKEMAKE_SPEEDUPS) or 'none'}"
+    f"rnnfleet: Snakemake patches on: {', '.join(SNAKEMAKE_PATCHES) or 'none'}"
 )
-# A dataset file deleted or made unreadable during the run fails its own job, not the run.
-apply_snakemake_guards(
-    [path for paths in DATA_FILES.values() for path in paths],
-    warn=workflow.is_main_process,
-)
-
-# A training is launched again only when a retry can help (out of GPU memory; stopped or
-# killed without a line on a cluster, as a cancelled job is; not killed on this machine).
-apply_retry_policy(
-    ("train",),
-    warn=workflow.is_main_process,
-    retry_silent_deaths=lambda: not workflow.local_exec,
-)
-
-# A failed re-train's model is put back in one rename (the train rule's outputs are update()).
-apply_atomic_restore(warn=workflow.is_main_process)
-
-if workflow.is_main_process:
-    # An empty output folder that is a mount point is left in place; targets and model
-    # files are checked before the DAG is built (rules/checks.smk); outputs Snakemake calls
-    # write-protected get one line naming the folder's problem; once the DAG is built,
-    # models to be re-trained with changed settings are named (dry-runs too).
-    keep_going_past_busy_empty_folders()
-    before_building_dag(before_building_dag_of_this_run)
-    after_building_dag(
-        report_changed_settings,
-        "rnnfleet: WARNING: this Snakemake has no Workflow._build_dag: models re-trained "
-        "because settings changed are not named before the run",
-    )
-    name_write_protected_outputs(write_protected_line)
-
-# One dataset whose preprocess fails does not stop the fleet's pretraining (rules/pretrain.smk):
-# it goes on with the others (before apply_split_on_failure, which wraps the same function).
-if workflow.is_main_process:
-    start_past_failed_inputs({"pretrain"})
-
-# Packed cluster jobs (profiles/slurm-packed): each SLURM job gets the run's gpu_mem budget
-# for its GPU and keeps going past a failed dataset; a failed job keeps the results of its
-# finished datasets and retries only the others (rnnfleet.hooks.packed_jobs).
-if workflow.is_main_process:
-    budget_for_jobs(workflow)
-    apply_split_on_failure()
-else:
-    after_building_dag(
-        lambda dag: apply_inside_job(workflow) if in_slurm_job(workflow) else None,
-        "rnnfleet: WARNING: this Snakemake has no Workflow._build_dag: a packed cluster "
-        "job neither bounds its trainings by gpu_mem nor keeps going past a failed dataset",
-    )
 
 if workflow.is_main_process:
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.

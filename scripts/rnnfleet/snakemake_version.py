@@ -2,9 +2,9 @@
 
 requirements.txt, envs/rnnfleet.yaml, pyproject.toml and the Snakefile's min_version name the
 same release (tests/unit/test_snakemake_version.py checks). rnnfleet replaces a few of
-Snakemake's private functions (rnnfleet.hooks: the speed-ups, the guards, the atomic restore),
-each written against this release's source: on another release they switch themselves off, and
-a run says so in one line at its start.
+Snakemake's private functions (rnnfleet.hooks), each written against this release's source:
+rnnfleet.hooks.apply applies them behind one gate, this release and their source unchanged;
+on another release none applies, and a run says so in one line at its start.
 """
 
 from __future__ import annotations

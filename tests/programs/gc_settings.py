@@ -5,7 +5,8 @@ import gc
 import sys
 
 sys.path.insert(0, sys.argv[1])
+from rnnfleet.hooks import left_out
 from rnnfleet.hooks.snakemake_speedups import apply
 
-apply()
+apply(left_out())  # the bench switch: RNNFLEET_SNAKEMAKE_PATCHES_OFF
 print(gc.get_threshold()[0], gc.get_freeze_count())

@@ -1,13 +1,13 @@
-"""The packed-job hooks where Snakemake's internals are not the ones they know: each applies
-nothing, says so in one warning line, and leaves the stock behaviour (the SLURM tests in
-tests/workflow/test_slurm.py cover them where they apply)."""
+"""The packed-job hooks in this process: the split applies once; inside a job, a job-step
+executor other than the one they know leaves the steps one at a time with one warning line,
+and the budget bounds the job's trainings (the SLURM tests in tests/workflow/test_slurm.py
+cover them where they apply; the gate that applies them: tests/unit/test_snakemake_contract.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
-from snakemake.jobs import GroupJob
 from snakemake.scheduling.job_scheduler import JobScheduler
 
 from rnnfleet.hooks import packed_jobs
@@ -21,29 +21,22 @@ def stock_scheduler(monkeypatch):
 
 def test_the_split_applies_once_to_the_scheduler_it_knows():
     stock = JobScheduler._handle_error
-    assert packed_jobs.apply_split_on_failure()
+    packed_jobs.apply_split_on_failure()
     patched = JobScheduler._handle_error
     assert patched is not stock and patched.__rnnfleet_packed__
-    assert packed_jobs.apply_split_on_failure() and JobScheduler._handle_error is patched
+    packed_jobs.apply_split_on_failure()
+    assert JobScheduler._handle_error is patched
 
 
-def test_a_scheduler_without_the_group_internals_is_left_stock_with_one_warning(monkeypatch, capsys):
-    monkeypatch.delattr(GroupJob, "finalize")
-    stock = JobScheduler._handle_error
-    assert not packed_jobs.apply_split_on_failure()
-    assert JobScheduler._handle_error is stock
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 1 and "removes the results of the others in that job" in lines[0], lines
-
-
-def test_a_scheduler_without_a_finish_queue_keeps_the_stock_error_handling():
-    assert not packed_jobs._count_as_succeeded(SimpleNamespace(), object())
-    queue = SimpleNamespace(_tofinish=[], _open_jobs=SimpleNamespace(release=lambda: None))
+def test_a_job_counted_as_succeeded_goes_to_the_finish_queue_and_wakes_the_scheduler():
+    woken = []
+    queue = SimpleNamespace(_tofinish=[], _open_jobs=SimpleNamespace(release=lambda: woken.append(True)))
     job = object()
-    assert packed_jobs._count_as_succeeded(queue, job) and queue._tofinish == [job]
+    packed_jobs._count_as_succeeded(queue, job)
+    assert queue._tofinish == [job] and woken == [True]
 
 
-def test_inside_a_job_an_unknown_step_executor_runs_one_step_at_a_time_with_one_warning(monkeypatch, capsys):
+def test_inside_a_job_without_the_step_executor_plugin_steps_run_one_at_a_time_with_one_warning(monkeypatch, capsys):
     monkeypatch.setattr(packed_jobs, "_concurrent_overlapping_steps", lambda: False)
     registered = {}
     workflow = SimpleNamespace(

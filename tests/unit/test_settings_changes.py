@@ -166,18 +166,10 @@ def test_the_callback_runs_with_the_dag_after_snakemake_built_it(stock_build_dag
     Workflow = workflow_class()
     steps = []
     monkeypatch.setattr(Workflow, "_build_dag", lambda self: steps.append("built"))
-    assert snakemake_hooks.after_building_dag(lambda dag: steps.append(("reported", dag)), "unused")
+    snakemake_hooks.after_building_dag(lambda dag: steps.append(("reported", dag)))
 
     class FakeWorkflow:
         dag = "the dag"
 
     Workflow._build_dag(FakeWorkflow())
     assert steps == ["built", ("reported", "the dag")]
-
-
-def test_without_the_step_to_wrap_one_warning_line_and_nothing_installed(stock_build_dag, monkeypatch, capsys):
-    Workflow = workflow_class()
-    monkeypatch.delattr(Workflow, "_build_dag")
-    assert not snakemake_hooks.after_building_dag(lambda dag: None, "rnnfleet: WARNING: not named")
-    assert capsys.readouterr().err == "rnnfleet: WARNING: not named\n"
-    assert "_build_dag" not in Workflow.__dict__

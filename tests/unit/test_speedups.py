@@ -1,6 +1,6 @@
-"""rnnfleet.hooks.snakemake_speedups in this process: it fits the installed Snakemake exactly,
-falls back to stock with one warning line otherwise, and each replacement does what it says.
-That Snakemake plans the same jobs with it (real runs): tests/workflow/test_speedups_run.py."""
+"""rnnfleet.hooks.snakemake_speedups in this process: each replacement does what it says. Its
+gate (the supported release, the stock source): tests/unit/test_snakemake_contract.py. That
+Snakemake plans the same jobs with it (real runs): tests/workflow/test_speedups_run.py."""
 
 from __future__ import annotations
 
@@ -8,38 +8,7 @@ import asyncio
 import threading
 from types import SimpleNamespace
 
-import snakemake
-
 from rnnfleet.hooks import snakemake_speedups
-
-
-def test_installed_snakemake_is_the_one_the_speedups_were_written_for():
-    """Fails when Snakemake is upgraded or its patched functions change: re-check the
-    replacements against the new source, then update WRITTEN_FOR_VERSION and the hashes."""
-    assert snakemake.__version__ == snakemake_speedups.WRITTEN_FOR_VERSION
-    assert snakemake_speedups.stock_differences() == []
-
-
-def test_other_snakemake_version_keeps_stock_behaviour_and_leaves_the_line_to_the_run_start(monkeypatch, capsys):
-    # the Snakefile says once that another release runs (tests/workflow/test_snakemake_version.py)
-    import snakemake.dag
-    import snakemake.scheduling.job_scheduler
-
-    monkeypatch.setattr(snakemake, "__version__", "9.28.0")
-    stock_process_job = snakemake.dag.ScriptProcessor.process_job
-    stock_update = snakemake.scheduling.job_scheduler.JobScheduler.update_input_sizes
-    assert snakemake_speedups.apply() == []
-    assert capsys.readouterr().err == ""
-    assert snakemake.dag.ScriptProcessor.process_job is stock_process_job
-    assert snakemake.scheduling.job_scheduler.JobScheduler.update_input_sizes is stock_update
-
-
-def test_changed_function_source_keeps_stock_behaviour(monkeypatch, capsys):
-    changed = dict(snakemake_speedups.STOCK_SOURCE_SHA256)
-    changed["snakemake.dag:ScriptProcessor.process_job"] = "0" * 64
-    monkeypatch.setattr(snakemake_speedups, "STOCK_SOURCE_SHA256", changed)
-    assert snakemake_speedups.apply() == []
-    assert "ScriptProcessor.process_job has changed" in capsys.readouterr().err
 
 
 class CountingPath(str):
@@ -54,18 +23,6 @@ class CountingPath(str):
     async def size(self):
         CountingPath.calls += 1
         return 100
-
-
-def test_a_private_name_snakemake_no_longer_sets_keeps_stock_behaviour(monkeypatch, capsys):
-    """The replacements read private attributes of Snakemake's classes: those are part of the stock check."""
-    import snakemake.jobs
-
-    private = {**snakemake_speedups.PRIVATE_ATTRIBUTES, "snakemake.jobs:Job": ("_params", "_gone_in_a_new_version")}
-    monkeypatch.setattr(snakemake_speedups, "PRIVATE_ATTRIBUTES", private)
-    stock_shellcmd = snakemake.jobs.Job.shellcmd
-    assert snakemake_speedups.apply() == []
-    assert "snakemake.jobs:Job no longer sets _gone_in_a_new_version" in capsys.readouterr().err
-    assert snakemake.jobs.Job.shellcmd is stock_shellcmd
 
 
 def test_update_input_sizes_stats_only_paths_not_sized_yet():

@@ -29,6 +29,7 @@ from conftest import (
 )
 
 import rnnfleet.table_page
+from rnnfleet.hooks import PATCHES_OFF_VARIABLE
 
 DATASETS = ["AAA_1m", "BBB_1m"]
 FORECAST_BARS = 7
@@ -158,7 +159,7 @@ def test_the_report_speed_up_gives_every_file_the_caption_stock_snakemake_gives(
     # rnnfleet.hooks.snakemake_speedups renders a caption the same for every file once per
     # report (stock Snakemake: once per file, quadratic in the files)
     copy = copy_of_run(run, tmp_path)
-    snakemake(copy, "--report", "stock.html", env={"RNNFLEET_STOCK_SNAKEMAKE": "1"})
+    snakemake(copy, "--report", "stock.html", env={PATCHES_OFF_VARIABLE: "report_captions"})
     stock = report_results((copy / "stock.html").read_text())
     faster = report_results((run / "report.html").read_text())
     assert {path: entry["caption"] for path, entry in faster.items()} == {

@@ -11,7 +11,7 @@ import pytest
 from conftest import add_datasets, snakemake, start_paused_run, write_config
 
 from rnnfleet.faults import OOM_ATTEMPTS
-from rnnfleet.hooks.retry_policy import RETRY_POLICY_OFF
+from rnnfleet.hooks import PATCHES_OFF_VARIABLE
 from rnnfleet.model import load_model
 
 
@@ -84,7 +84,7 @@ def test_without_the_retry_hook_a_relaunch_stops_at_once_and_says_why(tmp_path):
     snakemake(tmp_path, "--until", "preprocess")
     (tmp_path / "prep" / "A_1m.npz").write_bytes(b"not an array file")
 
-    result = snakemake(tmp_path, check=False, env={RETRY_POLICY_OFF: "1"})
+    result = snakemake(tmp_path, check=False, env={PATCHES_OFF_VARIABLE: "retry_policy"})
 
     log = train_log(tmp_path)
     assert result.returncode != 0 and "Trying to restart job" in result.stderr  # stock Snakemake relaunched it

@@ -1,6 +1,5 @@
 """rnnfleet.hooks.snakemake_speedups in real snakemake runs: it changes nothing Snakemake plans
-(same jobs and reasons), still reports a missing script, evaluates params only where a conda
-path needs them, and tunes garbage collection only when on."""
+(same jobs and reasons), still reports a missing script, and tunes garbage collection only when on."""
 
 from __future__ import annotations
 
@@ -15,9 +14,11 @@ import pytest
 from conftest import PROGRAMS, REPO, TINY_ROWS, add_datasets, write_config, write_synthetic_csv
 from conftest import snakemake as run_snakemake
 
-from rnnfleet.hooks import snakemake_speedups
+from rnnfleet.hooks import PATCHES_OFF_VARIABLE, snakemake_speedups
 
-SPEEDUPS_LINE = re.compile(r"rnnfleet: Snakemake speed-ups on: (.*)")
+PATCHES_LINE = re.compile(r"rnnfleet: Snakemake patches on: (.*)")
+# The bench switch's value: "all" leaves every patch out (stock Snakemake), "" none.
+WITHOUT = {"1": "all", "0": ""}
 
 
 def job_lines(dry_run_output: str) -> list[str]:
@@ -25,7 +26,7 @@ def job_lines(dry_run_output: str) -> list[str]:
     sorted (Snakemake prints them from sets, in an order that varies between runs)."""
     kept = []
     for line in dry_run_output.splitlines():
-        if re.match(r"\s*(\[\w{3} \w{3}|Date:|Workflow ID:)", line) or SPEEDUPS_LINE.search(line):
+        if re.match(r"\s*(\[\w{3} \w{3}|Date:|Workflow ID:)", line) or PATCHES_LINE.search(line):
             continue
         if line.strip().startswith("reason:"):
             parts = line.split("reason: ", 1)[1].split("; ")
@@ -62,10 +63,10 @@ def test_dry_run_lists_the_same_jobs_and_reasons_with_and_without_speedups(tmp_p
     os.utime(changed_csv, (later, later))
     listings = {}
     for stock in ("1", "0"):
-        result = run_snakemake(tmp_path, "-n", "-p", "--verbose", env={"RNNFLEET_STOCK_SNAKEMAKE": stock})
+        result = run_snakemake(tmp_path, "-n", "-p", "--verbose", env={PATCHES_OFF_VARIABLE: WITHOUT[stock]})
         output = result.stdout + result.stderr
         listings[stock] = job_blocks(output)
-        applied = SPEEDUPS_LINE.search(output).group(1)
+        applied = PATCHES_LINE.search(output).group(1)
         assert (applied == "none") == (stock == "1"), applied
     jobs = listings["0"][0]
     assert any("reason: Updated input files: data/D1_1m.csv" in job for job in jobs)
@@ -85,45 +86,10 @@ def test_missing_script_is_still_reported(tmp_path, stock):
         [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "-d", str(tmp_path), "-n"],
         capture_output=True,
         text=True,
-        env={**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock},
+        env={**os.environ, PATCHES_OFF_VARIABLE: WITHOUT[stock]},
     )
     assert result.returncode != 0
     assert "scripts/summarize.py" in result.stdout + result.stderr  # Snakemake's own error names it
-
-
-# A workflow of its own, whose params count their evaluations (run with tmp_path as its working folder).
-COUNTED_PARAMS = PROGRAMS / "counted_params"
-
-
-def params_calls(workdir) -> list[str]:
-    calls = workdir / "params_calls.txt"
-    return sorted(calls.read_text().splitlines()) if calls.exists() else []
-
-
-@pytest.mark.parametrize("stock", ["1", "0"])
-def test_params_are_evaluated_for_a_conda_path_only_where_it_needs_them(tmp_path, stock):
-    """Stock Snakemake evaluates every job's params while building the DAG to expand its
-    conda path; with the speed-ups a plain path is expanded once per rule, and only a path
-    holding wildcards gets each job's params. (The first job whose script path Snakemake
-    checks has its params evaluated for that, too.)"""
-    # rnnfleet's triggers (profiles/default): the "code" trigger evaluates params for its own reasons.
-    command = [sys.executable, "-m", "snakemake", "-s", str(COUNTED_PARAMS / "Snakefile"), "--cores", "1"]
-    command += ["--rerun-triggers", "mtime", "params", "input", "software-env"]
-    environment = {**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock}
-
-    planned = subprocess.run([*command, "-n"], cwd=tmp_path, capture_output=True, text=True, env=environment)
-    assert planned.returncode == 0, planned.stderr
-    calls = params_calls(tmp_path)
-    assert [call for call in calls if call.startswith("per_job")] == [f"per_job {n}" for n in range(3)]
-    plain_calls = [call for call in calls if call.startswith("plain")]
-    if stock == "1":
-        assert plain_calls == [f"plain {n}" for n in range(6)]
-    else:
-        assert 1 <= len(plain_calls) <= 2, calls
-
-    ran = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, env=environment)
-    assert ran.returncode == 0, ran.stderr
-    assert [(tmp_path / "plain" / f"{n}.txt").read_text() for n in range(6)] == [f"{n}\n" for n in range(6)]
 
 
 @pytest.mark.parametrize("stock", ["1", "0"])
@@ -133,7 +99,7 @@ def test_garbage_collection_is_tuned_only_with_the_speedups(stock):
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "RNNFLEET_STOCK_SNAKEMAKE": stock},
+        env={**os.environ, PATCHES_OFF_VARIABLE: WITHOUT[stock]},
     )
     first_threshold, frozen = map(int, result.stdout.split())
     if stock == "1":

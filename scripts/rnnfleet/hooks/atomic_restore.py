@@ -6,9 +6,7 @@ and, when the job fails, copies them back with shutil.copy, which truncates the 
 writes it again in place: a forecast reading it at that moment would see part of a file.
 
 What it promises:
-- On Snakemake 9.27.1 exactly, and while FileBackupMixin's restore_output and
-  _get_backup_path have the source this was written against (SHA-256 below), putting a file
-  back is atomic: a file identical to its backup (the job failed before renaming anything
+- Putting a file back is atomic: a file identical to its backup (the job failed before renaming anything
   over it) is left as it is, any other is replaced by a whole copy in one rename. Either way
   the backup is removed and True returned, as the stock code does.
 - A folder (the loss curves) is put back as a copy made beside it and swapped in by two
@@ -19,8 +17,8 @@ What it promises:
   read-only or unwritable .snakemake/: what was copied is removed, and the run stops with one
   line naming the backup folder, the output and what was not done (no traceback). The output
   itself is untouched.
-- On any other Snakemake version, or when that source differs, nothing is replaced and one
-  warning line says what that means.
+- Applied by rnnfleet.hooks.apply alone, behind its one gate (the supported release, the
+  replaced functions' source as in snakemake_contract.CONTRACT).
 
 A job whose update() outputs were put back is recorded by Snakemake as if it had written
 them (its params, its inputs' checksums). Here the record of each output put back is the one
@@ -37,16 +35,12 @@ import errno
 import filecmp
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from rnnfleet.errors import WRITE_CAUSES
-from rnnfleet.hooks.snakemake_contract import stock_hashes
-from rnnfleet.hooks.snakemake_speedups import _stock, source_differences, worth_a_warning
-
-STOCK_SOURCE_SHA256 = stock_hashes("atomic_restore")  # rnnfleet.hooks.snakemake_contract
+from rnnfleet.hooks.snakemake_contract import _stock
 
 # Snakemake's record of each output copied aside (None: it had none), by the output's key,
 # and the outputs put back: a failed job's record of them is replaced by the one from before.
@@ -170,26 +164,13 @@ def forget_records(persistence, paths: Iterable[str]) -> None:
             delete_record(str(path))
 
 
-def apply(warn: bool = True) -> bool:
-    """Replace the restore; True when it is replaced. `warn`: print the one warning line
-    when it does not fit this Snakemake."""
-    problems = source_differences(STOCK_SOURCE_SHA256)
-    if problems:
-        if warn and worth_a_warning(problems):
-            print(
-                f"rnnfleet: WARNING: atomic restore of models is off ({'; '.join(problems)}); "
-                "a forecast that reads a model at the moment a failed re-train puts it back may find it incomplete",
-                file=sys.stderr,
-            )
-        return False
-    from snakemake.persistence import FileBackupMixin
+def apply() -> None:
+    """Replace the restore, the copy aside and the records after a job (see the module doc)."""
+    from snakemake.persistence import FileBackupMixin, PersistenceBase
 
     restore_output.__rnnfleet_stock__ = _stock(FileBackupMixin.restore_output)
     FileBackupMixin.restore_output = restore_output
     backup_output.__rnnfleet_stock__ = _stock(FileBackupMixin.backup_output)
     FileBackupMixin.backup_output = backup_output
-    from snakemake.persistence import PersistenceBase
-
     finished.__rnnfleet_stock__ = _stock(PersistenceBase.finished)
     PersistenceBase.finished = finished
-    return True

@@ -28,8 +28,10 @@ retry runs them all again (snakemake/snakemake#2508, snakemake-executor-plugin-s
 "Finished" is what Snakemake itself records: every output there and none marked incomplete
 (the step's Snakemake removes its job's mark only after the job succeeded).
 
-Each function changes nothing when its Snakemake internals are missing and says so in one
-warning line (the stock behaviour then applies).
+rnnfleet.hooks.apply applies them behind its one gate (the supported release; the replaced
+functions' source, the job-step plugin's where it is installed, and the private names used
+as in snakemake_contract). Inside a SLURM job without the job-step plugin the steps run one
+at a time, with one warning line.
 """
 
 from __future__ import annotations
@@ -69,15 +71,14 @@ def in_slurm_job(workflow) -> bool:
 
 def _concurrent_overlapping_steps() -> bool:
     """Have the job step executor start each step in a thread of its own (stock, it waits for
-    one step to end before it starts the next) and with `srun --overlap`."""
+    one step to end before it starts the next) and with `srun --overlap`; False where the
+    plugin is not installed (its source, where it is, is part of rnnfleet.hooks' gate)."""
     try:
         import snakemake_executor_plugin_slurm_jobstep as jobstep
     except ImportError:
         return False
-    executor = getattr(jobstep, "Executor", None)
-    stock_node_setting = getattr(jobstep, "get_node_setting", None)
-    if executor is None or stock_node_setting is None or not hasattr(executor, "run_job_pre"):
-        return False
+    executor = jobstep.Executor
+    stock_node_setting = jobstep.get_node_setting
     if getattr(stock_node_setting, "__rnnfleet_packed__", False):
         return True
 
@@ -103,18 +104,11 @@ def apply_inside_job(workflow) -> int | None:
     CPUs, trainings bounded by its GPU budget, steps sharing the job's GPU, keep going past
     a failed dataset, keep a step stopped after its job finished. Returns the budget
     declared, or None."""
-    settings = workflow.execution_settings
-    if hasattr(settings, "keep_going"):
-        settings.keep_going = True
-    else:
-        _warn("this Snakemake has no execution_settings.keep_going: one failed dataset stops its packed job")
+    workflow.execution_settings.keep_going = True
     apply_split_on_failure()
     exit_with_injected_code_at_end()
-    if not (hasattr(workflow, "register_resource") and hasattr(workflow, "resource_scopes")):
-        _warn("this Snakemake has no Workflow.register_resource: a packed job runs one step at a time")
-        return None
     if not _concurrent_overlapping_steps():
-        _warn("this SLURM job step executor is not the one rnnfleet knows: a packed job runs one step at a time")
+        _warn("the SLURM job step executor plugin is not installed: a packed job runs one step at a time")
         return None
     cpus = int(os.environ.get("SLURM_CPUS_ON_NODE") or 1)
     workflow.register_resource("_nodes", max(1, cpus))  # steps at once (each takes >= 1 CPU)
@@ -160,28 +154,14 @@ def _shrink(group, jobs) -> None:
     group.finalize()
 
 
-def apply_split_on_failure(warn: bool = True) -> bool:
+def apply_split_on_failure() -> None:
     """Have Snakemake's scheduler keep what finished in a failed SLURM job (the finished
-    datasets of a group job; inside the job, a step stopped after its job finished); True if
-    applied."""
-    try:
-        from snakemake.jobs import GroupJob
-        from snakemake.scheduling.job_scheduler import JobScheduler
-    except ImportError:
-        GroupJob = JobScheduler = None
-    stock = getattr(JobScheduler, "_handle_error", None)
+    datasets of a group job; inside the job, a step stopped after its job finished)."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    stock = JobScheduler._handle_error
     if getattr(stock, "__rnnfleet_packed__", False):
-        return True
-    needed = GroupJob is not None and all(
-        hasattr(GroupJob, name) for name in ("jobs", "finalize", "toposorted", "postprocess")
-    )
-    if stock is None or not needed:
-        if warn:
-            _warn(
-                "this Snakemake's scheduler is not the one rnnfleet knows: one failed dataset in a packed "
-                "cluster job removes the results of the others in that job"
-            )
-        return False
+        return
 
     def _handle_error(self, job, postprocess_job: bool = True):
         workflow = self.workflow
@@ -195,28 +175,23 @@ def apply_split_on_failure(warn: bool = True) -> bool:
     _handle_error.__rnnfleet_packed__ = True
     _handle_error.__rnnfleet_stock__ = stock
     JobScheduler._handle_error = _handle_error
-    return True
 
 
-def _count_as_succeeded(scheduler, job) -> bool:
+def _count_as_succeeded(scheduler, job) -> None:
     """Hand a job reported failed to the scheduler's handling of a finished one (outputs
-    checked, metadata recorded, dependants released) as if it had reported success; False
-    where this scheduler has no such queue. Called with the scheduler's lock held, as
-    JobScheduler._proceed would take it."""
-    to_finish, wake = getattr(scheduler, "_tofinish", None), getattr(scheduler, "_open_jobs", None)
-    if not isinstance(to_finish, list) or not hasattr(wake, "release"):
-        return False
-    to_finish.append(job)  # taken up on the scheduler's next round, after this error round
-    wake.release()
-    return True
+    checked, metadata recorded, dependants released) as if it had reported success. Called
+    with the scheduler's lock held, as JobScheduler._proceed would take it."""
+    scheduler._tofinish.append(job)  # taken up on the scheduler's next round, after this error round
+    scheduler._open_jobs.release()
 
 
 def _keep_step_stopped_after_finishing(scheduler, job) -> bool:
     """Inside a SLURM job: a failed step whose job had finished counts as succeeded. True if so."""
     workflow = scheduler.workflow
     _reread_markers(workflow.persistence)
-    if not _finished(job, workflow.persistence, workflow.async_run) or not _count_as_succeeded(scheduler, job):
+    if not _finished(job, workflow.persistence, workflow.async_run):
         return False
+    _count_as_succeeded(scheduler, job)
     dataset = job.wildcards_dict.get("dataset", "")
     print(
         f"rnnfleet: {job.rule.name} {dataset}: its job step was stopped after the job had finished; "
@@ -237,8 +212,7 @@ def _keep_finished_datasets(scheduler, group) -> bool:
         return False  # nothing to keep: the stock handling is right
     datasets = sorted({str(job.wildcards_dict.get("dataset")) for job in done})
     if not failed:
-        if not _count_as_succeeded(scheduler, group):
-            return False
+        _count_as_succeeded(scheduler, group)
         print(
             f"rnnfleet: packed job {group.groupid} failed after all its {len(datasets)} dataset(s) had "
             f"finished; kept their results: {', '.join(datasets)}",
@@ -252,8 +226,7 @@ def _keep_finished_datasets(scheduler, group) -> bool:
         run(job.postprocess(check_output_mtime=False))  # outputs checked, metadata recorded
         dag._running.add(job)
         run(dag.finish(job, update_checkpoint_dependencies=False))
-    if isinstance(getattr(scheduler, "finished_jobs", None), int):
-        scheduler.finished_jobs += len(done)  # the "N of M steps done" count
+    scheduler.finished_jobs += len(done)  # the "N of M steps done" count
     # Both sets hold the group by its hash, which changes with its jobs.
     scheduler.running.discard(group)
     dag._running.discard(group)

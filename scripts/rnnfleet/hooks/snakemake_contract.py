@@ -6,8 +6,11 @@ What it promises:
 - CONTRACT names each replaced or wrapped function once: which rnnfleet module changes it and
   the hash of its stock source. Those modules that check the source themselves before they
   apply (speed-ups, guards, atomic restore) read their hashes from here.
+- PRIVATE_NAMES lists the private attributes of Snakemake's classes and modules that the
+  replacements read or write without replacing them: each class's module must still assign
+  them (`self.<name> =`).
 - differences() says, per function, what the installed Snakemake changed: another source, a
-  function gone. tests/unit/test_snakemake_contract.py fails on any difference, so a new
+  function gone, a private name no longer set. tests/unit/test_snakemake_contract.py fails on any difference, so a new
   Snakemake shows in `make test` which of rnnfleet's changes need reading again, instead of
   their switching off (or, for the wrappers without a source check, misbehaving) silently.
 - `python -m rnnfleet.hooks.snakemake_contract` prints the table against the installed
@@ -52,11 +55,6 @@ CONTRACT = (
         "snakemake.common:get_function_params",
         "snakemake_speedups",
         "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",
-    ),
-    Patch(
-        "snakemake.jobs:Job.conda_env_spec",
-        "snakemake_speedups",
-        "4a98328beadaf1b9407bc162ac57a5921fb0fb9fc9159f0a5961ef14d4db6c21",
     ),
     Patch(
         "snakemake.jobs:Job.shellcmd",
@@ -168,6 +166,16 @@ CONTRACT = (
 )
 
 
+# Private names the replacements use without replacing them (see the module docstring).
+PRIVATE_NAMES = {
+    "snakemake.scheduling.job_scheduler:JobScheduler": ("_open_jobs", "_input_sizes", "_tofinish"),
+    "snakemake.jobs:Job": ("_params", "_resources"),
+    "snakemake.jobs:GroupJob": ("_toposorted", "_resources", "_input", "_output", "_log", "_all_products", "_jobid"),
+    "snakemake.workflow:Workflow": ("_resource_scopes",),
+    "snakemake.dag:DAG": ("_running",),
+}
+
+
 def stock_hashes(by: str) -> dict[str, str]:
     """{function: stock source hash} of the functions one rnnfleet module changes."""
     return {patch.target: patch.source_sha256 for patch in CONTRACT if patch.by == by}
@@ -218,13 +226,27 @@ def difference(target: str, expected_sha256: str) -> str | None:
     return None if found == expected_sha256 else "has changed"
 
 
-def differences(contract: tuple[Patch, ...] = CONTRACT) -> list[str]:
-    """One line per patched function of an installed package that differs (empty: all fit)."""
-    return [
+def private_name_differences() -> list[str]:
+    """One line per private name of PRIVATE_NAMES that Snakemake no longer sets."""
+    problems = []
+    for qualified_name, names in PRIVATE_NAMES.items():
+        owner, attribute, _ = locate(qualified_name)
+        # the source of the class's module: a class's own source takes a parse of the module (seconds)
+        source = inspect.getsource(inspect.getmodule(getattr(owner, attribute)))
+        problems += [f"{qualified_name} no longer sets {name}" for name in names if f"self.{name} =" not in source]
+    return problems
+
+
+def differences(contract: tuple[Patch, ...] | None = None) -> list[str]:
+    """One line per patched function (of CONTRACT, or `contract`) of an installed package that
+    differs, then one per private name gone (empty: all fit)."""
+    contract = CONTRACT if contract is None else contract
+    changed = [
         f"{patch.target} ({patch.by}) {why}"
         for patch in contract
         if installed(patch) and (why := difference(patch.target, patch.source_sha256))
     ]
+    return changed + private_name_differences()
 
 
 def main() -> int:
@@ -239,8 +261,15 @@ def main() -> int:
         changed += why is not None
         state = "CHANGED" if why else "fits" if installed(patch) else "absent"
         print(f"{state:<8} {patch.by:<19} {patch.target}{f' {why}' if why else ''}")
-    print(f"{changed} of {len(CONTRACT)} changed" if changed else "nothing changed")
-    return 1 if changed else 0
+    gone = private_name_differences()
+    for line in gone:
+        print(f"{'CHANGED':<8} {'(private name)':<19} {line}")
+    print(
+        f"{changed + len(gone)} of {len(CONTRACT)} functions and the private names changed"
+        if changed or gone
+        else "nothing changed"
+    )
+    return 1 if changed or gone else 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Hooks into Snakemake's own steps that rules/handlers.smk needs and no Snakefile
-directive offers (the main Snakemake process installs them while parsing the Snakefile).
+directive offers (rnnfleet.hooks.apply installs them while the Snakefile is parsed).
 
 - before_building_dag: a function called with the run's target files and rules, and the
   set of files to force (--forcerun), right before the DAG is built: the targets are
@@ -11,19 +11,18 @@ directive offers (the main Snakemake process installs them while parsing the Sna
   leaves a folder it cannot remove (a mount point) instead of ending the run there.
 - name_write_protected_outputs: outputs this user cannot write are named in one line.
 
-Each wraps Snakemake's function rather than copy it, so they fit any Snakemake 9 whose
-function takes the same arguments.
+Each wraps Snakemake's function rather than copy it; rnnfleet.hooks.apply installs them
+behind its one gate (the supported release, the wrapped functions' source as in
+snakemake_contract.CONTRACT).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from rnnfleet.hooks.snakemake_contract import _stock
+
 BeforeDag = Callable[[set, set, set], None]
-
-
-def _stock(function):
-    return getattr(function, "__rnnfleet_stock__", function)
 
 
 def before_building_dag(callback: BeforeDag) -> None:
@@ -49,17 +48,11 @@ def before_building_dag(callback: BeforeDag) -> None:
     DAG.__init__ = init
 
 
-def after_building_dag(callback: Callable[[object], None], warn_line: str) -> bool:
+def after_building_dag(callback: Callable[[object], None]) -> None:
     """callback(the DAG) runs each time the workflow has built its DAG (Workflow._build_dag),
-    in real runs and dry-runs alike; True when installed. Where this Snakemake has no such
-    step, nothing is installed and warn_line is printed (one line, on stderr)."""
-    import sys
-
+    in real runs and dry-runs alike."""
     from snakemake.workflow import Workflow
 
-    if not callable(getattr(Workflow, "_build_dag", None)):
-        print(warn_line, file=sys.stderr)
-        return False
     stock_build_dag = _stock(Workflow._build_dag)
 
     def build_dag(self, *args, **kwargs):
@@ -69,7 +62,6 @@ def after_building_dag(callback: Callable[[object], None], warn_line: str) -> bo
 
     build_dag.__rnnfleet_stock__ = stock_build_dag
     Workflow._build_dag = build_dag
-    return True
 
 
 def keep_going_past_busy_empty_folders() -> None:

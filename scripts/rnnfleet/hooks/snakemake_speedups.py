@@ -1,9 +1,8 @@
 """Per-job costs inside Snakemake 9.27.1 that grow with the number of datasets, removed from
-the workflow (applied by rules/handlers.smk before the DAG is built).
+the workflow (applied by rnnfleet.hooks.apply before the DAG is built).
 
 What it promises:
-- On Snakemake 9.27.1 exactly, and only while the replaced functions' source is the source
-  these replacements were written against (SHA-256 below), it replaces:
+- It replaces (each by its name in REPLACEMENTS):
   1. `JobScheduler._schedule_reevalutation`: during a real run, every scheduling round
      starts a one-second timer (for --max-jobs-per-timespan, default 100/1s) that triggers
      one more round, which starts another timer: each finished job adds a chain that never
@@ -18,14 +17,10 @@ What it promises:
      still checked per job).
   4. `snakemake.common.get_function_params`: `inspect.signature` of the same input and
      resource functions for every job; the replacement remembers it per function.
-  5. `Job.conda_env_spec`: stock Snakemake evaluates every job's `params:` while building the
-     DAG, only to pass them to `Rule.expand_conda_env`, which ignores them when the rule's
-     `conda:` is a plain path it has already expanded (the same for every job). The
-     replacement asks the rule first and evaluates the params only when the rule needs them.
-  6. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
+  5. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
      job while a dry-run prints it). The replacement keeps the command with the params and
      resources it was formatted from, and formats again when those are new (a retry).
-  7. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
+  6. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
      target for every file of the report appended, and parsed as reStructuredText once per
      file: quadratic in the files (bench/README.md: hours at 10,000 datasets). A caption
      that does not use `snakemake` (the job's wildcards, params, ...) is the same text for
@@ -38,8 +33,8 @@ What it promises:
   few reference cycles) and garbage is still collected, less often.
 - What Snakemake schedules, runs, lists and logs is unchanged (tests/workflow/test_speedups_run.py
   compares the dry-run's jobs and reasons with and without these replacements).
-- On any other Snakemake version, or when a replaced function's source differs, nothing is
-  replaced and one warning line says so; RNNFLEET_STOCK_SNAKEMAKE=1 turns them off silently.
+- Applied by rnnfleet.hooks.apply alone, behind its one gate (the supported release, every
+  replaced function's source as in snakemake_contract.CONTRACT).
 
 The same changes as a patch for Snakemake itself, with measurements: docs/upstream/.
 """
@@ -47,70 +42,14 @@ The same changes as a patch for Snakemake itself, with measurements: docs/upstre
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
-import sys
 import threading
 import types
 import weakref
 from itertools import filterfalse
 
-from rnnfleet.hooks.snakemake_contract import _stock, difference, stock_hashes
+from rnnfleet.hooks.snakemake_contract import _stock
 from rnnfleet.hooks.snakemake_contract import locate as _resolve
-from rnnfleet.snakemake_version import SUPPORTED_SNAKEMAKE
-
-WRITTEN_FOR_VERSION = SUPPORTED_SNAKEMAKE
-DISABLE_VARIABLE = "RNNFLEET_STOCK_SNAKEMAKE"
-# The reason when the installed Snakemake is another release: the Snakefile's start line says
-# so once (rnnfleet.snakemake_version), so the replacements' own warnings stay silent then.
-OTHER_RELEASE = f"written for Snakemake {WRITTEN_FOR_VERSION}"
-
-STOCK_SOURCE_SHA256 = stock_hashes("snakemake_speedups")  # rnnfleet.hooks.snakemake_contract
-
-# Private names of Snakemake that the replacements read or write: each class's stock source
-# must still assign them (`self.<name> =`), and each module must still define them.
-PRIVATE_ATTRIBUTES = {
-    "snakemake.scheduling.job_scheduler:JobScheduler": ("_open_jobs", "_input_sizes"),
-    "snakemake.jobs:Job": ("_params", "_resources", "_conda_env_spec"),
-    "snakemake.rules:Rule": ("_expanded_conda_env",),
-}
-PRIVATE_MODULE_NAMES = {"snakemake.rules": ("_NOT_CACHED",)}
-
-
-def worth_a_warning(problems: list[str]) -> bool:
-    """Whether the replacements' problems need their own line: not when the only one is
-    another Snakemake release, which the run's start line already names."""
-    return bool(problems) and problems != [OTHER_RELEASE]
-
-
-def stock_differences() -> list[str]:
-    """Why the replacements do not fit the installed Snakemake (empty: they fit)."""
-    return source_differences(STOCK_SOURCE_SHA256) or private_name_differences()
-
-
-def source_differences(stock_source_sha256: dict[str, str]) -> list[str]:
-    """Why functions replaced in Snakemake (name -> SHA-256 of their stock source) do not fit
-    the installed Snakemake: another version, a function gone or changed (empty: they fit)."""
-    import snakemake
-
-    if snakemake.__version__ != WRITTEN_FOR_VERSION:
-        return [OTHER_RELEASE]
-    return [f"{name} {why}" for name, expected in stock_source_sha256.items() if (why := difference(name, expected))]
-
-
-def private_name_differences() -> list[str]:
-    """The private names of PRIVATE_ATTRIBUTES and PRIVATE_MODULE_NAMES that Snakemake no longer has."""
-    import importlib
-
-    problems = []
-    for qualified_name, names in PRIVATE_ATTRIBUTES.items():
-        module_name, class_name = qualified_name.split(":")
-        source = inspect.getsource(getattr(importlib.import_module(module_name), class_name))
-        problems += [f"{qualified_name} no longer sets {name}" for name in names if f"self.{name} =" not in source]
-    for module_name, names in PRIVATE_MODULE_NAMES.items():
-        module = importlib.import_module(module_name)
-        problems += [f"{module_name} no longer defines {name}" for name in names if not hasattr(module, name)]
-    return problems
 
 
 def schedule_reevaluation(self, delay: int) -> None:
@@ -191,20 +130,6 @@ def get_function_params(func):
     return params
 
 
-def job_conda_env_spec(self):
-    """Job.conda_env_spec, evaluating the job's params only when the rule's `conda:` needs them
-    (a function, or a path with wildcards); a plain path is expanded once per rule."""
-    if self._conda_env_spec is None:
-        from snakemake.rules import _NOT_CACHED
-
-        expanded_for_rule = self.rule._expanded_conda_env
-        if expanded_for_rule is not _NOT_CACHED:
-            self._conda_env_spec = expanded_for_rule
-        else:
-            self._conda_env_spec = self.rule.expand_conda_env(self.wildcards_dict, self.params, self.input)
-    return self._conda_env_spec
-
-
 def job_shellcmd(self):
     """Job.shellcmd, formatted once for the params and resources the job has (a retry
     resets both, and the command is formatted again)."""
@@ -264,43 +189,45 @@ _stock_get_function_params = None
 _stock_shellcmd = None
 _stock_file_record_render = None
 
+# Each replacement by the name rnnfleet.hooks knows it by (its bench switch leaves out names).
 REPLACEMENTS = {
-    "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation": schedule_reevaluation,
-    "snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes": update_input_sizes,
-    "snakemake.dag:ScriptProcessor.process_job": script_processor_process_job,
-    "snakemake.common:get_function_params": get_function_params,
-    "snakemake.jobs:Job.conda_env_spec": job_conda_env_spec,
-    "snakemake.jobs:Job.shellcmd": job_shellcmd,
-    "snakemake.report:FileRecord.render": file_record_render,
+    "reevaluation_timer": (
+        "snakemake.scheduling.job_scheduler:JobScheduler._schedule_reevalutation",
+        schedule_reevaluation,
+    ),
+    "input_sizes": ("snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes", update_input_sizes),
+    "script_check": ("snakemake.dag:ScriptProcessor.process_job", script_processor_process_job),
+    "function_params": ("snakemake.common:get_function_params", get_function_params),
+    "shellcmd": ("snakemake.jobs:Job.shellcmd", job_shellcmd),
+    "report_captions": ("snakemake.report:FileRecord.render", file_record_render),
 }
+NAMES = (*REPLACEMENTS, "gc")
 
 
-def apply(warn: bool = True) -> list[str]:
-    """Replace the functions (see the module docstring); returns the names replaced, [] when
-    Snakemake is left as it is. `warn`: print the one warning line when they do not fit."""
+def apply(leave_out: frozenset[str] = frozenset()) -> list[str]:
+    """Replace the functions of REPLACEMENTS and tune garbage collection (see the module
+    docstring), all but the names in `leave_out`; returns the names applied. Only
+    rnnfleet.hooks.apply calls it, behind its check that the installed Snakemake is the one
+    these were written against."""
     global _stock_process_job, _stock_get_function_params, _stock_shellcmd, _stock_file_record_render
-    if os.environ.get(DISABLE_VARIABLE, "") not in ("", "0"):
-        return []
-    problems = stock_differences()
-    if problems:
-        if warn and worth_a_warning(problems):
-            print(
-                f"rnnfleet: Snakemake's scheduler and DAG speed-ups are off ({'; '.join(problems)}); "
-                "planning and scheduling thousands of datasets will be slower",
-                file=sys.stderr,
-            )
-        return []
     import snakemake.rules
 
-    for qualified_name, replacement in REPLACEMENTS.items():
+    applied = []
+    for name, (qualified_name, replacement) in REPLACEMENTS.items():
+        if name in leave_out:
+            continue
         owner, attribute, current = _resolve(qualified_name)
         replacement.__rnnfleet_stock__ = _stock(current)
         setattr(owner, attribute, property(replacement) if isinstance(current, property) else replacement)
-    _stock_process_job = script_processor_process_job.__rnnfleet_stock__
-    _stock_get_function_params = get_function_params.__rnnfleet_stock__
-    _stock_shellcmd = job_shellcmd.__rnnfleet_stock__
-    _stock_file_record_render = file_record_render.__rnnfleet_stock__
-    # rules.py imported get_function_params by name: replace it where it is looked up too.
-    snakemake.rules.get_function_params = get_function_params
-    tune_garbage_collection()
-    return [*REPLACEMENTS, "garbage collection"]
+        applied.append(name)
+    _stock_process_job = getattr(script_processor_process_job, "__rnnfleet_stock__", None)
+    _stock_get_function_params = getattr(get_function_params, "__rnnfleet_stock__", None)
+    _stock_shellcmd = getattr(job_shellcmd, "__rnnfleet_stock__", None)
+    _stock_file_record_render = getattr(file_record_render, "__rnnfleet_stock__", None)
+    if "function_params" in applied:
+        # rules.py imported get_function_params by name: replace it where it is looked up too.
+        snakemake.rules.get_function_params = get_function_params
+    if "gc" not in leave_out:
+        tune_garbage_collection()
+        applied.append("gc")
+    return applied

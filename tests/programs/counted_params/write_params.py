@@ -1,1 +1,0 @@
-open(snakemake.output[0], "w").write(f"{snakemake.params.n}\n")
