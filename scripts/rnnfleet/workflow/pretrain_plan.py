@@ -172,3 +172,25 @@ class PretrainRule:
                 say(
                     f"rnnfleet: the fleet's pretraining runs: {plan.why_redone}; it serves {len(plan.datasets)} dataset(s)"
                 )
+
+
+def preprocess_grouped_apart(group_settings, preprocess: str = "preprocess", train: str = "train") -> str:
+    """With train.init fleet, where the run's --groups (a SLURM profile's `groups:`) put each
+    dataset's preprocess in its train's group, give the preprocess jobs a group of their own,
+    `<group>-preprocess`, packed as many to a job as --group-components packs the train's
+    group. Snakemake refuses a group that a job outside it (the pretrain job, which needs
+    every preprocess) leads back into, so as grouped the DAG could not be built at all.
+    Returns the line that says so; '' (nothing changed) where they were not grouped together."""
+    groups = group_settings.overwrite_groups
+    group = groups.get(preprocess)
+    if group is None or group != groups.get(train):
+        return ""
+    apart = f"{group}-{preprocess}"
+    group_settings.overwrite_groups = {**groups, preprocess: apart}
+    components = group_settings.group_components
+    if group in components:
+        group_settings.group_components = {**components, apart: components[group]}
+    return (
+        f"rnnfleet: train.init fleet: the {preprocess} jobs go in group {apart}, not with their {train} "
+        f"in group {group}: the fleet's pretraining needs every {preprocess} before any {train}"
+    )
