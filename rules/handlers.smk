@@ -89,9 +89,10 @@ if workflow.is_main_process:
     name_write_protected_outputs(write_protected_line)
 
 # One dataset whose preprocess fails does not stop the fleet's pretraining (rules/pretrain.smk):
-# it goes on with the others (before apply_split_on_failure, which wraps the same function).
+# it goes on with the others; a pretraining that fails does not stop the trainings: they go
+# on from scratch (before apply_split_on_failure, which wraps the same function).
 if workflow.is_main_process:
-    start_past_failed_inputs({"pretrain"})
+    start_past_failed_inputs({"pretrain": {"preprocess"}, "train": {"pretrain"}})
 
 # Packed cluster jobs (profiles/slurm-packed): each SLURM job gets the run's gpu_mem budget
 # for its GPU and keeps going past a failed dataset; a failed job keeps the results of its

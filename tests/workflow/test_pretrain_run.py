@@ -27,6 +27,7 @@ from conftest import (
 
 from rnnfleet.checkpoint import load_checkpoint
 from rnnfleet.data import load_arrays
+from rnnfleet.faults import PRETRAIN_CRASH
 from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
 
 # SHORT's training part ends first: its first embargo bar is the fleet's cutoff. LONG's bars
@@ -307,3 +308,27 @@ def test_a_slurm_profiles_groups_plan_with_the_fleet_start(profile, tmp_path):
         [("dataset-preprocess", {"preprocess": per_job})] * (len(datasets) // per_job)
         + [("dataset", {"train": per_job})] * (len(datasets) // per_job)
     ), output
+
+
+# ---- the pretraining fails: every dataset trains from scratch, and the run says so ------------
+
+
+def test_a_failed_pretraining_leaves_every_dataset_trained_from_scratch_with_why(tmp_path):
+    datasets = ["A_1m", "B_1m"]
+    add_datasets(tmp_path, datasets)
+    write_config(tmp_path, data_dir="data", train={"init": "fleet"})
+    result = snakemake(tmp_path, check=False, env={PRETRAIN_CRASH: "1"})
+
+    assert result.returncode != 0  # the run ends failed, naming the pretrain job
+    assert "Error in rule pretrain" in result.stderr, result.stderr[-3000:]
+    errors = [line for line in (tmp_path / "logs/pretrain/fleet.log").read_text().splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "test fault" in errors[0], errors
+    why = "from scratch: the fleet's pretraining failed: " + errors[0].removeprefix("ERROR: ")
+    assert "rnnfleet: train goes on without models/.fleet/pretrained.pt: the job making it failed (2 jobs)" in (
+        result.stderr
+    )
+    table = summary_by_dataset(tmp_path)
+    for name in datasets:
+        assert load_checkpoint(tmp_path / f"models/{name}.pt")["lineage"]["init"]["from"] == "scratch"
+        assert f"{name}: trains {why}" in (tmp_path / f"logs/train/{name}.log").read_text()
+        assert (table[name]["status"], table[name]["init"], table[name]["init_note"]) == ("ok", "scratch", why)

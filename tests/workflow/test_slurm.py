@@ -292,3 +292,25 @@ def finished_trainings(workdir: Path) -> list[str]:
         for path in (workdir / "models").glob("*.pt")
         if not (markers / base64.urlsafe_b64encode(f"models/{path.name}".encode()).decode()).exists()
     ]
+
+
+def test_packed_profile_with_the_fleet_start_runs_preprocess_pretrain_and_train_jobs(
+    slurm_cluster, slurm_executor_env, tmp_path
+):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
+    datasets = [f"F{i}_1m" for i in range(3)]
+    add_datasets(workdir, datasets)
+    write_config(workdir, data_dir="data", train={"init": "fleet", "gpu_mem": 1})
+    packing = ("--group-components", "dataset=3", "--resources", "gpu_mem=2")
+    run = snakemake(workdir, *PACKED_PROFILES, *packing, env=slurm_executor_env, timeout=900)
+
+    # Three SLURM jobs: the preprocesses together, the pretraining on a GPU, the trainings together.
+    jobs = submitted_jobs(run.stderr)
+    assert len(jobs) == 3, run.stderr[-3000:]
+    for job_id in jobs:
+        assert slurm_job(job_id)["JobState"] == "COMPLETED"
+    (pretrain_job,) = [job_id for job_id, log in jobs.items() if "rule_pretrain" in log]
+    assert re.fullmatch(r"gres[:/]gpu:1", slurm_job(pretrain_job).get("TresPerNode", ""))
+    (train_job,) = trainings_by_slurm_job(workdir, datasets)
+    assert train_job in jobs and train_job != pretrain_job
+    assert {row["init"] for row in summary_by_dataset(workdir).values()} == {"fleet"}
