@@ -14,16 +14,30 @@ left), each job of the rule waiting for its outputs:
   function of `input` says which were left out), and Snakemake records them as the job's
   inputs, so the next run compares the inputs it would read with those it read.
 
+Cluster jobs (a SLURM job runs its own Snakemake, which builds the job's inputs again from
+the Snakefile) learn which files were dropped from the environment variable FAILED_OUTPUTS
+that the main process sets before it submits them (sbatch passes the environment on):
+failed_outputs() reads it, for the input functions of those rules.
+
 The job that failed still fails, and the run still ends failed: the jobs of other rules (and
 of these rules, after a job of a rule not named for them) that need its outputs are not run.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 
 _MARK = "__rnnfleet_past_failed_inputs__"
+# The files whose jobs failed for good in this run, os.pathsep between them.
+FAILED_OUTPUTS = "RNNFLEET_FAILED_OUTPUTS"
+
+
+def failed_outputs() -> set[str]:
+    """The files this run's main Snakemake process dropped from the inputs of the jobs it
+    released (empty in a run where none was): in that process and in the jobs it starts."""
+    return set(filter(None, os.environ.get(FAILED_OUTPUTS, "").split(os.pathsep)))
 
 
 def _chain(function):
@@ -91,6 +105,8 @@ def release_dependants(workflow, failed, goes_on_past: dict[str, set[str]]) -> l
             dag._n_until_ready[dependant] -= 1
             released.setdefault(dependant, []).extend(sorted(map(str, files)))
     if released:
+        dropped = failed_outputs().union(*released.values())
+        os.environ[FAILED_OUTPUTS] = os.pathsep.join(sorted(dropped))
         _forget_cached_inputs(workflow.persistence)
         dag.update_ready(list(released))
         jobs_per_line = Counter((job.rule.name, ", ".join(files)) for job, files in released.items())

@@ -124,6 +124,14 @@ class PretrainRule:
     outputs: tuple[str, ...]
     ancient: Callable[[str], object]  # snakemake's ancient()
 
+    def model_input(self, wildcards) -> list[str]:
+        """A train job's input (train.init fleet): the pretrained model file, none once the
+        pretrain job failed in this run (rnnfleet.hooks.past_failed_inputs): as the main
+        process released the train jobs, so does a cluster job building its inputs again."""
+        from rnnfleet.hooks.past_failed_inputs import failed_outputs
+
+        return [] if self.outputs[0] in failed_outputs() else [self.outputs[0]]
+
     def plan(self) -> PretrainPlan:
         """This run's plan (see the module doc), decided while the DAG is built."""
         datasets = list(self.arrays_of)
