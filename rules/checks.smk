@@ -14,6 +14,7 @@ from rnnfleet.checkpoint import folder_write_problem
 from rnnfleet.train.modelfile import model_file_problem
 from rnnfleet.errors import WRITE_CAUSES
 from rnnfleet.workflow.settings_changes import planned_settings_changes, report_lines
+from rnnfleet.workflow.pretrain_plan import preprocess_grouped_apart
 from rnnfleet.workflow import update_plans
 from rnnfleet.settings import TRAIN_PARAM_CONFIG_KEYS, preprocess_config_keys
 
@@ -109,8 +110,14 @@ def before_building_dag_of_this_run(target_files, target_rules, force_files):
     """Targets naming unknown datasets stop the run; a model file that no longer loads
     (emptied, cut short, overwritten) is forced, so that its train job runs again if the
     run needs it, as when the file is missing (a forced file the run does not need
-    changes nothing)."""
+    changes nothing). With train.init fleet, a SLURM profile's groups that put each
+    dataset's preprocess with its train give the preprocess jobs a group of their own (the
+    run's --groups are known only now)."""
     check_requested_datasets(target_files)
+    if config["train"]["init"] == "fleet" and (
+        grouped_apart := preprocess_grouped_apart(workflow.group_settings)
+    ):
+        logger.info(grouped_apart)
     for path, problem in models_that_do_not_load().items():
         logger.warning(
             f"rnnfleet: {path}: does not load: {problem}; a run that needs it trains its dataset again"

@@ -56,8 +56,9 @@ SNAKEMAKE_PATCHES = apply_snakemake_patches(
         after_dag=report_changed_settings,
         write_protected_line=write_protected_line,
         # One dataset whose preprocess fails does not stop the fleet's pretraining
-        # (rules/pretrain.smk): it goes on with the others.
-        past_failed_rules=("pretrain",),
+        # (rules/pretrain.smk): it goes on with the others; a pretraining that fails does not
+        # stop the trainings: they go on from scratch.
+        past_failed_rules={"pretrain": {"preprocess"}, "train": {"pretrain"}},
     ),
 )
 logger.debug(

@@ -22,6 +22,7 @@ from rnnfleet.pretraining import pretrained_paths
 from rnnfleet.workflow.pretrain_plan import PretrainRule
 
 PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])
+PRETRAIN_LOG = f"{PATHS['logs']}/pretrain/fleet.log"
 PRETRAIN = PretrainRule(
     lineage_path=PRETRAINED_LINEAGE,
     fingerprint=JOB_SETTINGS["pretrain"]["settings"]["settings_sha256"],
@@ -45,7 +46,7 @@ rule pretrain:
         model=PRETRAINED,
         lineage=PRETRAINED_LINEAGE,
     log:
-        f"{PATHS['logs']}/pretrain/fleet.log",
+        PRETRAIN_LOG,
     benchmark:
         f"{PATHS['benchmarks']}/pretrain/fleet.tsv"
     priority: 20

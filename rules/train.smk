@@ -6,7 +6,18 @@ resource_scopes:
 
 
 # train.init fleet: every dataset's train job reads the fleet's pretrained model (rules/pretrain.smk).
-FLEET_START = {"pretrained": PRETRAINED} if config["train"]["init"] == "fleet" else {}
+# If the pretrain job fails, the train jobs go on without that input (rnnfleet.hooks.past_failed_inputs):
+# the command names the model's path, not the input, and the job finds no file there and
+# trains from scratch, with the error line of the pretrain job's log as the reason.
+# A SLURM job's own Snakemake leaves that input out too (PRETRAIN.model_input).
+FLEET_START = (
+    {"pretrained": PRETRAIN.model_input} if config["train"]["init"] == "fleet" else {}
+)
+FLEET_START_TEXTS = (
+    {"pretrained_path": quoted(PRETRAINED), "pretrain_log_path": quoted(PRETRAIN_LOG)}
+    if FLEET_START
+    else {}
+)
 
 
 rule train:
@@ -46,7 +57,7 @@ rule train:
                 "arrays_path": "{input.arrays:q}",
                 "model_path": "{output.model:q}",
                 "metrics_path": "{output.metrics:q}",
-                **({"pretrained_path": "{input.pretrained:q}"} if FLEET_START else {}),
+                **FLEET_START_TEXTS,
             },
             values={
                 "threads": "{threads}",

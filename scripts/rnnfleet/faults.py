@@ -10,6 +10,8 @@ RNNFLEET_FAULT_OOM_ATTEMPTS=<n>: train attempts 1..n raise torch.OutOfMemoryErro
     error CUDA raises when a job exceeds its memory cap.
 RNNFLEET_FAULT_TRAIN_CRASH=<glob>: the training of every dataset whose name matches <glob>
     fails with an internal error (a crash, not a problem in the data).
+RNNFLEET_FAULT_PRETRAIN_CRASH=1: the fleet's pretrain job (train.init fleet) fails with an
+    internal error.
 RNNFLEET_FAULT_PACKED_JOB_EXIT=<code>: the Snakemake inside a packed SLURM job exits with
     <code> after all its jobs are done, as a job that fails at its very end.
 RNNFLEET_FAULT_FULL_DISK=<glob>: every write to a file whose path matches <glob> (e.g.
@@ -29,6 +31,7 @@ PAUSE_FILE = "RNNFLEET_TEST_PAUSE_FILE"
 OOM_ATTEMPTS = "RNNFLEET_FAULT_OOM_ATTEMPTS"
 FULL_DISK = "RNNFLEET_FAULT_FULL_DISK"
 TRAIN_CRASH = "RNNFLEET_FAULT_TRAIN_CRASH"
+PRETRAIN_CRASH = "RNNFLEET_FAULT_PRETRAIN_CRASH"
 PACKED_JOB_EXIT = "RNNFLEET_FAULT_PACKED_JOB_EXIT"
 RESUME = "resume"
 MAX_PAUSE_SECONDS = 600.0
@@ -71,6 +74,11 @@ def raise_injected_train_crash(dataset: str) -> None:
     pattern = os.environ.get(TRAIN_CRASH)
     if pattern and fnmatch(dataset, pattern):
         raise RuntimeError(f"test fault: {TRAIN_CRASH}={pattern} crashes this training")
+
+
+def raise_injected_pretrain_crash() -> None:
+    if os.environ.get(PRETRAIN_CRASH):
+        raise RuntimeError(f"test fault: {PRETRAIN_CRASH} crashes the fleet's pretraining")
 
 
 def exit_with_injected_code_at_end() -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import time
 import zipfile
@@ -36,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnfleet.errors import ERROR_PREFIX
 from rnnfleet.joining import file_sha256
 
 # The folder of the fleet's files under paths.models: a dataset name never starts with a
@@ -524,6 +526,17 @@ def fleet_start(path: str, arrays, model_hparams: dict, train_hparams: dict) -> 
         note = f"from the fleet's pretrained model {path} (sha256 {sha256[:12]}, cutoff {lineage['cutoff']})"
         return FleetStart(contents["state_dict"], sha256, str(Path(path)), note)
     return FleetStart(None, sha256, str(Path(path)), note)
+
+
+def failed_fleet_start(path: str, log_path: str | None) -> FleetStart:
+    """A dataset's start when the fleet's pretrain job failed (its model file is not there):
+    from scratch, with the pretrain log's last error line as the reason."""
+    errors = []
+    if log_path and os.path.exists(log_path):
+        with open(log_path, errors="replace") as log_file:
+            errors = [line.strip() for line in log_file if line.startswith(ERROR_PREFIX)]
+    why = errors[-1].removeprefix(ERROR_PREFIX) if errors else f"no error line in {log_path}"
+    return FleetStart(None, "", str(Path(path)), f"from scratch: the fleet's pretraining failed: {why}")
 
 
 # ---- train.compare_init: the fleet's start against scratch, per dataset and for the fleet -----

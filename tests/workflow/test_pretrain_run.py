@@ -4,6 +4,7 @@ cutoff across datasets, what re-runs it and what does not (rules/pretrain.smk, r
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -11,7 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 from conftest import (
+    REPO,
+    add_datasets,
     copy_of_run,
     planned_rules,
     returns_with_planted_signal,
@@ -22,6 +26,7 @@ from conftest import (
 )
 
 from rnnfleet.data import load_arrays
+from rnnfleet.faults import PRETRAIN_CRASH
 from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
 from rnnfleet.train.modelfile import load_checkpoint
 
@@ -263,3 +268,67 @@ def test_a_fixed_dataset_trains_alone_and_forcerun_redoes_the_pretraining_over_e
         assert (
             load_checkpoint(folder / f"models/{name}.pt")["lineage"]["init"]["pretrained_sha256"] == lineage["sha256"]
         )
+
+
+# ---- a SLURM profile's groups: each dataset's preprocess with its train ----------------------
+
+
+def group_jobs(dry_run_output: str) -> list[tuple[str, dict[str, int]]]:
+    """(group, {rule: jobs}) of each group job that snakemake -n lists, in its order; the
+    jobs outside any group under the name ''."""
+    found: list[tuple[str, dict[str, int]]] = [("", {})]
+    for line in dry_run_output.splitlines():
+        if group := re.match(r"\[.*\] Group job (\S+) ", line):
+            found.append((group[1], {}))
+        elif rule := re.match(r"( *)(?:local)?rule (\w+):", line):
+            rules = found[-1][1] if rule[1] else found[0][1]
+            rules[rule[2]] = rules.get(rule[2], 0) + 1
+    return found
+
+
+@pytest.mark.parametrize("profile", ["slurm", "slurm-packed"])
+def test_a_slurm_profiles_groups_plan_with_the_fleet_start(profile, tmp_path):
+    # The profile's groups and packing, without its executor (the SLURM plugin is optional).
+    settings = yaml.safe_load((REPO / "profiles" / profile / "config.yaml").read_text())
+    groups = [f"{rule}={group}" for rule, group in settings["groups"].items()]
+    components = [f"{group}={n}" for group, n in settings.get("group-components", {}).items()]
+    datasets = ["A_1m", "B_1m", "C_1m"]
+    add_datasets(tmp_path, datasets)
+    write_config(tmp_path, data_dir="data", train={"init": "fleet"})
+    packing = ("--group-components", *components) if components else ()
+    plan = snakemake(tmp_path, "-n", "--groups", *groups, *packing)
+
+    output = plan.stdout + plan.stderr
+    said = "rnnfleet: train.init fleet: the preprocess jobs go in group dataset-preprocess, not with their train"
+    assert said in output
+    per_job = 1 if profile == "slurm" else len(datasets)  # profiles/slurm-packed: 10 datasets a job
+    jobs = group_jobs(output)
+    assert jobs[0][1].get("pretrain") == 1  # outside any group: a SLURM job of its own
+    assert sorted(jobs[1:]) == sorted(
+        [("dataset-preprocess", {"preprocess": per_job})] * (len(datasets) // per_job)
+        + [("dataset", {"train": per_job})] * (len(datasets) // per_job)
+    ), output
+
+
+# ---- the pretraining fails: every dataset trains from scratch, and the run says so ------------
+
+
+def test_a_failed_pretraining_leaves_every_dataset_trained_from_scratch_with_why(tmp_path):
+    datasets = ["A_1m", "B_1m"]
+    add_datasets(tmp_path, datasets)
+    write_config(tmp_path, data_dir="data", train={"init": "fleet"})
+    result = snakemake(tmp_path, check=False, env={PRETRAIN_CRASH: "1"})
+
+    assert result.returncode != 0  # the run ends failed, naming the pretrain job
+    assert "Error in rule pretrain" in result.stderr, result.stderr[-3000:]
+    errors = [line for line in (tmp_path / "logs/pretrain/fleet.log").read_text().splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "test fault" in errors[0], errors
+    why = "from scratch: the fleet's pretraining failed: " + errors[0].removeprefix("ERROR: ")
+    assert "rnnfleet: train goes on without models/.fleet/pretrained.pt: the job making it failed (2 jobs)" in (
+        result.stderr
+    )
+    table = summary_by_dataset(tmp_path)
+    for name in datasets:
+        assert load_checkpoint(tmp_path / f"models/{name}.pt")["lineage"]["init"]["from"] == "scratch"
+        assert f"{name}: trains {why}" in (tmp_path / f"logs/train/{name}.log").read_text()
+        assert (table[name]["status"], table[name]["init"], table[name]["init_note"]) == ("ok", "scratch", why)

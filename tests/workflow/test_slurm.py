@@ -37,7 +37,7 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.faults import PACKED_JOB_EXIT
+from rnnfleet.faults import PACKED_JOB_EXIT, PRETRAIN_CRASH
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -292,3 +292,32 @@ def finished_trainings(workdir: Path) -> list[str]:
         for path in (workdir / "models").glob("*.pt")
         if not (markers / base64.urlsafe_b64encode(f"models/{path.name}".encode()).decode()).exists()
     ]
+
+
+def test_packed_profile_with_the_fleet_start_trains_past_a_failed_pretraining_then_from_it(
+    slurm_cluster, slurm_executor_env, tmp_path
+):
+    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
+    datasets = [f"F{i}_1m" for i in range(3)]
+    add_datasets(workdir, datasets)
+    write_config(workdir, data_dir="data", train={"init": "fleet", "gpu_mem": 1})
+    packing = ("--group-components", "dataset=3", "--resources", "gpu_mem=2")
+    failing = {**slurm_executor_env, PRETRAIN_CRASH: "1"}
+    first = snakemake(workdir, *PACKED_PROFILES, *packing, env=failing, check=False, timeout=900)
+
+    # Three SLURM jobs: the preprocesses together, the pretraining on a GPU (it fails), then
+    # the trainings together, from scratch (their own Snakemake leaves the pretrained file out).
+    assert first.returncode != 0 and "Error in rule pretrain" in first.stderr, first.stderr[-3000:]
+    jobs = submitted_jobs(first.stderr)
+    assert len(jobs) == 3, first.stderr[-3000:]
+    (pretrain_job,) = [job_id for job_id, log in jobs.items() if "rule_pretrain" in log]
+    assert re.fullmatch(r"gres[:/]gpu:1", slurm_job(pretrain_job).get("TresPerNode", ""))
+    (train_job,) = trainings_by_slurm_job(workdir, datasets)
+    assert train_job in jobs and slurm_job(train_job)["JobState"] == "COMPLETED"
+    notes = {row["init_note"] for row in summary_by_dataset(workdir).values()}
+    assert len(notes) == 1 and notes.pop().startswith("from scratch: the fleet's pretraining failed: "), notes
+
+    # The next run: the pretraining on its GPU, then every dataset again, from it.
+    second = snakemake(workdir, *PACKED_PROFILES, *packing, env=slurm_executor_env, timeout=900)
+    assert len(submitted_jobs(second.stderr)) == 2, second.stderr[-3000:]
+    assert {row["init"] for row in summary_by_dataset(workdir).values()} == {"fleet"}

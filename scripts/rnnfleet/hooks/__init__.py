@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PATCHES_OFF_VARIABLE = "RNNFLEET_SNAKEMAKE_PATCHES_OFF"
 
@@ -54,7 +54,8 @@ class RunHooks:
     before_dag: Callable[[set, set, set], None]  # (target files, target rules, files to force)
     after_dag: Callable[[object], None]  # (the DAG), main process
     write_protected_line: Callable[[list[str]], str | None]
-    past_failed_rules: tuple[str, ...] = ()  # rules whose jobs start without a failed job's outputs
+    # {rule: the rules past whose failed jobs its jobs start, without those jobs' outputs}
+    past_failed_rules: dict[str, set[str]] = field(default_factory=dict)
 
 
 def left_out() -> frozenset[str]:
@@ -130,7 +131,7 @@ def apply(workflow, run: RunHooks) -> list[str]:
         elif name == "write_protected_line":
             snakemake_hooks.name_write_protected_outputs(run.write_protected_line)
         elif name == "past_failed_inputs":
-            past_failed_inputs.start_past_failed_inputs(set(run.past_failed_rules))
+            past_failed_inputs.start_past_failed_inputs(dict(run.past_failed_rules))
         applied.append(name)
     return applied
 

@@ -1,10 +1,12 @@
-"""Jobs that start without the inputs of a job that failed (the pretrain job: rules/pretrain.smk).
+"""Jobs that start without the inputs of a job that failed (train.init fleet: rules/pretrain.smk).
 
 Snakemake runs a job only once every job making one of its inputs has succeeded. The fleet's
 pretraining reads every dataset's array file, so one dataset whose preprocess fails (bad
-bars) would keep it, and with it every dataset's fine-tune, from running.
-start_past_failed_inputs(rules) changes Snakemake's scheduler so that, when a job fails for
-good (no retry left), each job of those rules waiting for its outputs:
+bars) would keep it, and with it every dataset's fine-tune, from running; and every train
+job reads the pretrained model, so a pretraining that fails would keep every dataset from
+training. start_past_failed_inputs({rule: the rules whose failure it goes on past}) changes
+Snakemake's scheduler so that, when a job of one of those rules fails for good (no retry
+left), each job of the rule waiting for its outputs:
 
 - no longer waits for it: the failed job's outputs are dropped from its inputs (the other
   inputs kept, named as before), and it starts once its other inputs are made;
@@ -12,13 +14,22 @@ good (no retry left), each job of those rules waiting for its outputs:
   function of `input` says which were left out), and Snakemake records them as the job's
   inputs, so the next run compares the inputs it would read with those it read.
 
-The job that failed still fails, and the run still ends failed: the jobs of other rules that
-need its outputs are not run.
+Cluster jobs (a SLURM job runs its own Snakemake, which builds the job's inputs again from
+the Snakefile) learn which files were dropped from the environment variable FAILED_OUTPUTS
+that the main process sets before it submits them (sbatch passes the environment on):
+rnnfleet.failed_outputs reads it, for the input functions of those rules.
+
+The job that failed still fails, and the run still ends failed: the jobs of other rules (and
+of these rules, after a job of a rule not named for them) that need its outputs are not run.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from collections import Counter
+
+from rnnfleet.failed_outputs import FAILED_OUTPUTS, failed_outputs
 
 _MARK = "__rnnfleet_past_failed_inputs__"
 
@@ -30,9 +41,10 @@ def _chain(function):
         function = getattr(function, "__rnnfleet_stock__", None)
 
 
-def start_past_failed_inputs(rules: set[str], warn: bool = True) -> bool:
-    """Install the change for the jobs of these rules (main Snakemake process); True if installed.
-    Where this Snakemake's scheduler is not the one rnnfleet knows, one warning line and nothing installed."""
+def start_past_failed_inputs(goes_on_past: dict[str, set[str]], warn: bool = True) -> bool:
+    """Install the change (main Snakemake process): the jobs of each rule of goes_on_past go on
+    past a failed job of the rules it names; True if installed. Where this Snakemake's scheduler
+    is not the one rnnfleet knows, one warning line and nothing installed."""
     try:
         from snakemake.iocontainers import InputFiles
         from snakemake.scheduling.job_scheduler import JobScheduler
@@ -41,13 +53,15 @@ def start_past_failed_inputs(rules: set[str], warn: bool = True) -> bool:
     current = getattr(JobScheduler, "_handle_error", None)
     installed = next((function for function in _chain(current) if hasattr(function, _MARK)), None)
     if installed is not None:
-        getattr(installed, _MARK).update(rules)
+        for rule, failed_rules in goes_on_past.items():
+            getattr(installed, _MARK).setdefault(rule, set()).update(failed_rules)
         return True
     if current is None or not hasattr(InputFiles, "_allitems"):
         if warn:
             print(
-                "rnnfleet: WARNING: this Snakemake's scheduler is not the one rnnfleet knows: a dataset whose "
-                f"preprocess fails keeps {', '.join(sorted(rules))} (and what needs it) from running",
+                "rnnfleet: WARNING: this Snakemake's scheduler is not the one rnnfleet knows: a failed job of "
+                + "; of ".join(f"{', '.join(sorted(past))} keeps {rule}" for rule, past in sorted(goes_on_past.items()))
+                + " (and what needs it) from running",
                 file=sys.stderr,
             )
         return False
@@ -58,22 +72,25 @@ def start_past_failed_inputs(rules: set[str], warn: bool = True) -> bool:
             release_dependants(self.workflow, job, getattr(_handle_error, _MARK))
         return result
 
-    setattr(_handle_error, _MARK, set(rules))
+    setattr(_handle_error, _MARK, {rule: set(past) for rule, past in goes_on_past.items()})
     _handle_error.__rnnfleet_stock__ = current
     JobScheduler._handle_error = _handle_error
     return True
 
 
-def release_dependants(workflow, failed, rules: set[str]) -> list:
-    """The jobs of `rules` that waited for the failed job (or group): its outputs dropped
-    from their inputs, and each made ready once nothing else holds it. Returns them."""
+def release_dependants(workflow, failed, goes_on_past: dict[str, set[str]]) -> list:
+    """The jobs that waited for the failed job (or group) and whose rule goes on past a failed
+    job of its rule (goes_on_past): its outputs dropped from their inputs, and each made ready
+    once nothing else holds it. Returns them."""
     dag = workflow.dag
     released: dict = {}  # {job: the files dropped from its inputs}
     for failed_job in list(failed) if failed.is_group() else [failed]:
         if dag.finished(failed_job):  # a group's jobs that finished before it failed
             continue
         for dependant, files in list(dag.depending[failed_job].items()):
-            if dependant.rule.name not in rules or not dag.needrun(dependant) or dag.finished(dependant):
+            if failed_job.rule.name not in goes_on_past.get(dependant.rule.name, ()):
+                continue
+            if not dag.needrun(dependant) or dag.finished(dependant):
                 continue
             dependant.input = without(dependant.input, set(files))
             dependant._params = None  # expanded again from the inputs it now has
@@ -82,11 +99,15 @@ def release_dependants(workflow, failed, rules: set[str]) -> list:
             dag._n_until_ready[dependant] -= 1
             released.setdefault(dependant, []).extend(sorted(map(str, files)))
     if released:
+        dropped = failed_outputs().union(*released.values())
+        os.environ[FAILED_OUTPUTS] = os.pathsep.join(sorted(dropped))
         _forget_cached_inputs(workflow.persistence)
         dag.update_ready(list(released))
-        for job, files in released.items():
+        jobs_per_line = Counter((job.rule.name, ", ".join(files)) for job, files in released.items())
+        for (rule, files), jobs in jobs_per_line.items():
             print(
-                f"rnnfleet: {job.rule.name} goes on without {', '.join(files)}: the job making it failed",
+                f"rnnfleet: {rule} goes on without {files}: the job making it failed"
+                + (f" ({jobs} jobs)" if jobs > 1 else ""),
                 file=sys.stderr,
             )
     return list(released)

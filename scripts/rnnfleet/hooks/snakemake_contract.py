@@ -153,6 +153,14 @@ CONTRACT = (
         "past_failed_inputs",
         "d22052c707a1aed3d97c64c31cc4ee1973a9bb35072b507b97a50b2ddf969f6b",
     ),
+    # rnnfleet.workflow.pretrain_plan.preprocess_grouped_apart (train.init fleet under a SLURM
+    # profile's groups) sets the run's --groups before the DAG is built: it relies on a rule's
+    # group being read from them each time.
+    Patch(
+        "snakemake.rules:Rule.group",
+        "pretrain_plan",
+        "e6fed1c3280cb3f892ea57e5a6ed25f49bc926a7318bf99239de31943934750d",
+    ),
     Patch(
         "snakemake_executor_plugin_slurm_jobstep:get_node_setting",
         "packed_jobs",
@@ -167,6 +175,10 @@ CONTRACT = (
 
 
 # Private names the replacements use without replacing them (see the module docstring).
+# Modules outside rnnfleet.hooks that rely on a Snakemake function's behaviour without
+# replacing it (their CONTRACT entries are hash-checked like the patches').
+RELIED_ON_ELSEWHERE = ("pretrain_plan",)
+
 PRIVATE_NAMES = {
     "snakemake.scheduling.job_scheduler:JobScheduler": ("_open_jobs", "_input_sizes", "_tofinish"),
     "snakemake.jobs:Job": ("_params", "_resources"),

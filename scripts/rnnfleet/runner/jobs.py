@@ -27,7 +27,12 @@ from rnnfleet.errors import (
     last_marked_line,
     log,
 )
-from rnnfleet.faults import pause_point, raise_injected_out_of_memory, raise_injected_train_crash
+from rnnfleet.faults import (
+    pause_point,
+    raise_injected_out_of_memory,
+    raise_injected_pretrain_crash,
+    raise_injected_train_crash,
+)
 from rnnfleet.precision import resolve_amp
 from rnnfleet.runner.device import (
     cap_gpu_memory,
@@ -187,10 +192,13 @@ def train_one(
     process_started_at: float | None = None,
     previous_model: str | None = None,
     pretrained_path: str | None = None,
+    pretrain_log_path: str | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
     fitted by rnnfleet.train.fit.fit_dataset on the device this job claims; previous_model: the model file this job replaces;
-    pretrained_path (train.init fleet): the fleet's pretrained model it may start from. Returns the metrics."""
+    pretrained_path (train.init fleet): the fleet's pretrained model it may start from; absent
+    when the pretrain job failed (the job then runs without it: rnnfleet.hooks.past_failed_inputs),
+    and this one trains from scratch with the error line of pretrain_log_path. Returns the metrics."""
     from rnnfleet.predict import forecast_at_last_bar  # torch loads with these: a preprocess job never does
     from rnnfleet.train.fit import fit_dataset
 
@@ -211,9 +219,12 @@ def train_one(
     try:
         fleet = None
         if pretrained_path:
-            from rnnfleet.pretraining import fleet_start
+            from rnnfleet.pretraining import failed_fleet_start, fleet_start
 
-            fleet = fleet_start(pretrained_path, arrays, settings.model, settings.train)
+            if os.path.exists(pretrained_path):
+                fleet = fleet_start(pretrained_path, arrays, settings.model, settings.train)
+            else:
+                fleet = failed_fleet_start(pretrained_path, pretrain_log_path)
         fitted = fit_dataset(dataset, arrays, read_previous_model(previous_model), settings, device, facts, fleet)
         fitted.add_metrics(forecast_at_last_bar(fitted.model, fitted.checkpoint, arrays))  # the fleet's forecasts table
         save_started = time.perf_counter()
@@ -256,6 +267,7 @@ def pretrain_job(
         cap_gpu_memory(claimed, gpu_mem_gb)
         log(f"pretrain: on {claimed} with {threads} thread(s), gpu_mem {gpu_mem_gb} GB declared ({placement_note()})")
         try:
+            raise_injected_pretrain_crash()
             members = json.loads(members_json)
             checkpoint, lineage = pretrain(members["arrays"], settings, claimed, log, members["left_out"])
             save_checkpoint(checkpoint, model_path)

@@ -124,6 +124,14 @@ class PretrainRule:
     outputs: tuple[str, ...]
     ancient: Callable[[str], object]  # snakemake's ancient()
 
+    def model_input(self, wildcards) -> list[str]:
+        """A train job's input (train.init fleet): the pretrained model file, none once the
+        pretrain job failed in this run (rnnfleet.hooks.past_failed_inputs): as the main
+        process released the train jobs, so does a cluster job building its inputs again."""
+        from rnnfleet.failed_outputs import failed_outputs
+
+        return [] if self.outputs[0] in failed_outputs() else [self.outputs[0]]
+
     def plan(self) -> PretrainPlan:
         """This run's plan (see the module doc), decided while the DAG is built."""
         datasets = list(self.arrays_of)
@@ -172,3 +180,25 @@ class PretrainRule:
                 say(
                     f"rnnfleet: the fleet's pretraining runs: {plan.why_redone}; it serves {len(plan.datasets)} dataset(s)"
                 )
+
+
+def preprocess_grouped_apart(group_settings, preprocess: str = "preprocess", train: str = "train") -> str:
+    """With train.init fleet, where the run's --groups (a SLURM profile's `groups:`) put each
+    dataset's preprocess in its train's group, give the preprocess jobs a group of their own,
+    `<group>-preprocess`, packed as many to a job as --group-components packs the train's
+    group. Snakemake refuses a group that a job outside it (the pretrain job, which needs
+    every preprocess) leads back into, so as grouped the DAG could not be built at all.
+    Returns the line that says so; '' (nothing changed) where they were not grouped together."""
+    groups = group_settings.overwrite_groups
+    group = groups.get(preprocess)
+    if group is None or group != groups.get(train):
+        return ""
+    apart = f"{group}-{preprocess}"
+    group_settings.overwrite_groups = {**groups, preprocess: apart}
+    components = group_settings.group_components
+    if group in components:
+        group_settings.group_components = {**components, apart: components[group]}
+    return (
+        f"rnnfleet: train.init fleet: the {preprocess} jobs go in group {apart}, not with their {train} "
+        f"in group {group}: the fleet's pretraining needs every {preprocess} before any {train}"
+    )
