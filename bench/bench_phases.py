@@ -89,7 +89,7 @@ class PhaseClock:
 
 def wrap_job_phases(clock: PhaseClock) -> None:
     """The clocks of the breakdown: every function a preprocess and a train job spend time in."""
-    from rnnfleet import data, evaluation, intervals, predict
+    from rnnfleet import appending, data, evaluation, intervals, predict
     from rnnfleet.runner import jobs
     from rnnfleet.train import evaluate as scoring
     from rnnfleet.train import fit as fitting
@@ -97,7 +97,8 @@ def wrap_job_phases(clock: PhaseClock) -> None:
 
     phases = [
         (jobs, "preprocess_one", PREPROCESS_JOB + ": the rest (settings hash, file checks, log)"),
-        (jobs, "prepare_dataset", "prepare_dataset's own (columns, latest window)"),
+        (appending, "prepared_arrays", "appending or not: the previous arrays checked"),
+        (appending, "prepare_dataset", "prepare_dataset's own (columns, latest window)"),
         (data, "read_clean_bars", "read and clean the bars"),
         (data, "check_one_minute_bars", "one-minute check"),
         (data, "check_quality", "quality flags"),

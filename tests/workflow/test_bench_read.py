@@ -32,9 +32,10 @@ def test_a_large_file_is_held_once_and_parquet_reads_six_columns(tmp_path):
     files = bench_read.write_files(300_000, tmp_path)
     csv_path = files["csv (header, ISO times)"]
     preprocess = bench_read.run_measure("preprocess", csv_path, str(tmp_path))
-    # Measured: 3.0 x the file's size at 300,000 rows, 2.6 x at 1,000,000 (bench/README.md). A second
-    # copy of the parsed bars (48 bytes a row, 0.7 x this file) on top would pass 3.6 x.
-    assert preprocess["peak_bytes"] < 3.6 * csv_path.stat().st_size, preprocess
+    # Measured: 3.6 x the file's size at 300,000 rows since the array file holds raw float64
+    # values (3.0 x before; bench/README.md). A second copy of the parsed bars (48 bytes a
+    # row, 0.7 x this file) on top would pass 4.3 x.
+    assert preprocess["peak_bytes"] < 4.3 * csv_path.stat().st_size, preprocess
     parquet_path = files["parquet (+3 columns)"]
     read, whole = (bench_read.run_measure(kind, parquet_path, str(tmp_path)) for kind in ("read", "baseline"))
     assert read["peak_bytes"] < 0.8 * whole["peak_bytes"], (read, whole)
