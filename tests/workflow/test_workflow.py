@@ -191,8 +191,9 @@ def test_config_override_on_command_line_merges(trained_copy):
 
 
 def test_export_the_parts_caps_and_the_fleet_start_work_from_the_command_line(trained_copy):
-    # --config hands nested values over as text: export.onnx, the parts' caps and train.init
-    # act as they do from config.yaml (an export per dataset, the pretraining, a re-train)
+    # --config hands nested values over as text: export.onnx, the parts' caps, train.init and
+    # pretrain.refresh act as they do from config.yaml (an export per dataset, the
+    # pretraining, a re-train)
     result = snakemake(
         trained_copy,
         "-n",
@@ -200,6 +201,7 @@ def test_export_the_parts_caps_and_the_fleet_start_work_from_the_command_line(tr
         "export={onnx: true}",
         "preprocess={val_max_bars: 500, test_max_bars: null}",
         "train={init: fleet}",
+        "pretrain={refresh: 0.5}",
     )
     planned = planned_rules(result.stdout)
     assert planned["export_onnx"] == planned["train"] == len(DATASETS) and planned["pretrain"] == 1
