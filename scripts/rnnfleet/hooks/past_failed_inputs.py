@@ -41,30 +41,18 @@ def _chain(function):
         function = getattr(function, "__rnnfleet_stock__", None)
 
 
-def start_past_failed_inputs(goes_on_past: dict[str, set[str]], warn: bool = True) -> bool:
+def start_past_failed_inputs(goes_on_past: dict[str, set[str]]) -> None:
     """Install the change (main Snakemake process): the jobs of each rule of goes_on_past go on
-    past a failed job of the rules it names; True if installed. Where this Snakemake's scheduler
-    is not the one rnnfleet knows, one warning line and nothing installed."""
-    try:
-        from snakemake.iocontainers import InputFiles
-        from snakemake.scheduling.job_scheduler import JobScheduler
-    except ImportError:
-        JobScheduler = InputFiles = None
-    current = getattr(JobScheduler, "_handle_error", None)
+    past a failed job of the rules it names. Called through rnnfleet.hooks.apply, whose gate
+    has checked the scheduler's _handle_error and Namedlist._allitems against the contract."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    current = JobScheduler._handle_error
     installed = next((function for function in _chain(current) if hasattr(function, _MARK)), None)
     if installed is not None:
         for rule, failed_rules in goes_on_past.items():
             getattr(installed, _MARK).setdefault(rule, set()).update(failed_rules)
-        return True
-    if current is None or not hasattr(InputFiles, "_allitems"):
-        if warn:
-            print(
-                "rnnfleet: WARNING: this Snakemake's scheduler is not the one rnnfleet knows: a failed job of "
-                + "; of ".join(f"{', '.join(sorted(past))} keeps {rule}" for rule, past in sorted(goes_on_past.items()))
-                + " (and what needs it) from running",
-                file=sys.stderr,
-            )
-        return False
+        return
 
     def _handle_error(self, job, postprocess_job: bool = True):
         result = current(self, job, postprocess_job)
@@ -75,7 +63,6 @@ def start_past_failed_inputs(goes_on_past: dict[str, set[str]], warn: bool = Tru
     setattr(_handle_error, _MARK, {rule: set(past) for rule, past in goes_on_past.items()})
     _handle_error.__rnnfleet_stock__ = current
     JobScheduler._handle_error = _handle_error
-    return True
 
 
 def release_dependants(workflow, failed, goes_on_past: dict[str, set[str]]) -> list:
