@@ -145,12 +145,17 @@ def test_a_model_file_without_the_record_still_forecasts_and_says_so(run):
     pd.testing.assert_frame_equal(pd.read_csv(run / "older.csv"), pd.read_csv(run / "predictions" / "TOKYO.csv"))
 
 
-def test_a_time_zone_set_for_epoch_time_files_re_runs_nothing_for_them_and_the_dry_run_says_so(tmp_path):
+def write_epoch_and_naive_files(folder) -> None:
+    """data/EPOCH_1m.csv (epoch milliseconds: no zone applies) and data/NAIVE_1m.csv (naive text times)."""
     bars = synthetic_bars(400, 5)
     bars["timestamp"] = pd.to_datetime(bars["timestamp"]).astype("int64") // 10**6  # epoch milliseconds
-    (tmp_path / "data").mkdir()
-    bars.to_csv(tmp_path / "data" / "EPOCH_1m.csv", index=False, float_format="%.6f")
-    write_synthetic_csv(tmp_path / "data" / "NAIVE_1m.csv", 400, 6)  # naive text times: the zone applies
+    (folder / "data").mkdir()
+    bars.to_csv(folder / "data" / "EPOCH_1m.csv", index=False, float_format="%.6f")
+    write_synthetic_csv(folder / "data" / "NAIVE_1m.csv", 400, 6)  # naive text times: the zone applies
+
+
+def test_a_time_zone_set_for_epoch_time_files_re_runs_nothing_for_them_and_the_dry_run_says_so(tmp_path):
+    write_epoch_and_naive_files(tmp_path)
     write_config(tmp_path, data_dir="data", predict={"datasets": "all"})
     snakemake(tmp_path)
     outputs = [tmp_path / "prep" / "EPOCH_1m.npz", tmp_path / "models" / "EPOCH_1m.pt"]
@@ -175,11 +180,7 @@ def test_a_time_zone_set_for_epoch_time_files_re_runs_nothing_for_them_and_the_d
 
 
 def test_a_time_zone_set_before_the_first_run_of_epoch_time_files_and_removed_re_runs_nothing(tmp_path):
-    bars = synthetic_bars(400, 5)
-    bars["timestamp"] = pd.to_datetime(bars["timestamp"]).astype("int64") // 10**6  # epoch milliseconds
-    (tmp_path / "data").mkdir()
-    bars.to_csv(tmp_path / "data" / "EPOCH_1m.csv", index=False, float_format="%.6f")
-    write_synthetic_csv(tmp_path / "data" / "NAIVE_1m.csv", 400, 6)  # naive text times: the zone applies
+    write_epoch_and_naive_files(tmp_path)
     write_config(tmp_path, data_dir="data", format={"timezone": "Europe/Berlin"})
     first = snakemake(tmp_path)
     assert "format.timezone 'Europe/Berlin' is not used by 1 dataset(s)" in first.stderr and "EPOCH_1m" in first.stderr
