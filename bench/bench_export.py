@@ -71,6 +71,7 @@ def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
     from rnnfleet.data import prepare_dataset
     from rnnfleet.synthetic import synthetic_bars
     from rnnfleet.train.evaluate import train_and_evaluate
+    from rnnfleet.train.loop import LoopSettings
     from rnnfleet.train.modelfile import build_checkpoint, calibration_record, save_checkpoint
 
     csv_path = folder / "BENCH_1m.csv"
@@ -81,7 +82,7 @@ def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
     model = {"cell": "lstm", "hidden_size": 64, "num_layers": 2, "dropout": 0.1}
     train = {"seq_len": 60, "batch_size": 128, "epochs": 1, "lr": 0.001, "patience": 3, "seed": 0, "amp": "off"}
     arrays, _ = prepare_dataset(csv_path, 60, 1, val_fraction=0.2)
-    result = train_and_evaluate(arrays, model, train, torch.device("cpu"))
+    result = train_and_evaluate(arrays, model, LoopSettings.of(train), torch.device("cpu"))
     checkpoint = build_checkpoint(
         "BENCH_1m", result.trained, arrays, model, train, {"val_loss": result.evaluated.val_loss}
     )

@@ -67,8 +67,18 @@ def epoch_seconds(scripts: str, csv_path: str, variant: str, epochs: int, amp: s
     model = {"cell": "lstm", "hidden_size": 64, "num_layers": 2, "dropout": 0.1}
     train = {"seq_len": 60, "batch_size": 128, "epochs": epochs, "lr": 1e-3, "patience": epochs, "seed": 0}
     train |= {"amp": amp, **({"quantiles": heads["quantiles"]} if heads else {})}
-    result = train_and_evaluate(arrays, model, train, torch.device("cpu"))
+    result = train_and_evaluate(arrays, model, loop_settings(train), torch.device("cpu"))
     return statistics.median(epoch["seconds"] for epoch in result.trained.history)
+
+
+def loop_settings(train: dict):
+    """The loop's settings as the imported checkout takes them: a LoopSettings, or the dict
+    itself in a checkout from before the loop typed its settings (--before)."""
+    try:
+        from rnnfleet.train.loop import LoopSettings
+    except ImportError:
+        return train
+    return LoopSettings.of(train)
 
 
 def measure(scripts: str, csv_path: str, variant: str, args) -> float:

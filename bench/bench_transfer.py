@@ -100,12 +100,13 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
     from rnnfleet.synthetic import write_bars_of_returns
     from rnnfleet.train.evaluate import train_and_evaluate
-    from rnnfleet.train.loop import StartState, usable_windows, window_outputs, window_view
+    from rnnfleet.train.loop import LoopSettings, StartState, usable_windows, window_outputs, window_view
 
     rng = np.random.default_rng(args.seed + (0 if kind == "shared" else 1))
     device = torch.device("cpu")
     train = {"seq_len": SEQ_LEN, "batch_size": 128, "epochs": args.epochs, "lr": 2e-3, "patience": 3, "seed": 0}
     train["amp"] = "off"
+    loop = LoopSettings.of(train)
     arrays_of, paths = {}, {}
     for number, returns in enumerate(fleet_returns(kind, args.datasets, args.rows, rng)):
         name = f"{kind}{number:03d}"
@@ -116,12 +117,12 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         save_arrays(arrays, paths[name])
 
     train_and_evaluate(
-        arrays, MODEL, {**train, "epochs": 1}, device
+        arrays, MODEL, replace(loop, epochs=1), device
     )  # warm-up: the first training pays for torch's start
     scratch, scratch_clock, scratch_epochs = {}, Clock(), []
     for name, arrays in arrays_of.items():
         with scratch_clock:
-            result = train_and_evaluate(arrays, MODEL, train, device)
+            result = train_and_evaluate(arrays, MODEL, loop, device)
         scratch[name], scratch_epochs = test_skill(arrays, result), [*scratch_epochs, result.trained.epochs_run]
 
     pretrain_windows = {"train_windows": args.train_windows, "val_windows": args.val_windows}
@@ -136,7 +137,7 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     pretrained.load_state_dict(checkpoint["state_dict"])
     for name, arrays in arrays_of.items():
         with fleet_clock:
-            result = train_and_evaluate(arrays, MODEL, train, device, StartState(checkpoint["state_dict"], None, 0))
+            result = train_and_evaluate(arrays, MODEL, loop, device, StartState(checkpoint["state_dict"], None, 0))
         fleet[name], fleet_epochs = test_skill(arrays, result), [*fleet_epochs, result.trained.epochs_run]
         numbers = torch.from_numpy(usable_windows(arrays, SEQ_LEN).test)
         windows = window_view(torch.from_numpy(arrays.features), SEQ_LEN)

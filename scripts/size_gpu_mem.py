@@ -66,13 +66,15 @@ def main():
     import torch
 
     from rnnfleet.runner.gpu_slots import visible_gpus
+    from rnnfleet.train.loop import LoopSettings
 
     config = read_config(args.configfile)
     train = config["train"]
+    loop = LoopSettings.of(train)
     csv_path = Path(args.csv) if args.csv else largest_dataset(config)
     arrays = prepared_arrays(config, csv_path)
-    short_arrays = arrays_for_steps(arrays, args.steps, train["seq_len"], train["batch_size"])
-    footprint = measure_footprint(args.device, short_arrays, config["model"], train)
+    short_arrays = arrays_for_steps(arrays, args.steps, loop.seq_len, loop.batch_size)
+    footprint = measure_footprint(args.device, short_arrays, config["model"], loop)
     declared = declared_gb(footprint, args.margin)
     cards = visible_gpus()
     fit = plan(declared, [card.capacity_gb for card in cards])

@@ -342,10 +342,11 @@ def pretrain(
     one bad dataset never stops the pretraining of the others."""
     from rnnfleet.errors import UserError
     from rnnfleet.train.evaluate import train_and_evaluate
-    from rnnfleet.train.loop import on_cpu
+    from rnnfleet.train.loop import LoopSettings, on_cpu
 
     model_hparams, train_hparams = settings["model_hparams"], settings["train_hparams"]
-    seq_len = int(train_hparams["seq_len"])
+    loop = LoopSettings.of(train_hparams)
+    seq_len = loop.seq_len
     # First pass: each dataset's first embargo bar (one head in memory at a time: the bar
     # times of a thousand long histories would not be bounded by the windows read).
     left_out = dict(left_out or {})
@@ -418,7 +419,7 @@ def pretrain(
         )
     arrays = fleet_arrays(train_rows, val_rows, reference)
     log(f"pretrain: {len(bars)} dataset(s), {arrays.rows} rows read; training on {device}")
-    result, evaluated = train_and_evaluate(arrays, model_hparams, train_hparams, device)
+    result, evaluated = train_and_evaluate(arrays, model_hparams, loop, device)
     scores = {
         "val_loss": evaluated.val_loss,
         "naive_val_loss": evaluated.naive_val_loss,

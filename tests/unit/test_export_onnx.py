@@ -25,6 +25,7 @@ from rnnfleet.export_onnx import ExportRefused, export_model, read_metadata  # n
 from rnnfleet.predict import main as predict_main  # noqa: E402
 from rnnfleet.synthetic import synthetic_bars  # noqa: E402
 from rnnfleet.train.evaluate import train_and_evaluate  # noqa: E402
+from rnnfleet.train.loop import LoopSettings  # noqa: E402
 from rnnfleet.train.modelfile import (
     build_checkpoint,  # noqa: E402
     calibration_record,  # noqa: E402
@@ -100,7 +101,7 @@ def trained_model(csv_path, name: str, model: dict, horizon, quantiles, target, 
     options = {"features": features} if features else {}
     arrays, _ = prepare_dataset(csv_path, SEQ_LEN, horizon, val_fraction=0.2, target=target, **options)
     torch.manual_seed(0)
-    result = train_and_evaluate(arrays, model, {**TRAIN, "quantiles": quantiles}, torch.device("cpu"))
+    result = train_and_evaluate(arrays, model, LoopSettings.of({**TRAIN, "quantiles": quantiles}), torch.device("cpu"))
     checkpoint = build_checkpoint(name, result.trained, arrays, model, TRAIN, {"val_loss": result.evaluated.val_loss})
     checkpoint["calibration"] = calibration_record(result.evaluated)  # as the train job adds it
     path = (folder or csv_path.parent) / f"{name}.pt"

@@ -71,8 +71,8 @@ def test_the_loop_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
     )
     model = RecordingModel()
     monkeypatch.setattr(training, "build_model", lambda config, input_size, seq_len: model)
-    hparams = {"seq_len": seq_len, "batch_size": 16, "epochs": 1, "lr": 0.01, "patience": 1, "seed": 0}
-    training.train(training.on_device(arrays, hparams, torch.device("cpu")), {}, hparams)
+    settings = training.LoopSettings(seq_len=seq_len, batch_size=16, lr=0.01, epochs=1, patience=1, seed=0)
+    training.train(training.on_device(arrays, settings, torch.device("cpu")), {}, settings)
     usable = usable_window_ends(rows, gap_bars, seq_len, horizon)
     seen_ends = {"train": set(), "val": set()}
     for in_training, window in model.seen_windows:

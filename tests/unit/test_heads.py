@@ -22,7 +22,7 @@ from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.targets import TARGETS
 from rnnfleet.train.evaluate import train_and_evaluate
 from rnnfleet.train.fit import Settings, fit_dataset
-from rnnfleet.train.loop import usable_windows, window_outputs, window_view
+from rnnfleet.train.loop import LoopSettings, usable_windows, window_outputs, window_view
 
 
 def test_the_pinball_loss_by_hand():
@@ -118,8 +118,10 @@ def test_a_model_of_heads_trains_and_its_test_outputs_have_ordered_quantiles(tmp
     csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS * 3, 4)
     arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5], val_fraction=0.2)
     model = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
-    train = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.01, "patience": 2, "seed": 0, "amp": "off"}
-    result = train_and_evaluate(arrays, model, {**train, "quantiles": [0.1, 0.9]}, torch.device("cpu"))
+    settings = LoopSettings(
+        seq_len=16, batch_size=64, lr=0.01, epochs=2, patience=2, seed=0, amp="off", quantiles=(0.1, 0.9)
+    )
+    result = train_and_evaluate(arrays, model, settings, torch.device("cpu"))
     assert result.evaluated.test_outputs.shape == (len(result.evaluated.test_numbers), 2, 3)
     assert np.all(np.diff(result.evaluated.test_outputs, axis=-1) >= 0)
     assert result.evaluated.calibration.shape == (2, 1, len(usable_windows(arrays, 16).val))  # per horizon, per pair
@@ -136,8 +138,10 @@ def test_the_calibration_is_the_best_epochs_as_a_pass_of_its_own_after_training_
     csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS * 3, 4)
     arrays, _ = prepare_dataset(csv_path, seq_len=16, horizon=[1, 5], val_fraction=0.2)
     model = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
-    train = {"seq_len": 16, "batch_size": 32, "epochs": 6, "lr": 0.05, "patience": 6, "seed": 0, "amp": "off"}
-    result = train_and_evaluate(arrays, model, {**train, "quantiles": quantiles}, torch.device("cpu"))
+    settings = LoopSettings(
+        seq_len=16, batch_size=32, lr=0.05, epochs=6, patience=6, seed=0, amp="off", quantiles=tuple(quantiles)
+    )
+    result = train_and_evaluate(arrays, model, settings, torch.device("cpu"))
     assert result.trained.best_epoch < result.trained.epochs_run  # the kept model is not the last epoch's
     val_numbers = torch.from_numpy(usable_windows(arrays, 16).val)
     afresh = window_outputs(

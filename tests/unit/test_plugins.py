@@ -21,6 +21,7 @@ from rnnfleet.plugins import PluginRefused, imported_sha256, model_file_sources,
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.targets import TARGETS
 from rnnfleet.train.evaluate import train_and_evaluate
+from rnnfleet.train.loop import LoopSettings
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}
@@ -195,7 +196,7 @@ def test_each_target_trains_and_beats_its_own_naive_baseline(synthetic_csv, targ
     )
     assert arrays.target == target_name
     torch.set_num_threads(1)
-    result = train_and_evaluate(arrays, MODEL, TRAIN, torch.device("cpu"))
+    result = train_and_evaluate(arrays, MODEL, LoopSettings.of(TRAIN), torch.device("cpu"))
     val_targets = torch.from_numpy(arrays.targets[arrays.split.val_start : arrays.split.val_end])
     train_targets = torch.from_numpy(arrays.targets[TRAIN["seq_len"] - 1 : arrays.train_end])
     if target.classification:  # baseline: the training share of up moves, as a constant probability

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.train.evaluate import train_and_evaluate
+from rnnfleet.train.loop import LoopSettings
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -55,13 +58,13 @@ def test_auto_trains_exactly_like_the_choice_it_names(tmp_path):
     csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", 1500, 3)
     arrays = prepare_dataset(csv_path, seq_len=16, horizon=1, val_fraction=0.2)[0]
     model = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
-    train = {"seq_len": 16, "batch_size": 64, "epochs": 1, "lr": 0.003, "patience": 2, "seed": 0}
+    settings = LoopSettings(seq_len=16, batch_size=64, lr=0.003, epochs=1, patience=2, seed=0)
     torch.set_num_threads(1)
     val_loss = {}
     for amp in ("auto", "off", "bf16"):
         try:
             val_loss[amp] = train_and_evaluate(
-                arrays, model, {**train, "amp": amp}, torch.device("cpu")
+                arrays, model, replace(settings, amp=amp), torch.device("cpu")
             ).evaluated.val_loss
         except UserError as error:  # bf16 refused by this CPU's kernels: one line, never for auto
             assert amp == "bf16" and "train.amp" in str(error), error

@@ -5,6 +5,7 @@ old array and model files, the forest chart."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from rnnfleet.errors import UserError
 from rnnfleet.gaps import window_numbers
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
+from rnnfleet.train.loop import LoopSettings
 from rnnfleet.workflow.config_check import config_problems
 
 # --- the split ----------------------------------------------------------------------------
@@ -146,12 +148,12 @@ def test_hit_rate_and_sign_trading_by_hand():
 # --- no test bar reaches training ---------------------------------------------------------
 
 SMALL_MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
-SMALL_TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 3, "patience": 3, "seed": 0, "lr": 0.003, "amp": "off"}
+SMALL_LOOP = LoopSettings(seq_len=16, batch_size=64, lr=0.003, epochs=3, patience=3, seed=0, amp="off")
 
 
 def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
     torch.set_num_threads(1)
-    seq_len = SMALL_TRAIN["seq_len"]
+    seq_len = SMALL_LOOP.seq_len
     bars = synthetic_bars(1500, seed=5)
     bars.to_csv(tmp_path / "A_1m.csv", index=False)
     arrays, _ = prepare_dataset(tmp_path / "A_1m.csv", seq_len, horizon=2, val_fraction=0.2, test_fraction=0.15)
@@ -175,8 +177,8 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
     np.testing.assert_array_equal(arrays.features[: last_seen_row + 1], arrays_perturbed.features[: last_seen_row + 1])
 
     cpu = torch.device("cpu")
-    result = train_and_evaluate(arrays, SMALL_MODEL, SMALL_TRAIN, cpu)
-    result_perturbed = train_and_evaluate(arrays_perturbed, SMALL_MODEL, SMALL_TRAIN, cpu)
+    result = train_and_evaluate(arrays, SMALL_MODEL, SMALL_LOOP, cpu)
+    result_perturbed = train_and_evaluate(arrays_perturbed, SMALL_MODEL, SMALL_LOOP, cpu)
     weights, weights_perturbed = result.trained.model.state_dict(), result_perturbed.trained.model.state_dict()
     assert weights.keys() == weights_perturbed.keys()
     for name in weights:
@@ -203,9 +205,9 @@ def test_the_test_series_for_the_report_is_the_test_period_in_the_targets_units(
 
     torch.set_num_threads(1)
     write_synthetic_csv(tmp_path / "A_1m.csv", 4000, 3)
-    seq_len = SMALL_TRAIN["seq_len"]
+    seq_len = SMALL_LOOP.seq_len
     arrays, _ = prepare_dataset(tmp_path / "A_1m.csv", seq_len, horizon=1, val_fraction=0.2, test_fraction=0.15)
-    result = train_and_evaluate(arrays, SMALL_MODEL, {**SMALL_TRAIN, "epochs": 1}, torch.device("cpu"))
+    result = train_and_evaluate(arrays, SMALL_MODEL, replace(SMALL_LOOP, epochs=1), torch.device("cpu"))
     series = score_test_period(arrays, result.evaluated, seq_len, cost_bps=1.0, block_bars=10, bootstrap=50)[
         "test_series"
     ]

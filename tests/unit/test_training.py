@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,11 +16,12 @@ from rnnfleet.model import load_model
 from rnnfleet.precision import cpu_computes_bf16_natively
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.train.evaluate import train_and_evaluate
-from rnnfleet.train.loop import window_view
+from rnnfleet.train.loop import LoopSettings, window_view
 from rnnfleet.train.modelfile import ModelFileError, build_checkpoint, load_checkpoint, save_checkpoint
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 20, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}
+LOOP = LoopSettings.of(TRAIN)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def test_windows_are_views_in_bar_order():
 @pytest.mark.slow
 def test_model_beats_the_naive_forecast_on_structured_data(arrays):
     torch.set_num_threads(1)
-    result = train_and_evaluate(arrays, MODEL, TRAIN, torch.device("cpu"))
+    result = train_and_evaluate(arrays, MODEL, LOOP, torch.device("cpu"))
     assert result.evaluated.skill > 0.05, (result.evaluated.val_loss, result.evaluated.naive_val_loss)
     assert 1 <= result.trained.best_epoch <= result.trained.epochs_run <= TRAIN["epochs"]
     assert result.evaluated.val_loss == min(entry["val_loss"] for entry in result.trained.history)
@@ -49,7 +51,7 @@ def test_model_beats_the_naive_forecast_on_structured_data(arrays):
 def test_other_cells_and_mixed_precision_path_run(arrays, cell, amp):
     """Where the CPU computes bfloat16 natively, bf16 trains; elsewhere oneDNN's LSTM may refuse
     it, and then the user gets one line naming train.amp instead of an internal error."""
-    settings = {**TRAIN, "epochs": 1, "amp": amp}
+    settings = replace(LOOP, epochs=1, amp=amp)
     try:
         result = train_and_evaluate(arrays, {**MODEL, "cell": cell}, settings, torch.device("cpu"))
     except UserError as error:
@@ -61,7 +63,7 @@ def test_other_cells_and_mixed_precision_path_run(arrays, cell, amp):
 
 def test_saved_model_predicts_exactly_like_the_trained_one(arrays, tmp_path):
     train = {**TRAIN, "epochs": 2}
-    result = train_and_evaluate(arrays, MODEL, train, torch.device("cpu"))
+    result = train_and_evaluate(arrays, MODEL, LoopSettings.of(train), torch.device("cpu"))
     save_checkpoint(
         build_checkpoint("A_1m", result.trained, arrays, MODEL, train, {"val_loss": result.evaluated.val_loss}),
         tmp_path / "A.pt",
@@ -74,7 +76,7 @@ def test_saved_model_predicts_exactly_like_the_trained_one(arrays, tmp_path):
 
 
 def test_truncated_or_foreign_model_files_give_clear_errors(arrays, tmp_path):
-    result = train_and_evaluate(arrays, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"))
+    result = train_and_evaluate(arrays, MODEL, replace(LOOP, epochs=1), torch.device("cpu"))
     path = tmp_path / "A.pt"
     save_checkpoint(build_checkpoint("A_1m", result.trained, arrays, MODEL, TRAIN, {}), path)
     path.write_bytes(path.read_bytes()[:200])
@@ -116,14 +118,14 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
 def test_log_shows_each_epoch_and_progress_inside_long_epochs(arrays, monkeypatch, capsys):
     from rnnfleet.train import loop as training
 
-    train = {**TRAIN, "epochs": 2}
+    train = replace(LOOP, epochs=2)
     train_and_evaluate(arrays, MODEL, train, torch.device("cpu"))
     quick = capsys.readouterr().err.splitlines()
     assert [line.split()[:2] for line in quick] == [["epoch", "1"], ["epoch", "2"]]  # short epochs: no progress lines
     assert re.fullmatch(r"epoch +1  train_loss [\d.]+  val_loss [\d.]+  [\d.]+s  [\d,]+ samples/s", quick[0])
 
     monkeypatch.setattr(training, "PROGRESS_EVERY_SECONDS", 0.0)  # every batch counts as a long wait
-    train_and_evaluate(arrays, MODEL, {**train, "epochs": 1}, torch.device("cpu"))
+    train_and_evaluate(arrays, MODEL, replace(train, epochs=1), torch.device("cpu"))
     progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  epoch")]
     n_batches = -(-(arrays.train_end - TRAIN["seq_len"] + 1) // TRAIN["batch_size"])
     assert len(progress) == n_batches

@@ -15,7 +15,7 @@ from conftest import schema_defaults
 from rnnfleet.data import prepare_dataset, row_digests, save_arrays
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.train.evaluate import train_and_evaluate
-from rnnfleet.train.loop import StartState
+from rnnfleet.train.loop import LoopSettings, StartState
 from rnnfleet.train.modelfile import build_checkpoint
 from rnnfleet.train.updating import (
     FULL,
@@ -32,6 +32,7 @@ from rnnfleet.workflow.update_plans import NEW_BARS, SETTINGS_CHANGED, array_row
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}
+LOOP = LoopSettings.of(TRAIN)
 EVALUATE = {"production": "scored", "folds": 0}
 FINGERPRINT = "f" * 64
 
@@ -50,7 +51,7 @@ def grown(tmp_path_factory):
     bars = synthetic_bars(1500, 4)
     before, after = prepared(folder / "a.csv", bars.iloc[:1200]), prepared(folder / "b.csv", bars)
     torch.manual_seed(0)
-    result = train_and_evaluate(before, MODEL, TRAIN, torch.device("cpu"))
+    result = train_and_evaluate(before, MODEL, LOOP, torch.device("cpu"))
     lineage = next_lineage(Plan(FULL, "no previous model"), before, FINGERPRINT, fit_record("full", before, {}, 0.0, 0))
     checkpoint = build_checkpoint("A", result.trained, before, MODEL, TRAIN, {}, lineage=lineage)
     return before, after, checkpoint
@@ -115,8 +116,8 @@ def test_an_update_starts_from_the_previous_weights_and_trains_only_its_windows(
     kept = with_normalisation(after, checkpoint["normalisation"])
     from_row = before.train_end - 50
     start = StartState(checkpoint["state_dict"], checkpoint["optimizer_state"], from_row)
-    updated = train_and_evaluate(kept, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"), start)
-    fresh = train_and_evaluate(kept, MODEL, {**TRAIN, "epochs": 1}, torch.device("cpu"))
+    updated = train_and_evaluate(kept, MODEL, replace(LOOP, epochs=1), torch.device("cpu"), start)
+    fresh = train_and_evaluate(kept, MODEL, replace(LOOP, epochs=1), torch.device("cpu"))
     # Epoch 0 is the previous model on the new validation windows: the best of the epochs.
     assert (
         math.isfinite(updated.trained.start_val_loss) and updated.evaluated.val_loss <= updated.trained.start_val_loss

@@ -19,7 +19,7 @@ from rnnfleet.errors import SettingsError
 from rnnfleet.gaps import window_numbers
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
-from rnnfleet.train.loop import all_rows_train, refit_on_all_rows
+from rnnfleet.train.loop import LoopSettings, all_rows_train, refit_on_all_rows
 from rnnfleet.train.walkforward import (
     absolute_rows,
     fold_arrays,
@@ -32,7 +32,7 @@ from rnnfleet.workflow.config_check import config_problems
 
 SEQ_LEN, HORIZON = 16, 1
 SMALL_MODEL = {"cell": "gru", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
-SMALL_TRAIN = {"seq_len": SEQ_LEN, "batch_size": 64, "epochs": 3, "patience": 3, "lr": 0.003, "seed": 0, "amp": "off"}
+SMALL_LOOP = LoopSettings(seq_len=SEQ_LEN, batch_size=64, lr=0.003, epochs=3, patience=3, seed=0, amp="off")
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +108,8 @@ def test_nothing_after_a_folds_origin_reaches_its_training(arrays):
     targets[origin:] = rng.normal(size=len(targets) - origin) * targets.std()
     perturbed = replace(arrays, raw_features=features, raw_targets=targets)
     cpu = torch.device("cpu")
-    result = train_and_evaluate(fold_arrays(arrays, fold), SMALL_MODEL, SMALL_TRAIN, cpu)
-    result_perturbed = train_and_evaluate(fold_arrays(perturbed, fold), SMALL_MODEL, SMALL_TRAIN, cpu)
+    result = train_and_evaluate(fold_arrays(arrays, fold), SMALL_MODEL, SMALL_LOOP, cpu)
+    result_perturbed = train_and_evaluate(fold_arrays(perturbed, fold), SMALL_MODEL, SMALL_LOOP, cpu)
     for name, weights in result.trained.model.state_dict().items():
         assert torch.equal(weights, result_perturbed.trained.model.state_dict()[name]), name
     assert result.evaluated.val_loss == result_perturbed.evaluated.val_loss
@@ -174,8 +174,8 @@ def test_the_folds_summary_gives_mean_spread_and_counts():
 def test_a_refit_trains_its_epochs_on_every_row_without_validation(arrays):
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
-    scored = train_and_evaluate(arrays, SMALL_MODEL, SMALL_TRAIN, cpu)
-    refit = refit_on_all_rows(arrays, SMALL_MODEL, {**SMALL_TRAIN, "patience": 1}, cpu, epochs=2)
+    scored = train_and_evaluate(arrays, SMALL_MODEL, SMALL_LOOP, cpu)
+    refit = refit_on_all_rows(arrays, SMALL_MODEL, replace(SMALL_LOOP, patience=1), cpu, epochs=2)
     assert refit.epochs_run == refit.best_epoch == 2  # no early stopping, the last epoch kept
     assert math.isnan(refit.val_objective) and refit.best_pass is None  # no validation pass
     every = window_numbers(arrays.rows, all_rows_train(arrays).split, arrays.gap_bars, SEQ_LEN, HORIZON, arrays.warmup)

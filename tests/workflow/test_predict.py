@@ -19,7 +19,7 @@ from rnnfleet.data import prepare_dataset
 from rnnfleet.predict import FORECAST_COLUMNS, forecast_at_last_bar, main
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.train.evaluate import train_and_evaluate
-from rnnfleet.train.loop import window_view
+from rnnfleet.train.loop import LoopSettings, window_view
 from rnnfleet.train.modelfile import build_checkpoint, calibration_record, save_checkpoint
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
@@ -38,7 +38,7 @@ def trained(tmp_path_factory):
     bars.to_csv(csv_path, index=False, float_format="%.6f")
     arrays, _ = prepare_dataset(csv_path, TRAIN["seq_len"], HORIZON, val_fraction=0.2, columns=COLUMNS)
     torch.set_num_threads(1)
-    result = train_and_evaluate(arrays, MODEL, TRAIN, torch.device("cpu"))
+    result = train_and_evaluate(arrays, MODEL, LoopSettings.of(TRAIN), torch.device("cpu"))
     checkpoint = build_checkpoint(
         "A_1m", result.trained, arrays, MODEL, TRAIN, {"val_loss": result.evaluated.val_loss}, COLUMNS
     )

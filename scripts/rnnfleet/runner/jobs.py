@@ -207,7 +207,7 @@ def train_one(
     configure_threads(threads)
     device, gpu_slot = claim_device(settings.train.get("device", "auto"), gpu_mem_gb)
     cap_gpu_memory(device, gpu_mem_gb)
-    amp = resolve_amp(settings.train.get("amp", "auto"), device)
+    amp = resolve_amp(settings.loop.amp, device)
     log(
         f"{dataset}: training on {device} with {threads} thread(s), amp {amp}, gpu_mem {gpu_mem_gb} GB declared ({placement_note()})"
     )

@@ -14,8 +14,12 @@ import dataclasses
 import math
 import multiprocessing
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rnnfleet.data import PreparedArrays
+
+if TYPE_CHECKING:
+    from rnnfleet.train.loop import LoopSettings
 
 GIB = 2**30
 
@@ -76,7 +80,7 @@ def arrays_for_steps(arrays: PreparedArrays, steps: int, seq_len: int, batch_siz
     return dataclasses.replace(arrays, train_end=train_end)
 
 
-def _train_and_hold(device_index: int, arrays, model_hparams: dict, train_hparams: dict, connection) -> None:
+def _train_and_hold(device_index: int, arrays, model_hparams: dict, settings: LoopSettings, connection) -> None:
     """Child process: train, report the allocator peak, keep everything until the parent has measured."""
     import torch
 
@@ -86,22 +90,22 @@ def _train_and_hold(device_index: int, arrays, model_hparams: dict, train_hparam
     configure_threads(1)
     device = torch.device("cuda", device_index)
     torch.cuda.set_device(device)
-    result = train_and_evaluate(arrays, model_hparams, {**train_hparams, "epochs": 1}, device)
+    result = train_and_evaluate(arrays, model_hparams, dataclasses.replace(settings, epochs=1), device)
     torch.cuda.synchronize(device)
     connection.send((torch.cuda.max_memory_reserved(device), torch.cuda.memory_reserved(device)))
     connection.recv()  # the parent has read the card's free memory
     del result
 
 
-def measure_footprint(device_index: int, arrays, model_hparams: dict, train_hparams: dict) -> Footprint:
-    """Footprint of one training on cuda:device_index. Assumes no other process changes its
-    use of that card meanwhile."""
+def measure_footprint(device_index: int, arrays, model_hparams: dict, settings: LoopSettings) -> Footprint:
+    """Footprint of one training (one epoch of `settings`) on cuda:device_index. Assumes no
+    other process changes its use of that card meanwhile."""
     import torch
 
     free_before, _ = torch.cuda.mem_get_info(device_index)
     spawn = multiprocessing.get_context("spawn")  # a child that never inherited CUDA state
     parent_end, child_end = spawn.Pipe()
-    child = spawn.Process(target=_train_and_hold, args=(device_index, arrays, model_hparams, train_hparams, child_end))
+    child = spawn.Process(target=_train_and_hold, args=(device_index, arrays, model_hparams, settings, child_end))
     child.start()
     child_end.close()  # else a child that dies early would leave the pipe open: no EOF
     try:

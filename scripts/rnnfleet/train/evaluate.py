@@ -31,6 +31,7 @@ from rnnfleet.data import PreparedArrays
 from rnnfleet.heads import Heads, pinball_losses
 from rnnfleet.targets import TARGETS, Target
 from rnnfleet.train.loop import (
+    LoopSettings,
     Parts,
     StartState,
     Trained,
@@ -103,14 +104,14 @@ class Fit(NamedTuple):
 def train_and_evaluate(
     arrays: PreparedArrays,
     model_hparams: dict,
-    train_hparams: dict,
+    settings: LoopSettings,
     device,
     start: StartState | None = None,
     scoring: Scoring | None = None,
 ) -> Fit:
     """The loop (rnnfleet.train.loop.train), then its evaluation, on the same windows on the device."""
-    parts = on_device(arrays, train_hparams, device)
-    trained = train(parts, model_hparams, train_hparams, start)
+    parts = on_device(arrays, settings, device)
+    trained = train(parts, model_hparams, settings, start)
     return Fit(trained, evaluate(trained, parts, arrays, scoring))
 
 

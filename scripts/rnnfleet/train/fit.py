@@ -17,7 +17,7 @@ around it. Progress goes to the job's log as it happens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from rnnfleet.data import PreparedArrays
@@ -26,6 +26,7 @@ from rnnfleet.plugins import DEFAULT_BUILDER
 from rnnfleet.targets import TARGETS
 from rnnfleet.train.evaluate import Fit, Scoring, train_and_evaluate
 from rnnfleet.train.loop import (
+    LoopSettings,
     StartState,
     all_rows_train,
     objective_key,
@@ -60,22 +61,27 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Settings:
     """One dataset's training settings, each section complete (the schema's defaults filled
-    in), built once at the job's start; the numbers a fit reads at several places typed there
-    (seq_len, scoring). The dicts stay as given: the model file and the fingerprints record
-    them."""
+    in), built once at the job's start; what a fit reads of them typed there once (loop,
+    finetune_lr, compare_init, scoring). The dicts stay as given: the model file and the
+    fingerprints record them."""
 
     model: dict
     train: dict
     evaluate: dict
     update: dict
     columns: dict | None = None
-    seq_len: int = field(init=False)
+    loop: LoopSettings = field(init=False)  # the loop's settings (train.seq_len, lr, epochs, ...)
+    finetune_lr: float | None = field(init=False)  # a fit from the fleet's weights; None: train.lr
+    compare_init: bool = field(init=False)
     scoring: Scoring = field(
         init=False
     )  # the test period's scoring (evaluate.cost_bps, block_bars, bootstrap; train.seed)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seq_len", int(self.train["seq_len"]))
+        finetune_lr = self.train.get("finetune_lr")
+        object.__setattr__(self, "loop", LoopSettings.of(self.train))
+        object.__setattr__(self, "finetune_lr", float(finetune_lr) if finetune_lr is not None else None)
+        object.__setattr__(self, "compare_init", bool(self.train.get("compare_init")))
         object.__setattr__(self, "scoring", Scoring.of(self.evaluate, self.train["seed"]))
 
 
@@ -150,24 +156,26 @@ def fit_dataset(
         settings.model,
         settings.train,
         settings.evaluate,
-        settings.seq_len,
+        settings.loop.seq_len,
     )
     fingerprint = training_fingerprint(
         arrays, model_hparams, train_hparams, settings.columns, evaluate, plugin_hashes(arrays, model_hparams)
     )
-    full_start, full_hparams = None, train_hparams
+    full_start, full_loop = None, settings.loop
     if fleet is not None:  # another pretrained model: another fit, not an update of this one
         fingerprint = settings_sha256({"fit": fingerprint, "pretrained": fleet.sha256})
         if fleet.weights is not None:
             full_start = StartState(fleet.weights, None, 0)
-            full_hparams = {**train_hparams, "lr": train_hparams.get("finetune_lr") or train_hparams["lr"]}
+            full_loop = replace(settings.loop, lr=settings.finetune_lr or settings.loop.lr)
     fit_plan = plan_training(*previous, arrays, fingerprint, settings.update, evaluate)
     log(f"{dataset}: {fit_plan.label}")
 
-    def train_and_score(part: PreparedArrays, hparams: dict = train_hparams, start=None) -> Fit:
-        return train_and_evaluate(part, model_hparams, hparams, device, start, settings.scoring)
+    def train_and_score(part: PreparedArrays, loop: LoopSettings = settings.loop, start=None) -> Fit:
+        return train_and_evaluate(part, model_hparams, loop, device, start, settings.scoring)
 
-    folds, fold_entries = walk_forward(dataset, arrays, model_hparams, train_hparams, evaluate, train_and_score, log)
+    folds, fold_entries = walk_forward(
+        dataset, arrays, seq_len, model_hparams, train_hparams, evaluate, train_and_score, log
+    )
     update_metrics = {}
     if fit_plan.kind == UPDATE:
         fit_plan, update_metrics, updated = update_model(dataset, fit_plan, arrays, settings, train_and_score)
@@ -177,11 +185,11 @@ def fit_dataset(
     if fit_plan.kind == FULL:
         if fleet is not None:
             log(f"{dataset}: trains {fleet.note}")
-        scored = train_and_score(arrays, full_hparams, full_start)
-        if full_start is not None and train_hparams.get("compare_init"):
+        scored = train_and_score(arrays, full_loop, full_start)
+        if full_start is not None and settings.compare_init:
             scratch_fit, comparison = compare_init(dataset, arrays, scored, fleet, settings, train_and_score)
             if comparison["init_kept"] == "scratch":
-                scored, full_start, full_hparams = scratch_fit, None, train_hparams
+                scored, full_start, full_loop = scratch_fit, None, settings.loop
 
     trained, test_scores = scored.trained, scored.evaluated.test_scores
     metrics = scored_metrics(dataset, arrays, scored, model_hparams, seq_len) | job_facts | comparison
@@ -207,8 +215,8 @@ def fit_dataset(
     product = trained
     if evaluate["production"] == "refit":
         log(f"{dataset}: refit for production: {trained.best_epoch} epoch(s) (the scored model's best) on all rows")
-        hparams, start = (full_hparams, full_start) if fit_plan.kind == FULL else (train_hparams, None)
-        product = refit_on_all_rows(arrays, model_hparams, hparams, device, trained.best_epoch, start)
+        loop, start = (full_loop, full_start) if fit_plan.kind == FULL else (settings.loop, None)
+        product = refit_on_all_rows(arrays, model_hparams, loop, device, trained.best_epoch, start)
         metrics |= {"refit_epochs": product.epochs_run, "refit_seconds": product.train_seconds}
         metrics["refit_train_windows"] = len(usable_windows(all_rows_train(arrays), seq_len).train)
     checkpoint = build_checkpoint(
@@ -242,7 +250,7 @@ def compare_init(
         scratch_fit,
         fleet.weights,
         settings.model,
-        settings.seq_len,
+        settings.loop.seq_len,
         settings.scoring.block_bars,
     )
     log(
@@ -318,11 +326,11 @@ def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, settings: Set
     (the arrays it trained on, its Fit)). Where no training window
     ends after update_from_row, or the update's skill falls more than update.max_skill_drop
     below its full fit's, the plan returned is FULL and the last item None."""
-    previous, update, train_hparams = plan.previous, settings.update, settings.train
+    previous, update = plan.previous, settings.update
     if not update["refit_normalisation"]:
         arrays = with_normalisation(arrays, previous["normalisation"])
     from_row = update_from_row(previous, update["recent_bars"])
-    train_windows = len(update_windows(arrays, settings.seq_len, from_row))
+    train_windows = len(update_windows(arrays, settings.loop.seq_len, from_row))
     if not train_windows:
         plan = Plan(FULL, f"no training window ends after row {from_row} (update.recent_bars)")
         log(f"{dataset}: {plan.label}")
@@ -332,9 +340,9 @@ def update_model(dataset: str, plan: Plan, arrays: PreparedArrays, settings: Set
         f"optimizer state, {train_windows} training window(s) ending at or after row {from_row}, "
         f"at most {update['epochs']} epoch(s)"
     )
-    hparams = {**train_hparams, "epochs": update["epochs"], "lr": update["lr"] or train_hparams["lr"]}
+    loop = replace(settings.loop, epochs=int(update["epochs"]), lr=float(update["lr"] or settings.loop.lr))
     start = StartState(previous["state_dict"], previous["optimizer_state"], from_row)
-    fit = train_and_score(arrays, hparams, start)
+    fit = train_and_score(arrays, loop, start)
     trained, evaluated = fit
     update_metrics = {
         "new_rows": arrays.rows - int(previous["lineage"]["rows"]),

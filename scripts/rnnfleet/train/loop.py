@@ -5,6 +5,8 @@ on the device once), early-stops on its validation windows and returns what trai
 (Trained: the best epoch's weights and optimizer state, the history, the best epoch's
 validation pass), nothing else: the baseline, the test outputs, the calibration and the
 scores are the evaluation's (rnnfleet.train.evaluate), after it. It reads no test window.
+Its settings are one LoopSettings, typed once from the `train:` section; a variant (an
+update's epochs and learning rate, a refit's epochs) is a dataclasses.replace of it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -33,6 +35,36 @@ from rnnfleet.targets import TARGETS, Target
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROGRESS_EVERY_SECONDS = 30.0
 EVAL_BATCH = 2048
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The training settings the loop reads, typed once (LoopSettings.of the `train:` section).
+    The section's dict stays where it is recorded (the model file, the fingerprints)."""
+
+    seq_len: int
+    batch_size: int
+    lr: float  # Adam's learning rate
+    epochs: int  # at most
+    patience: int  # early stop after this many epochs without a better validation loss
+    seed: int
+    amp: str = "auto"  # train.amp, as given (precision.resolve_amp reads it for a device)
+    quantiles: tuple[float, ...] = ()  # train.quantiles; () for point forecasts
+
+    @classmethod
+    def of(cls, train: Mapping) -> LoopSettings:
+        """The settings of a `train:` section (its other keys are left to their readers);
+        KeyError for a missing seq_len, batch_size, lr, epochs, patience or seed."""
+        return cls(
+            seq_len=int(train["seq_len"]),
+            batch_size=int(train["batch_size"]),
+            lr=float(train["lr"]),
+            epochs=int(train["epochs"]),
+            patience=int(train["patience"]),
+            seed=int(train["seed"]),
+            amp=train.get("amp", "auto"),
+            quantiles=tuple(float(q) for q in train.get("quantiles") or ()),
+        )
 
 
 def window_view(features: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -232,10 +264,10 @@ class Parts:
         return len(self.val) > 0
 
 
-def on_device(arrays: PreparedArrays, train_hparams: dict, device: torch.device) -> Parts:
+def on_device(arrays: PreparedArrays, settings: LoopSettings, device: torch.device) -> Parts:
     """The arrays' windows on `device` (moved there once) with their heads and precision."""
     started = time.perf_counter()
-    seq_len = int(train_hparams["seq_len"])
+    seq_len = settings.seq_len
     features = torch.from_numpy(arrays.features).to(device)
     targets = torch.from_numpy(arrays.targets).to(device)
     numbers = usable_windows(arrays, seq_len)
@@ -245,9 +277,9 @@ def on_device(arrays: PreparedArrays, train_hparams: dict, device: torch.device)
         train=torch.from_numpy(numbers.train).to(device),
         val=torch.from_numpy(numbers.val).to(device),
         test=numbers.test,
-        heads=heads_of_arrays(arrays, train_hparams),
+        heads=heads_of_arrays(arrays, settings),
         target=TARGETS[arrays.target],
-        amp_dtype=AMP_DTYPES[resolve_amp(train_hparams.get("amp", "auto"), device)],
+        amp_dtype=AMP_DTYPES[resolve_amp(settings.amp, device)],
         input_size=features.shape[1],
         seq_len=seq_len,
         seconds=time.perf_counter() - started,
@@ -326,7 +358,7 @@ def one_epoch(model: nn.Module, parts: Parts, order: torch.Tensor, step: Step, e
     return loss_sum.item() / len(order)
 
 
-def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartState | None = None) -> Trained:
+def train(parts: Parts, model_hparams: dict, settings: LoopSettings, start: StartState | None = None) -> Trained:
     """Train on the training windows; early-stop on (and keep the best epoch of) the
     validation windows. Windows that span a gap are left out. Without validation windows
     (a re-fit on all rows) every epoch runs and the last is kept. From a start (an update):
@@ -334,9 +366,9 @@ def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartSt
     itself being epoch 0 (kept when no epoch improves on it)."""
     entered = time.perf_counter()
     device, heads, target, amp_dtype = parts.targets.device, parts.heads, parts.target, parts.amp_dtype
-    batch_size, lr = int(train_hparams["batch_size"]), float(train_hparams["lr"])
-    torch.manual_seed(int(train_hparams["seed"]))
-    generator = torch.Generator(device=device).manual_seed(int(train_hparams["seed"]))
+    batch_size, lr = settings.batch_size, settings.lr
+    torch.manual_seed(settings.seed)
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
     windows, window_targets, val_numbers = parts.windows, parts.targets, parts.val
     train_numbers = parts.train
     if start is not None:
@@ -357,7 +389,7 @@ def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartSt
         log(f"epoch   0  val_{objective} {start_val_loss:.5f}  (the weights it started from)")
     started = time.perf_counter()
 
-    for epoch in range(1, int(train_hparams["epochs"]) + 1):
+    for epoch in range(1, settings.epochs + 1):
         epoch_started = time.perf_counter()
         order = train_numbers[torch.randperm(n_train, device=device, generator=generator)]
         train_loss = one_epoch(model, parts, order, Step(optimizer, scaler, loss_function), epoch, batch_size)
@@ -381,8 +413,8 @@ def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartSt
         if not validating or val_loss < best_val_loss:
             best_val_loss, best_epoch, best_pass = val_loss, epoch, val_pass
             best_state, best_optimizer = on_cpu(model.state_dict()), on_cpu(optimizer.state_dict())
-        elif epoch - best_epoch >= int(train_hparams["patience"]):
-            log(f"early stop: no val_{objective} improvement for {train_hparams['patience']} epochs")
+        elif epoch - best_epoch >= settings.patience:
+            log(f"early stop: no val_{objective} improvement for {settings.patience} epochs")
             break
 
     model.load_state_dict(best_state)
@@ -402,10 +434,10 @@ def train(parts: Parts, model_hparams: dict, train_hparams: dict, start: StartSt
     )
 
 
-def heads_of_arrays(arrays: PreparedArrays, train_hparams: dict) -> Heads:
+def heads_of_arrays(arrays: PreparedArrays, settings: LoopSettings) -> Heads:
     """The heads of a model of these arrays (their horizons) and train.quantiles."""
     return heads_of_settings(
-        {"horizons": list(arrays.all_horizons), "quantiles": train_hparams.get("quantiles") or []},
+        {"horizons": list(arrays.all_horizons), "quantiles": list(settings.quantiles)},
         TARGETS[arrays.target],
     )
 
@@ -419,7 +451,7 @@ def all_rows_train(arrays: PreparedArrays) -> PreparedArrays:
 def refit_on_all_rows(
     arrays: PreparedArrays,
     model_hparams: dict,
-    train_hparams: dict,
+    settings: LoopSettings,
     device: torch.device,
     epochs: int,
     start: StartState | None = None,
@@ -428,5 +460,5 @@ def refit_on_all_rows(
     seed trained for `epochs` epochs (the scored model's best epoch) on every window of the
     dataset, test part included, without early stopping. The normalisation stays the
     training part's (the array file's), so forecasts see the inputs training saw."""
-    hparams = {**train_hparams, "epochs": epochs}
-    return train(on_device(all_rows_train(arrays), hparams, device), model_hparams, hparams, start)
+    refit = replace(settings, epochs=epochs)
+    return train(on_device(all_rows_train(arrays), refit, device), model_hparams, refit, start)

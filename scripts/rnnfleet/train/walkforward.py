@@ -247,6 +247,7 @@ def folds_summary(entries: list[dict]) -> dict:
 def walk_forward(
     dataset: str,
     arrays: PreparedArrays,
+    seq_len: int,
     model_hparams: dict,
     train_hparams: dict,
     evaluate: dict,
@@ -254,10 +255,10 @@ def walk_forward(
     log,
 ) -> tuple[list[Fold], dict[int, dict]]:
     """The fold plan of `evaluate` (folds, window, step) and the entries of its folds that are
-    not the dataset's own split (run_folds); ([], {}) with folds 0."""
+    not the dataset's own split (run_folds); ([], {}) with folds 0. seq_len: train.seq_len,
+    typed (rnnfleet.train.loop.LoopSettings); the sections as given key the fold files."""
     if not evaluate["folds"]:
         return [], {}
-    seq_len = int(train_hparams["seq_len"])
     plan = fold_plan(
         arrays.rows,
         arrays.split,
