@@ -90,7 +90,7 @@ def parse_args():
         "--predict-all",
         action="store_true",
         help="with --leave-out: the dry-runs forecast every dataset (predict.datasets: all), so each dataset "
-        "has a `script:` job with a `conda:` path too",
+        "has a predict job too",
     )
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args()

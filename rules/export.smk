@@ -35,6 +35,12 @@ rule export_onnx:
     params:
         **dataset_params(predict_read_params),
         # The user named these in the config: a model file may run them (rnnfleet.plugins).
+        **JOB_SETTINGS_PARAM,
         trusted_plugins=MODEL_CODE + FEATURE_CODE,
-    script:
-        "../scripts/export_onnx.py"
+        bars_json=input_json("bars"),
+    shell:
+        job_command(
+            "export",
+            texts={"model_path": "{input.model:q}", "onnx_path": "{output.onnx:q}"},
+            values={"bar_files": "{params.bars_json:q}", "threads": "{threads}"},
+        )

@@ -1,6 +1,8 @@
-# The job command: how the preprocess and train rules hand their jobs to the job runner
+# The job command: how the per-dataset rules (preprocess, train, predict, export_onnx) and
+# pretrain hand their jobs to the job runner
 # (scripts/job.py -> rnnfleet.runner.job_client -> a warm worker or the job's own process
 # -> rnnfleet.runner.jobs), the settings files they read, their resources.
+import json
 import os
 import shlex
 import sys
@@ -18,7 +20,7 @@ def quoted(word):
 
 
 def job_python():
-    """The Python of preprocess and train jobs: the conda environment's under --sdm conda,
+    """The Python of the job client's jobs: the conda environment's under --sdm conda,
     else Snakemake's own (as Snakemake runs `script:` jobs)."""
     from snakemake.settings.types import DeploymentMethod
 
@@ -28,8 +30,8 @@ def job_python():
 
 
 def job_settings(settings_config):
-    """What a preprocess and a train job get from a configuration: the rules' params and
-    the run-time settings that are not params."""
+    """What each kind of job gets from a configuration: the rules' params and the run-time
+    settings that are not params."""
     return {
         "preprocess": {
             **preprocess_settings(settings_config),
@@ -41,6 +43,19 @@ def job_settings(settings_config):
             "device": config["train"]["device"],
             "warm_workers": config["train"]["warm_workers"],
         },
+        "predict": {
+            **predict_read_params(settings_config),
+            "last": config["predict"]["last"] or None,
+            "trusted_plugins": MODEL_CODE + FEATURE_CODE,
+            "warm_workers": config["train"]["warm_workers"],
+        },
+        "export": {
+            "max_bad_fraction": predict_read_params(settings_config)[
+                "max_bad_fraction"
+            ],
+            "trusted_plugins": MODEL_CODE + FEATURE_CODE,
+            "warm_workers": config["train"]["warm_workers"],
+        },
         "pretrain": {  # run-wide: the fleet's pretrained model (rules/pretrain.smk)
             "settings": pretrain_settings_of(config),
             "device": config["train"]["device"],
@@ -49,7 +64,7 @@ def job_settings(settings_config):
     }
 
 
-# What every preprocess and train job of the run gets: in a settings file only this user
+# What every job of the job client in the run gets: in a settings file only this user
 # can read, written in onstart (rnnfleet.runner.job_client); the job commands name it.
 JOB_SETTINGS = job_settings(config)
 RUN_SETTINGS_FILE = settings_path(JOB_SETTINGS).as_posix()
@@ -82,7 +97,7 @@ def write_job_settings():
 
 
 # Without datasets of their own settings the run's file is a word of the command itself
-# (no function called per job); with them, a param of the preprocess and train rules.
+# (no function called per job); with them, a param of the rules of the job client.
 JOB_SETTINGS_PARAM = (
     {"job_settings": job_settings_file} if DATASET_SETTINGS_FILES else {}
 )
@@ -105,13 +120,39 @@ JOB_OPTIONS = " ".join(
 
 
 def job_command(kind, texts, values):
-    """The shell command of a preprocess or train job: scripts/job.py, a client that starts
-    in hundredths of a second where a `script:` first imports Snakemake (rnnfleet.runner.job_client).
-    kind: preprocess or train; texts, values: {argument of the job's function: a Snakemake
+    """The shell command of a job: scripts/job.py, a client that starts in hundredths of a
+    second where a `script:` first imports Snakemake (rnnfleet.runner.job_client).
+    kind: a key of job_client.JOBS; texts, values: {argument of the job's function: a Snakemake
     placeholder}; values are JSON numbers ("{threads}")."""
     options = [f"--text {name} {field}" for name, field in texts.items()]
     options += [f"--value {name} {field}" for name, field in values.items()]
     return " ".join([JOB_CLIENT, kind, JOB_OPTIONS, *options])
+
+
+def input_json(name):
+    """A param: the input `name` as one JSON word of a job's command, a path where the
+    input is one path, else a list (derived from input: Snakemake does not compare it as a
+    param)."""
+
+    def files(wildcards, input):
+        value = getattr(input, name)
+        return json.dumps(value if isinstance(value, str) else list(value))
+
+    return files
+
+
+# The zone flag of the predict job (rules/datasets.smk, zone_checked): only where a dataset's
+# times are zone-free (no function called per job otherwise).
+def times_zone_free(wildcards, input):
+    """A param: whether the dataset's times are zone-free, as JSON (derived from input:
+    Snakemake does not compare it as a param; read_format's param says it)."""
+    return json.dumps(wildcards.dataset in ZONE_UNUSED)
+
+
+ZONE_FREE_PARAM = {"times_zone_free": times_zone_free} if ZONE_UNUSED else {}
+ZONE_FREE_VALUE = (
+    {"times_zone_free": "{params.times_zone_free:q}"} if ZONE_UNUSED else {}
+)
 
 
 # How often a training that ran out of GPU memory is tried again (the train rule's retries).
@@ -131,13 +172,14 @@ def attempt_number(wildcards, attempt):
 
 def prestart_warm_workers():
     """Have the warm-worker server import torch and pandas while Snakemake starts the first
-    jobs (local runs with preprocessing or trainings to do; see rnnfleet.runner.warm).
+    jobs (local runs with preprocessing, trainings, forecasts or exports to do; see
+    rnnfleet.runner.warm).
     """
     from rnnfleet.runner.warm_client import prestart
 
     if config["train"]["warm_workers"] and workflow.local_exec:
         if any(
-            job.rule.name in ("preprocess", "train")
+            job.rule.name in ("preprocess", "train", "predict", "export_onnx")
             for job in workflow.dag.needrun_jobs()
         ):
             prestart()

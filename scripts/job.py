@@ -1,4 +1,4 @@
-"""A preprocess or train job: `python scripts/job.py <kind> --log ... ` (rnnfleet.runner.job_client)."""
+"""A job of the job client (preprocess, train, pretrain, predict, export): `python scripts/job.py <kind> --log ... ` (rnnfleet.runner.job_client)."""
 
 import os
 import sys

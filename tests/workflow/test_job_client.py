@@ -1,10 +1,11 @@
-"""rnnfleet.runner.job_client: the process of each preprocess and train job starts without Snakemake
-or torch, reads only JSON, and keeps the run's settings to this user."""
+"""rnnfleet.runner.job_client: the process of every per-dataset job (preprocess, train, predict,
+export) starts without Snakemake or torch, reads only JSON, and keeps the run's settings to this user."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -13,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import PROGRAMS
+from conftest import PROGRAMS, add_datasets, snakemake, write_config
 
 from rnnfleet.runner import job_client
 
@@ -50,6 +51,43 @@ def test_a_job_reaches_a_running_warm_server_without_heavy_imports(tmp_path, mon
     modules = set(json.loads((tmp_path / "modules.json").read_text()))
     assert "rnnfleet.runner.warm_client" in modules
     assert modules & HEAVY_FOR_A_CLIENT == set()
+
+
+# Each per-dataset rule -> the kind of job its command hands to the client (job_client.JOBS).
+PER_DATASET_KINDS = {"preprocess": "preprocess", "train": "train", "predict": "predict", "export_onnx": "export"}
+
+
+def planned_commands(dry_run_output: str) -> dict[tuple[str, str], str | None]:
+    """{(rule, dataset): its shell command, None for a job without one (`script:`)} of each
+    job with a dataset in a `snakemake -n -p` listing."""
+    jobs, rule, dataset = {}, None, None
+    for line in dry_run_output.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("rule ", "localrule ")):
+            rule, dataset = stripped.split()[1].rstrip(":"), None
+        elif stripped.startswith("wildcards: dataset="):
+            dataset = stripped.split("dataset=")[1].split(",")[0]
+            jobs[rule, dataset] = None
+        elif stripped.startswith("Shell command:") and dataset is not None:
+            command = stripped.removeprefix("Shell command:").strip()
+            jobs[rule, dataset] = None if command in ("", "None") else command  # a `script:` job: None
+    return jobs
+
+
+def test_every_per_dataset_job_is_a_command_of_the_job_client(tmp_path):
+    """No per-dataset job is a `script:` (none starts Snakemake's Python per dataset): in a
+    dry-run of every kind of them, each one's command is scripts/job.py with its kind and dataset."""
+    pytest.importorskip("onnxruntime", reason="export.onnx needs requirements-onnx.txt")
+    add_datasets(tmp_path, ["A_1m", "B_1m"])
+    write_config(tmp_path, data_dir="data", predict={"datasets": "all"}, export={"onnx": True})
+    result = snakemake(tmp_path, "-n", "-p")
+    commands = planned_commands(result.stdout + result.stderr)
+    assert sorted(commands) == sorted((rule, name) for rule in PER_DATASET_KINDS for name in ("A_1m", "B_1m"))
+    for (rule, dataset), command in commands.items():
+        assert command is not None, f"{rule} job of {dataset} has no shell command"
+        words = shlex.split(command)
+        assert Path(words[1]).as_posix().endswith("scripts/job.py") and words[2] == PER_DATASET_KINDS[rule], command
+        assert f" --text dataset {dataset} " in command, command
 
 
 def test_settings_file_is_named_by_its_content_and_private(tmp_path, monkeypatch):

@@ -1,11 +1,10 @@
 """rnnfleet.hooks.snakemake_speedups in real snakemake runs: it changes nothing Snakemake plans
-(same jobs and reasons), still reports a missing script, and tunes garbage collection only when on."""
+(same jobs and reasons), and tunes garbage collection only when on."""
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -72,24 +71,6 @@ def test_dry_run_lists_the_same_jobs_and_reasons_with_and_without_speedups(tmp_p
     assert any("reason: Updated input files: data/D1_1m.csv" in job for job in jobs)
     assert sum(job.startswith("rule train:") for job in jobs) == 6
     assert listings["0"] == listings["1"]
-
-
-@pytest.mark.parametrize("stock", ["1", "0"])
-def test_missing_script_is_still_reported(tmp_path, stock):
-    """The script check runs once per rule now, and still stops a workflow whose script is gone."""
-    workflow = tmp_path / "workflow"
-    shutil.copytree(REPO, workflow, ignore=shutil.ignore_patterns(".*", "tests", "bench", "docs"))
-    (workflow / "scripts" / "summarize.py").unlink()
-    add_datasets(tmp_path, ["A_1m"])
-    write_config(tmp_path, data_dir="data")
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "-d", str(tmp_path), "-n"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, PATCHES_OFF_VARIABLE: WITHOUT[stock]},
-    )
-    assert result.returncode != 0
-    assert "scripts/summarize.py" in result.stdout + result.stderr  # Snakemake's own error names it
 
 
 @pytest.mark.parametrize("stock", ["1", "0"])

@@ -27,7 +27,6 @@ PATCHES_OFF_VARIABLE = "RNNFLEET_SNAKEMAKE_PATCHES_OFF"
 PATCHES = {
     "reevaluation_timer": "snakemake_speedups",
     "input_sizes": "snakemake_speedups",
-    "script_check": "snakemake_speedups",
     "function_params": "snakemake_speedups",
     "shellcmd": "snakemake_speedups",
     "report_captions": "snakemake_speedups",

@@ -47,11 +47,6 @@ CONTRACT = (
         "3d3d19efdbbe3267272cd388ea86569d858ec30bc4d96db033d23e0a5276f605",
     ),
     Patch(
-        "snakemake.dag:ScriptProcessor.process_job",
-        "snakemake_speedups",
-        "168fffa9284a4cdfc901e95ec4327de448cf2428476733cabd47d0ef44b98ddc",
-    ),
-    Patch(
         "snakemake.common:get_function_params",
         "snakemake_speedups",
         "ffd80f63645293c363afb4a5d0f3896d4623ace8373749bb833532e4038aa854",

@@ -11,16 +11,12 @@ What it promises:
   2. `JobScheduler.update_input_sizes`: each round re-stats the inputs of *every* ready
      job. A ready job's inputs are finished files that do not change before it runs: the
      replacement stats only paths whose size it does not know yet.
-  3. `ScriptProcessor.process_job` (and so `NotebookProcessor`): stock Snakemake reads and
-     caches the `script:` file once per job to check that it exists. The replacement checks
-     each script of a rule once (scripts whose path holds `{wildcards}` or `{params}` are
-     still checked per job).
-  4. `snakemake.common.get_function_params`: `inspect.signature` of the same input and
+  3. `snakemake.common.get_function_params`: `inspect.signature` of the same input and
      resource functions for every job; the replacement remembers it per function.
-  5. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
+  4. `Job.shellcmd`: formats the rule's shell command anew at every access (three times per
      job while a dry-run prints it). The replacement keeps the command with the params and
      resources it was formatted from, and formats again when those are new (a retry).
-  6. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
+  5. `FileRecord.render` (`snakemake --report`): each file's caption is rendered with a link
      target for every file of the report appended, and parsed as reStructuredText once per
      file: quadratic in the files (bench/README.md: hours at 10,000 datasets). A caption
      that does not use `snakemake` (the job's wildcards, params, ...) is the same text for
@@ -42,7 +38,6 @@ The same changes as a patch for Snakemake itself, with measurements: docs/upstre
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import types
 import weakref
@@ -86,22 +81,6 @@ async def update_input_sizes(self, jobs) -> None:
     if len(self._input_sizes) > 10000:
         for path in list(filterfalse(paths.__contains__, self._input_sizes)):
             del self._input_sizes[path]
-
-
-def script_processor_process_job(self, job) -> None:
-    """ScriptProcessor.process_job, checking a script that is the same for every job of its
-    rule (no {wildcards} or {params} in its path) once."""
-    script_entry = getattr(job.rule, self.script_type) if getattr(job, f"is_{self.script_type}") else None
-    if isinstance(script_entry, os.PathLike):
-        script_entry = os.fspath(script_entry)
-    same_for_every_job = isinstance(script_entry, str) and "{" not in script_entry
-    key = (script_entry, str(job.rule.basedir))
-    checked = self.__dict__.setdefault("_rnnfleet_checked_scripts", set())
-    if same_for_every_job and key in checked:
-        return
-    _stock_process_job(self, job)
-    if same_for_every_job:
-        checked.add(key)
 
 
 # Functions -> parameters, and for bound methods (a new object at each attribute access,
@@ -184,7 +163,6 @@ def tune_garbage_collection() -> None:
     gc.set_threshold(GC_FIRST_THRESHOLD, second, third)
 
 
-_stock_process_job = None
 _stock_get_function_params = None
 _stock_shellcmd = None
 _stock_file_record_render = None
@@ -196,7 +174,6 @@ REPLACEMENTS = {
         schedule_reevaluation,
     ),
     "input_sizes": ("snakemake.scheduling.job_scheduler:JobScheduler.update_input_sizes", update_input_sizes),
-    "script_check": ("snakemake.dag:ScriptProcessor.process_job", script_processor_process_job),
     "function_params": ("snakemake.common:get_function_params", get_function_params),
     "shellcmd": ("snakemake.jobs:Job.shellcmd", job_shellcmd),
     "report_captions": ("snakemake.report:FileRecord.render", file_record_render),
@@ -209,7 +186,7 @@ def apply(leave_out: frozenset[str] = frozenset()) -> list[str]:
     docstring), all but the names in `leave_out`; returns the names applied. Only
     rnnfleet.hooks.apply calls it, behind its check that the installed Snakemake is the one
     these were written against."""
-    global _stock_process_job, _stock_get_function_params, _stock_shellcmd, _stock_file_record_render
+    global _stock_get_function_params, _stock_shellcmd, _stock_file_record_render
     import snakemake.rules
 
     applied = []
@@ -220,7 +197,6 @@ def apply(leave_out: frozenset[str] = frozenset()) -> list[str]:
         replacement.__rnnfleet_stock__ = _stock(current)
         setattr(owner, attribute, property(replacement) if isinstance(current, property) else replacement)
         applied.append(name)
-    _stock_process_job = getattr(script_processor_process_job, "__rnnfleet_stock__", None)
     _stock_get_function_params = getattr(get_function_params, "__rnnfleet_stock__", None)
     _stock_shellcmd = getattr(job_shellcmd, "__rnnfleet_stock__", None)
     _stock_file_record_render = getattr(file_record_render, "__rnnfleet_stock__", None)

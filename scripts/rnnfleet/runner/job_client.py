@@ -1,4 +1,5 @@
-"""The process Snakemake starts for each preprocess and train job (scripts/job.py).
+"""The process Snakemake starts for each preprocess, train, pretrain, predict and export job
+(scripts/job.py).
 
 What it promises:
 - It starts in a few hundredths of a second. A `script:` job first imports Snakemake and
@@ -37,6 +38,8 @@ JOBS = {
     "preprocess": ("rnnfleet.runner.jobs:preprocess_job", False),
     "train": ("rnnfleet.runner.jobs:train_job", True),
     "pretrain": ("rnnfleet.runner.jobs:pretrain_job", False),
+    "predict": ("rnnfleet.runner.jobs:predict_job", False),
+    "export": ("rnnfleet.runner.jobs:export_job", False),
 }
 
 
@@ -68,7 +71,7 @@ def write_settings(settings: dict) -> Path:
     return path
 
 
-USAGE = "usage: scripts/job.py {preprocess,train} --log LOG --settings SETTINGS [--text NAME VALUE]... [--value NAME JSON]..."
+USAGE = "usage: scripts/job.py {preprocess,train,pretrain,predict,export} --log LOG --settings SETTINGS [--text NAME VALUE]... [--value NAME JSON]..."
 # Option -> the number of words that follow it. The command is rules/jobs.smk's
 # (job_command); a hand-written reader, because importing argparse (and the shutil it pulls
 # in) would add to every job's start.

@@ -63,6 +63,50 @@ def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
         preprocess_one(dataset=dataset, **preprocess_kwargs)
 
 
+def predict_job(
+    dataset: str,
+    model_path: str,
+    csv_path: str | list[str],
+    forecasts_path: str,
+    threads: int,
+    read_format: dict,
+    times_zone_free: bool = False,
+    **forecast_kwargs,
+) -> None:
+    """The predict rule's job: rnnfleet.predict.forecast_csv of the model file on the recent
+    bars (one file, or the dataset's files), the forecasts written atomically, with `threads`
+    torch threads. times_zone_free: the dataset's times are zone-free, so its bars are read
+    with format.timezone at its default, as its params say (rules/datasets.smk, zone_checked).
+    forecast_kwargs: last, max_bad_fraction, trusted_plugins (the rule's params)."""
+    from rnnfleet.predict import forecast_csv  # torch loads with it
+    from rnnfleet.settings import without_unused_zone
+
+    with run_job_guard(dataset):
+        configure_threads(threads)
+        forecast_csv(
+            model_path=model_path,
+            csv_path=csv_path,
+            forecasts_path=forecasts_path,
+            read_format=without_unused_zone(read_format) if times_zone_free else read_format,
+            **forecast_kwargs,
+        )
+
+
+def export_job(
+    dataset: str, model_path: str, bar_files: list[str], onnx_path: str, threads: int, **export_kwargs
+) -> None:
+    """The export_onnx rule's job: rnnfleet.export_onnx.export_one of the model file, checked
+    on its bars, to onnx_path (its one line in the log either way; exit status 1 when nothing
+    was written). export_kwargs: max_bad_fraction, trusted_plugins (the rule's params)."""
+    from rnnfleet.export_onnx import export_one  # torch and onnx load with it
+
+    with run_job_guard(dataset):
+        configure_threads(threads)
+        written = export_one(model_path, bar_files, onnx_path, **export_kwargs)
+    if not written:
+        raise SystemExit(1)
+
+
 def train_job(
     attempt: int,
     attempts: int,

@@ -1,4 +1,4 @@
-"""Warm workers: run preprocess and train jobs in processes forked from one that already
+"""Warm workers: run preprocess, train, predict and export jobs in processes forked from one that already
 imported torch and pandas, and reused from job to job.
 
 A fresh interpreter per job pays `import torch` (and torch._dynamo, which torch.optim
