@@ -25,5 +25,5 @@ rule preprocess:
         job_command(
             "preprocess",
             texts={"arrays_path": "{output.arrays:q}"},
-            values={"data_files": "{params.files_json:q}"},
+            values={"data_files": "{params.files_json:q}", "threads": "{threads}"},
         )

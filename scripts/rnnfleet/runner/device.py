@@ -124,6 +124,26 @@ def job_process() -> dict:
     return {"worker": worker, "pid": os.getpid(), "warm_server_pid": int(server_pid) if server_pid else None}
 
 
+def limit_blas_threads(threads: int) -> None:
+    """Limit numpy's BLAS (OpenBLAS, MKL, BLIS) to the job's declared threads, in this process.
+    Its pool is sized to every core when numpy loads, and an environment variable set then
+    would be too late for a warm worker's child: on a machine whose cores the other jobs
+    keep busy, a pool's threads wait on each other (a dot product of over 10,000 numbers,
+    as in a test period's Diebold-Mariano test, is split across them)."""
+    import numpy  # noqa: F401  (loads the BLAS library that the limit finds)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=max(1, threads), user_api="blas")
+
+
+def blas_threads() -> int | None:
+    """The threads numpy's BLAS may use in this process (None: no BLAS library found)."""
+    from threadpoolctl import threadpool_info
+
+    counts = [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+    return max(counts) if counts else None
+
+
 def torch_threads() -> int:
     import torch
 
@@ -188,9 +208,11 @@ def placement_note() -> str:
 
 
 def configure_threads(threads: int) -> None:
-    """Use exactly the job's declared threads, so concurrent jobs do not oversubscribe cores."""
+    """Use exactly the job's declared threads, so concurrent jobs do not oversubscribe cores:
+    torch's and numpy's BLAS (limit_blas_threads)."""
     import torch
 
+    limit_blas_threads(threads)
     torch.set_num_threads(max(1, threads))
     try:
         torch.set_num_interop_threads(1)

@@ -35,11 +35,13 @@ from rnnfleet.faults import (
 )
 from rnnfleet.precision import resolve_amp
 from rnnfleet.runner.device import (
+    blas_threads,
     cap_gpu_memory,
     claim_device,
     configure_threads,
     job_process,
     job_resources,
+    limit_blas_threads,
     placement_note,
     release_gpu_memory,
     start_job_measure,
@@ -57,8 +59,10 @@ if TYPE_CHECKING:
 EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
 
 
-def preprocess_job(dataset: str, **preprocess_kwargs) -> None:
-    """preprocess_one(**preprocess_kwargs), failing with one line that names the file."""
+def preprocess_job(dataset: str, threads: int, **preprocess_kwargs) -> None:
+    """preprocess_one(**preprocess_kwargs) with numpy's BLAS on the job's `threads`, failing
+    with one line that names the file."""
+    limit_blas_threads(threads)
     with run_job_guard(dataset):
         preprocess_one(dataset=dataset, **preprocess_kwargs)
 
@@ -257,7 +261,8 @@ def train_one(
     )
     load_started = time.perf_counter()
     arrays = load_arrays(arrays_path)
-    facts = {"device": str(device), "amp": amp, "torch_threads": torch_threads(), **job_process()}
+    facts = {"device": str(device), "amp": amp, "torch_threads": torch_threads(), "blas_threads": blas_threads()}
+    facts |= job_process()
     facts |= {"startup_seconds": startup_seconds, "process_started_at": process_started_at}
     facts["load_seconds"] = time.perf_counter() - load_started
     try:
