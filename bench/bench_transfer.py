@@ -142,7 +142,9 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         numbers = torch.from_numpy(usable_windows(arrays, SEQ_LEN).test)
         windows = window_view(torch.from_numpy(arrays.features), SEQ_LEN)
         outputs = window_outputs(pretrained, windows, None, numbers)
-        one_for_all[name] = test_skill(arrays, replace(result, test_outputs=outputs))
+        one_for_all[name] = test_skill(
+            arrays, result._replace(evaluated=replace(result.evaluated, test_outputs=outputs))
+        )
 
     differences = np.array([fleet[name] - scratch[name] for name in arrays_of])
     return {

@@ -155,6 +155,20 @@ def test_heads_bench_times_heads_the_single_forecast_and_another_checkouts_and_p
     assert set(record["median"]) == {"single", "heads", "before"} and all(v > 0 for v in record["median"].values())
 
 
+def test_transfer_bench_compares_scratch_the_fleets_start_and_one_model_for_all_on_both_fleets(tmp_path):
+    command = [sys.executable, str(REPO / "bench" / "bench_transfer.py"), "--datasets", "2", "--rows", "600"]
+    command += ["--epochs", "1", "--out", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = [json.loads(line) for line in (tmp_path / "transfer.jsonl").read_text().splitlines()]
+    assert [fleet["fleet"] for fleet in record["results"]] == ["shared", "unrelated"]
+    for fleet in record["results"]:
+        skills = [fleet[f"{side}_mean_test_skill"] for side in ("scratch", "fleet", "one_for_all")]
+        assert all(-1 < skill < 1 for skill in skills) and len(set(skills)) == 3
+        assert fleet["fleet_better"] + fleet["fleet_worse"] <= 2 and fleet["time_ratio"] > 0
+        assert f"{fleet['fleet']:9} 2 x 600 bars: mean test skill scratch" in result.stdout
+
+
 def test_fleet_tests_bench_prints_each_tests_share_against_its_level():
     command = [sys.executable, str(REPO / "bench" / "bench_fleet_tests.py"), "--series", "5", "--windows", "300"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
