@@ -63,6 +63,7 @@ def parse_args():
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--variants", help="override the workloads' variants: " + str(DEFAULT_VARIANTS))
     parser.add_argument("--out", default=str(BENCH / "out"))
+    parser.add_argument("--step-steps", type=int, default=60, help="timed steps of the one-step comparison")
     parser.add_argument(
         "--concurrency",
         default="",
@@ -181,8 +182,9 @@ def run_one_process(args, data_dir: Path, work: Path, threads: int) -> dict:
     return {"seconds": seconds, "val_loss": statistics.mean(m["val_loss"] for m in metrics_of(work))}
 
 
-def step_milliseconds(tuned: bool) -> float:
-    command = [sys.executable, str(BENCH / "step_time.py"), "--threads", "1"] + (["--tuned"] if tuned else [])
+def step_milliseconds(tuned: bool, steps: int) -> float:
+    command = [sys.executable, str(BENCH / "step_time.py"), "--threads", "1", "--steps", str(steps)]
+    command += ["--tuned"] if tuned else []
     return float(timed(command)[1].strip())
 
 
@@ -193,7 +195,7 @@ def main():
         sizes = {key: getattr(args, key) or value for key, value in WORKLOADS[workload].items()}
         variants = args.variants or DEFAULT_VARIANTS[workload]
         summaries.append(run_workload(argparse.Namespace(**{**vars(args), **sizes, "variants": variants}), workload))
-    tuned, default = step_milliseconds(True), step_milliseconds(False)
+    tuned, default = step_milliseconds(True, args.step_steps), step_milliseconds(False, args.step_steps)
     print(
         f"\none training step, 1 thread: {tuned:.1f} ms with rnnfleet's allocator settings, {default:.1f} ms with glibc defaults ({default / tuned:.2f}x)"
     )

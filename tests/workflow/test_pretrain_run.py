@@ -165,8 +165,18 @@ def test_the_pretraining_reads_no_bar_at_or_after_the_fleet_cutoff(fleet_run):
     assert lineage["bars"]["LONG_1m"]["last_bar_ns"] < planted_from
 
 
+def untracked(folder: Path) -> None:
+    """The folder's config.yaml with MLflow tracking off (tested above, and it re-trains
+    nothing): a copy's runs then spend no seconds importing MLflow and logging to it."""
+    config_path = folder / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["tracking"]["mlflow"]["enabled"] = False
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
 def test_a_dataset_added_later_trains_alone_and_one_before_the_cutoff_from_scratch(fleet_run, tmp_path):
     folder = copy_of_run(fleet_run[0], tmp_path)
+    untracked(folder)
     write_fleet_dataset(folder, "EARLY_1m", 400, 7, start="2023-12-31")  # its validation: before the cutoff
     plan = snakemake(folder, "-n").stdout
     assert planned_rules(plan) == {"preprocess": 1, "train": 1, "summarize": 1, "plots": 1, "all": 1}, plan

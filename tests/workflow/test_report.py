@@ -187,11 +187,13 @@ def test_a_rerun_draws_only_the_loss_curves_of_new_and_retrained_datasets(run, t
     assert second[DATASETS[0]] == first[DATASETS[0]]  # not drawn again
     assert "loss curves drawn: 1 " in (copy / "logs" / "plots.log").read_text()
 
-    add_datasets(copy, DATASETS[:1], seed=7)  # new bars: re-trained
+    # New bars: re-trained. CCC_1m, not DATASETS[0], whose forecasts (configured) would be made
+    # again too: a predict job is a process of its own, seconds that prove nothing here.
+    add_datasets(copy, ["CCC_1m"], seed=7)
     snakemake(copy)
     third = curve_stamps(copy)
-    assert third["CCC_1m"] == second["CCC_1m"]
-    assert third[DATASETS[0]][1] > second[DATASETS[0]][1]
+    assert third[DATASETS[0]] == second[DATASETS[0]]
+    assert third["CCC_1m"][1] > second["CCC_1m"][1]
     snakemake(copy, "--report", "report.html")
     curves = [e for path, e in report_results((copy / "report.html").read_text()).items() if "loss_curves" in path]
     assert sorted(entry["labels"]["dataset"] for entry in curves) == [DATASETS[0], "CCC_1m"]

@@ -166,6 +166,11 @@ def test_new_bars_update_each_model_from_its_previous_weights(run, bars):
     assert len(forecasts) == 5 and forecasts["forecast_close"].notna().all()
 
 
+# The target of runs whose test reads DAYS's files alone (metrics, logs): its jobs, not
+# GROWING's, the table's or the figures'.
+DAYS_MODEL = "models/DAYS.pt"
+
+
 def preprocess_log(workdir: Path, dataset: str) -> str:
     return (workdir / "logs" / "preprocess" / f"{dataset}.log").read_text()
 
@@ -241,7 +246,7 @@ def test_a_day_file_cut_inside_its_last_line_is_read_without_it_and_its_repair_i
     bars["DAYS"].iloc[DAYS * DAY : (DAYS + 1) * DAY].to_csv(day_file, index=False, float_format="%.6f")
     whole = day_file.read_text()
     day_file.write_text(whole[:-4])  # the line end and the last number's last three digits lost
-    snakemake(run)
+    snakemake(run, DAYS_MODEL)
     cut = metrics(run, "DAYS")
     assert (cut["made"], cut["rows"]) == ("update 1", first["rows"] + DAY - 1)
     note = (
@@ -252,7 +257,7 @@ def test_a_day_file_cut_inside_its_last_line_is_read_without_it_and_its_repair_i
 
     day_file.write_text(whole)  # the file repaired: one more bar, the others unchanged
     assert planned_lines(snakemake(run, "-n")) == ["update: new bars/new files: 1 (datasets: DAYS)"]
-    snakemake(run)
+    snakemake(run, DAYS_MODEL)
     assert "DAYS: update: 1 new bars" in train_log(run, "DAYS")
     repaired = metrics(run, "DAYS")
     assert (repaired["made"], repaired["rows"]) == ("update 2", first["rows"] + DAY)
@@ -290,7 +295,7 @@ def test_a_changed_setting_trains_from_scratch(run, bars):
 
 
 def test_parts_of_fixed_size_keep_their_size_as_days_are_added_and_updates_go_on(run, bars):
-    fixed = ("--config", 'preprocess={"val_bars": 300, "test_bars": 200}')
+    fixed = (DAYS_MODEL, "--config", 'preprocess={"val_bars": 300, "test_bars": 200}')
     snakemake(run, *fixed)  # the parts changed: preprocessed and trained again
     made = "DAYS (3 files under data): arrays made from every bar: the previous arrays were made with other settings"
     assert made in preprocess_log(run, "DAYS")
