@@ -34,7 +34,8 @@ train.compare_init true and the `pretrain:` windows, and the real `snakemake --c
 calls better, worse or neither, at which correction and rate (fleet_correction), the share
 called better, the mean test skill of the kept models (test_skill; init: which start was
 kept) against the fits from scratch (init_scratch_test_skill) and from the fleet's start
-(init_fleet_test_skill), and the run's wall time (the pretraining and job starts included).
+(init_fleet_test_skill), the paired difference kept - scratch (datasets better / worse, a
+sign-flip p-value over datasets), and the run's wall time (the pretraining and job starts included).
 Appends one JSON line with "mode": "workflow" to <out>/transfer.jsonl.
 """
 
@@ -237,6 +238,7 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
     verdicts = [row["init_verdict"] for row in rows]
     method, fdr = rows[0]["fleet_correction"].split(" fdr=")
     better, worse = verdicts.count(FLEET_START_BETTER), verdicts.count(FLEET_START_WORSE)
+    kept_gains = np.array([float(row["test_skill"]) - float(row["init_scratch_test_skill"]) for row in rows])
     return {
         "fleet": kind,
         "datasets": len(rows),
@@ -252,18 +254,23 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
         "kept_mean_test_skill": statistics.mean(float(row["test_skill"]) for row in rows),
         "scratch_mean_test_skill": statistics.mean(float(row["init_scratch_test_skill"]) for row in rows),
         "fleet_mean_test_skill": statistics.mean(float(row["init_fleet_test_skill"]) for row in rows),
+        "kept_better": int((kept_gains > 0).sum()),
+        "kept_worse": int((kept_gains < 0).sum()),
+        "kept_sign_flip_pvalue": sign_flip_pvalue(kept_gains, np.random.default_rng(args.seed)),
         "seconds": seconds,
     }
 
 
 def print_workflow_fleet(result: dict) -> None:
+    gain = result["kept_mean_test_skill"] - result["scratch_mean_test_skill"]
     print(
         f"{result['fleet']:9s} {result['datasets']} x {result['rows']} bars, workflow: the fleet's start called "
         f"better on {result['better']}, worse on {result['worse']}, neither on {result['neither']} "
         f"({result['correction']} fdr {result['fdr']:g}; share called better {result['share_better']:.3f}); "
         f"mean test skill kept {result['kept_mean_test_skill']:+.4f} (the fleet's start kept on "
         f"{result['kept_fleet']}), scratch {result['scratch_mean_test_skill']:+.4f}, fleet start "
-        f"{result['fleet_mean_test_skill']:+.4f}; snakemake --cores {result['cores']}: {result['seconds']:.1f}s"
+        f"{result['fleet_mean_test_skill']:+.4f}; kept - scratch {gain:+.4f} (better on {result['kept_better']}, worse on "
+        f"{result['kept_worse']}, sign-flip p {result['kept_sign_flip_pvalue']:.3f}); snakemake --cores {result['cores']}: {result['seconds']:.1f}s"
     )
 
 

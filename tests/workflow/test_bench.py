@@ -183,6 +183,10 @@ def test_transfer_bench_workflow_mode_reads_the_workflows_fleet_corrected_verdic
         kept, scratch, start = (fleet[f"{side}_mean_test_skill"] for side in ("kept", "scratch", "fleet"))
         assert all(-1 < skill < 1 for skill in (kept, scratch, start)) and scratch != start
         assert kept == {3: start, 0: scratch}.get(fleet["kept_fleet"], kept)  # the kept model's own skill
+        assert (
+            fleet["kept_better"] + fleet["kept_worse"] <= fleet["kept_fleet"]
+            and 0 < fleet["kept_sign_flip_pvalue"] <= 1
+        )
         line = f"{fleet['fleet']:9} 3 x 600 bars, workflow: the fleet's start called better on {fleet['better']}, "
         assert line + f"worse on {fleet['worse']}, neither on {fleet['neither']} (bh fdr 0.1;" in result.stdout
 
