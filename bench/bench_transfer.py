@@ -81,9 +81,9 @@ def parse_args():
 
 
 def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """One array of log returns per dataset of a `shared` or `unrelated` fleet."""
+    """One array of finite log returns per dataset of a `shared` or `unrelated` fleet."""
     fleet = []
-    for _ in range(datasets):
+    while len(fleet) < datasets:
         if kind == "shared":
             a, b = 0.45, -0.25
         else:
@@ -91,9 +91,11 @@ def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator)
         noise, scale = rng.uniform(0.8, 1.2), rng.uniform(0.5, 2.0) * 1e-3
         x = np.zeros(rows)
         shocks = rng.normal(0, noise, rows)
-        for t in range(3, rows):
-            x[t] = a * np.tanh(2 * x[t - 1]) + b * x[t - 2] * abs(x[t - 3]) + shocks[t]
-        fleet.append(scale * x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for t in range(3, rows):
+                x[t] = a * np.tanh(2 * x[t - 1]) + b * x[t - 2] * abs(x[t - 3]) + shocks[t]
+        if np.isfinite(x).all():  # the quadratic term can run away after a few large shocks: drawn again
+            fleet.append(scale * x)
     return fleet
 
 

@@ -191,6 +191,15 @@ def test_transfer_bench_workflow_mode_reads_the_workflows_fleet_corrected_verdic
         assert line + f"worse on {fleet['worse']}, neither on {fleet['neither']} (bh fdr 0.1;" in result.stdout
 
 
+def test_transfer_bench_draws_a_runaway_dataset_again_so_every_fleet_is_finite():
+    sys.path.insert(0, str(REPO / "bench"))
+    import numpy as np
+    from bench_transfer import fleet_returns
+
+    fleet = fleet_returns("shared", 2, 3000, np.random.default_rng(1))  # its 2nd draw runs away to inf
+    assert len(fleet) == 2 and all(np.isfinite(returns).all() for returns in fleet)
+
+
 def test_fleet_tests_bench_prints_each_tests_share_against_its_level():
     command = [sys.executable, str(REPO / "bench" / "bench_fleet_tests.py"), "--series", "5", "--windows", "300"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
