@@ -245,6 +245,7 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
         "fleet": kind,
         "datasets": len(rows),
         "rows": args.rows,
+        "seed": args.seed,
         "cores": args.cores,
         "better": better,
         "worse": worse,

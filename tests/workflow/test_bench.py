@@ -177,7 +177,7 @@ def test_transfer_bench_workflow_mode_reads_the_workflows_fleet_corrected_verdic
     (record,) = [json.loads(line) for line in (tmp_path / "transfer.jsonl").read_text().splitlines()]
     assert record["mode"] == "workflow" and [fleet["fleet"] for fleet in record["results"]] == ["shared", "unrelated"]
     for fleet in record["results"]:
-        assert fleet["datasets"] == 3 and fleet["better"] + fleet["worse"] + fleet["neither"] == 3
+        assert (fleet["datasets"], fleet["seed"]) == (3, 0) and fleet["better"] + fleet["worse"] + fleet["neither"] == 3
         assert (fleet["correction"], fleet["fdr"]) == ("bh", 0.1) and fleet["share_better"] == fleet["better"] / 3
         assert 0 <= fleet["kept_fleet"] <= 3 and fleet["seconds"] > 0
         kept, scratch, start = (fleet[f"{side}_mean_test_skill"] for side in ("kept", "scratch", "fleet"))
