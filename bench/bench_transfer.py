@@ -24,12 +24,26 @@ sign-flip permutation p-value over datasets), epochs, and wall and CPU time (the
 included) with the ratios fleet / scratch; appends one JSON line to bench/out/transfer.jsonl.
 Times are the trainings' own (no Snakemake, no job starts); on a shared machine the CPU
 time is the one to compare (the wall time includes waiting for a core).
+
+    .venv/bin/python bench/bench_transfer.py --workflow --datasets 64 --rows 3000
+
+--workflow: instead, the workflow's own per-dataset verdicts. Per fleet, the same bars in a
+fresh folder, a config.yaml with the same model and train settings plus train.init fleet,
+train.compare_init true and the `pretrain:` windows, and the real `snakemake --cores
+<cores>`; from results/metrics.csv: how many datasets the fleet-corrected init_verdict
+calls better, worse or neither, at which correction and rate (fleet_correction), the share
+called better, the mean test skill of the kept models (test_skill; init: which start was
+kept) against the fits from scratch (init_scratch_test_skill) and from the fleet's start
+(init_fleet_test_skill), the paired difference kept - scratch (datasets better / worse, a
+sign-flip p-value over datasets), and the run's wall time (the pretraining and job starts included).
+Appends one JSON line with "mode": "workflow" to <out>/transfer.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import csv
+import os
 import statistics
 import sys
 import tempfile
@@ -59,13 +73,17 @@ def parse_args():
         "--memory", type=int, metavar="N", help="instead: the pretraining's peak memory over N generated array files"
     )
     parser.add_argument("--memory-rows", type=int, default=20_000, help="rows of each of those files")
+    parser.add_argument(
+        "--workflow", action="store_true", help="instead: the workflow's own verdicts (snakemake, train.compare_init)"
+    )
+    parser.add_argument("--cores", type=int, default=os.cpu_count(), help="--workflow: snakemake --cores")
     return parser.parse_args()
 
 
 def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """One array of log returns per dataset of a `shared` or `unrelated` fleet."""
+    """One array of finite log returns per dataset of a `shared` or `unrelated` fleet."""
     fleet = []
-    for _ in range(datasets):
+    while len(fleet) < datasets:
         if kind == "shared":
             a, b = 0.45, -0.25
         else:
@@ -73,10 +91,40 @@ def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator)
         noise, scale = rng.uniform(0.8, 1.2), rng.uniform(0.5, 2.0) * 1e-3
         x = np.zeros(rows)
         shocks = rng.normal(0, noise, rows)
-        for t in range(3, rows):
-            x[t] = a * np.tanh(2 * x[t - 1]) + b * x[t - 2] * abs(x[t - 3]) + shocks[t]
-        fleet.append(scale * x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            for t in range(3, rows):
+                x[t] = a * np.tanh(2 * x[t - 1]) + b * x[t - 2] * abs(x[t - 3]) + shocks[t]
+        if np.isfinite(x).all():  # the quadratic term can run away after a few large shocks: drawn again
+            fleet.append(scale * x)
     return fleet
+
+
+def fleet_rng(kind: str, args) -> np.random.Generator:
+    return np.random.default_rng(args.seed + (0 if kind == "shared" else 1))
+
+
+def train_settings(args) -> dict:
+    """The `train:` settings of every training here, in process and in the workflow."""
+    return {
+        "seq_len": SEQ_LEN,
+        "batch_size": 128,
+        "epochs": args.epochs,
+        "lr": 2e-3,
+        "patience": 3,
+        "seed": 0,
+        "amp": "off",
+    }
+
+
+def write_fleet_bars(kind: str, args, folder: Path, rng: np.random.Generator) -> dict[str, Path]:
+    """{dataset: its CSV of bars in folder} of a generated `shared` or `unrelated` fleet."""
+    from rnnfleet.synthetic import write_bars_of_returns
+
+    paths = {}
+    for number, returns in enumerate(fleet_returns(kind, args.datasets, args.rows, rng)):
+        paths[f"{kind}{number:03d}"] = folder / f"{kind}{number:03d}.csv"
+        write_bars_of_returns(paths[f"{kind}{number:03d}"], returns, rng, spread=2e-4, decimals=8)
+    return paths
 
 
 def test_skill(arrays, result) -> float:
@@ -98,20 +146,15 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
     from rnnfleet.data import prepare_dataset, save_arrays
     from rnnfleet.model import build_model
     from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
-    from rnnfleet.synthetic import write_bars_of_returns
     from rnnfleet.train.evaluate import train_and_evaluate
     from rnnfleet.train.loop import LoopSettings, StartState, usable_windows, window_outputs, window_view
 
-    rng = np.random.default_rng(args.seed + (0 if kind == "shared" else 1))
+    rng = fleet_rng(kind, args)
     device = torch.device("cpu")
-    train = {"seq_len": SEQ_LEN, "batch_size": 128, "epochs": args.epochs, "lr": 2e-3, "patience": 3, "seed": 0}
-    train["amp"] = "off"
+    train = train_settings(args)
     loop = LoopSettings.of(train)
     arrays_of, paths = {}, {}
-    for number, returns in enumerate(fleet_returns(kind, args.datasets, args.rows, rng)):
-        name = f"{kind}{number:03d}"
-        csv_path = folder / f"{name}.csv"
-        write_bars_of_returns(csv_path, returns, rng, spread=2e-4, decimals=8)
+    for name, csv_path in write_fleet_bars(kind, args, folder, rng).items():
         arrays, _ = prepare_dataset(csv_path, seq_len=SEQ_LEN, horizon=1, val_fraction=0.15, test_fraction=0.15)
         arrays_of[name], paths[name] = arrays, str(folder / f"{name}.npz")
         save_arrays(arrays, paths[name])
@@ -172,6 +215,66 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
         "pretrain_cpu_seconds": pretrain_clock.cpu,
         "cpu_ratio": fleet_clock.cpu / scratch_clock.cpu,
     }
+
+
+def workflow_fleet(kind: str, args, folder: Path) -> dict:
+    """The workflow's own answer on one generated fleet: its bars in a fresh folder, a
+    config.yaml with train.init fleet and train.compare_init, the real `snakemake`, then the
+    table's per-dataset verdicts (init_verdict, fleet-corrected as its fleet_correction says)
+    and test skills: the kept model's (test_skill, where init says which start it kept), the
+    fit from scratch's (init_scratch_test_skill) and the fit from the fleet's start's."""
+    import yaml
+    from bench_update import snakemake
+
+    from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE
+
+    folder.mkdir(parents=True)
+    write_fleet_bars(kind, args, folder / "data", fleet_rng(kind, args))
+    train = train_settings(args) | {"threads": 1, "init": "fleet", "compare_init": True}
+    config = {"data_dir": "data", "pattern": "*.csv", "model": MODEL, "train": train}
+    config["pretrain"] = {"train_windows": args.train_windows, "val_windows": args.val_windows}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    seconds = snakemake(folder, args.cores)
+    with open(folder / "results" / "metrics.csv", newline="") as table:
+        rows = list(csv.DictReader(table))
+    verdicts = [row["init_verdict"] for row in rows]
+    method, fdr = rows[0]["fleet_correction"].split(" fdr=")
+    better, worse = verdicts.count(FLEET_START_BETTER), verdicts.count(FLEET_START_WORSE)
+    kept_gains = np.array([float(row["test_skill"]) - float(row["init_scratch_test_skill"]) for row in rows])
+    return {
+        "fleet": kind,
+        "datasets": len(rows),
+        "rows": args.rows,
+        "seed": args.seed,
+        "cores": args.cores,
+        "better": better,
+        "worse": worse,
+        "neither": verdicts.count(NO_DIFFERENCE),
+        "correction": method,
+        "fdr": float(fdr),
+        "share_better": better / len(rows),
+        "kept_fleet": sum(row["init"] == "fleet" for row in rows),
+        "kept_mean_test_skill": statistics.mean(float(row["test_skill"]) for row in rows),
+        "scratch_mean_test_skill": statistics.mean(float(row["init_scratch_test_skill"]) for row in rows),
+        "fleet_mean_test_skill": statistics.mean(float(row["init_fleet_test_skill"]) for row in rows),
+        "kept_better": int((kept_gains > 0).sum()),
+        "kept_worse": int((kept_gains < 0).sum()),
+        "kept_sign_flip_pvalue": sign_flip_pvalue(kept_gains, np.random.default_rng(args.seed)),
+        "seconds": seconds,
+    }
+
+
+def print_workflow_fleet(result: dict) -> None:
+    gain = result["kept_mean_test_skill"] - result["scratch_mean_test_skill"]
+    print(
+        f"{result['fleet']:9s} {result['datasets']} x {result['rows']} bars, workflow: the fleet's start called "
+        f"better on {result['better']}, worse on {result['worse']}, neither on {result['neither']} "
+        f"({result['correction']} fdr {result['fdr']:g}; share called better {result['share_better']:.3f}); "
+        f"mean test skill kept {result['kept_mean_test_skill']:+.4f} (the fleet's start kept on "
+        f"{result['kept_fleet']}), scratch {result['scratch_mean_test_skill']:+.4f}, fleet start "
+        f"{result['fleet_mean_test_skill']:+.4f}; kept - scratch {gain:+.4f} (better on {result['kept_better']}, worse on "
+        f"{result['kept_worse']}, sign-flip p {result['kept_sign_flip_pvalue']:.3f}); snakemake --cores {result['cores']}: {result['seconds']:.1f}s"
+    )
 
 
 class Clock:
@@ -270,6 +373,15 @@ def main() -> None:
             f"({memory['peak_rss_before_mb']:.0f} MB before it), {memory['seconds']:.1f}s for one epoch"
         )
         return
+    if args.workflow:
+        from bench_update import append_record
+
+        with tempfile.TemporaryDirectory() as folder:
+            results = [workflow_fleet(kind, args, Path(folder) / kind) for kind in ("shared", "unrelated")]
+        for result in results:
+            print_workflow_fleet(result)
+        append_record(args.out, "transfer", {"at": time.time(), "mode": "workflow", "results": results})
+        return
     results = []
     with tempfile.TemporaryDirectory() as folder:
         for kind in ("shared", "unrelated"):
@@ -287,10 +399,9 @@ def main() -> None:
             f"{result['scratch_cpu_seconds']:.1f}s vs {result['fleet_cpu_seconds']:.1f}s "
             f"(pretraining {result['pretrain_cpu_seconds']:.1f}s): ratio {result['cpu_ratio']:.2f}"
         )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "transfer.jsonl", "a") as handle:
-        handle.write(json.dumps({"at": time.time(), "results": results}) + "\n")
+    from bench_update import append_record
+
+    append_record(args.out, "transfer", {"at": time.time(), "results": results})
 
 
 if __name__ == "__main__":
