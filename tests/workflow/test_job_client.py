@@ -42,7 +42,10 @@ def test_a_job_reaches_a_running_warm_server_without_heavy_imports(tmp_path, mon
     try:
         for _ in range(2):
             subprocess.run(
-                [*command, "--text", "dataset", "none_1m"], cwd=tmp_path, env=snakemake_job_env, capture_output=True
+                [*command, "--text", "dataset", "none_1m", "--value", "threads", "1"],
+                cwd=tmp_path,
+                env=snakemake_job_env,
+                capture_output=True,
             )
     finally:
         shutil.rmtree(job_tmp, ignore_errors=True)
