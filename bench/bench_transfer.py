@@ -373,9 +373,9 @@ def main() -> None:
             f"({memory['peak_rss_before_mb']:.0f} MB before it), {memory['seconds']:.1f}s for one epoch"
         )
         return
-    if args.workflow:
-        from bench_update import append_record
+    from bench_update import append_record
 
+    if args.workflow:
         with tempfile.TemporaryDirectory() as folder:
             results = [workflow_fleet(kind, args, Path(folder) / kind) for kind in ("shared", "unrelated")]
         for result in results:
@@ -399,8 +399,6 @@ def main() -> None:
             f"{result['scratch_cpu_seconds']:.1f}s vs {result['fleet_cpu_seconds']:.1f}s "
             f"(pretraining {result['pretrain_cpu_seconds']:.1f}s): ratio {result['cpu_ratio']:.2f}"
         )
-    from bench_update import append_record
-
     append_record(args.out, "transfer", {"at": time.time(), "results": results})
 
 

@@ -32,6 +32,7 @@ def job_python():
 def job_settings(settings_config):
     """What each kind of job gets from a configuration: the rules' params and the run-time
     settings that are not params."""
+    read_params = predict_read_params(settings_config)
     return {
         "preprocess": {
             **preprocess_settings(settings_config),
@@ -44,15 +45,13 @@ def job_settings(settings_config):
             "warm_workers": config["train"]["warm_workers"],
         },
         "predict": {
-            **predict_read_params(settings_config),
+            **read_params,
             "last": config["predict"]["last"] or None,
             "trusted_plugins": MODEL_CODE + FEATURE_CODE,
             "warm_workers": config["train"]["warm_workers"],
         },
         "export": {
-            "max_bad_fraction": predict_read_params(settings_config)[
-                "max_bad_fraction"
-            ],
+            "max_bad_fraction": read_params["max_bad_fraction"],
             "trusted_plugins": MODEL_CODE + FEATURE_CODE,
             "warm_workers": config["train"]["warm_workers"],
         },

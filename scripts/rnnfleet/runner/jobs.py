@@ -62,8 +62,8 @@ EARLIER_ATTEMPTS_DIR = Path(".snakemake") / "rnnfleet-attempts"
 def preprocess_job(dataset: str, threads: int, **preprocess_kwargs) -> None:
     """preprocess_one(**preprocess_kwargs) with numpy's BLAS on the job's `threads`, failing
     with one line that names the file."""
-    limit_blas_threads(threads)
     with run_job_guard(dataset):
+        limit_blas_threads(threads)
         preprocess_one(dataset=dataset, **preprocess_kwargs)
 
 
