@@ -4,13 +4,12 @@
 import sys
 from pathlib import Path
 
-import yaml
-from snakemake.utils import validate
-
 from rnnfleet.workflow.config_check import (
     config_problems,
     config_sources,
+    fill_schema_defaults,
     inverted_sign_note,
+    load_schema,
     model_section,
     set_given_values,
     stop_run,
@@ -48,8 +47,7 @@ def config_layers(command_line_values):
     return [load_configfile(path) for path in config_files()] + [command_line_values]
 
 
-with open(SCHEMA_PATH) as schema_file:
-    CONFIG_SCHEMA = yaml.safe_load(schema_file)
+CONFIG_SCHEMA = load_schema(SCHEMA_PATH)
 # --config values typed as YAML types them (Snakemake hands nested ones over as text).
 COMMAND_LINE_VALUES = typed_as_yaml(
     to_plain_dict(workflow.config_settings.config), CONFIG_SCHEMA
@@ -66,7 +64,7 @@ if CONFIG_PROBLEMS:
             for problem in CONFIG_PROBLEMS
         ]
     )
-validate(config, schema=SCHEMA_PATH)  # fills in the schema's defaults
+fill_schema_defaults(config, CONFIG_SCHEMA)
 if inverted_sign_note(config):
     print(f"rnnfleet: {inverted_sign_note(config)}", file=sys.stderr)
 

@@ -7,6 +7,7 @@ import sys
 from rnnfleet.discovery import DATASET_NAME, discover_datasets
 from rnnfleet.errors import UserError
 from rnnfleet.workflow.after_failures import not_done_list_if_stale
+from rnnfleet.workflow.config_check import load_schema
 from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
 from rnnfleet.workflow.unused_settings import unused_zone_note, zone_free_datasets
 from rnnfleet.settings import DEFAULT_ZONE, without_unused_zone
@@ -24,7 +25,7 @@ try:
             config["data_dir"],
             config,
             CONFIG_SCHEMA,
-            yaml.safe_load(SHEET_SCHEMA_PATH.read_text()),
+            load_schema(SHEET_SCHEMA_PATH),
         )
         FOUND, DATASET_CONFIGS = SHEET.found, SHEET.configs
     else:

@@ -101,9 +101,9 @@ def schema_defaults(workflow: Path) -> dict[str, tuple[object, str]]:
     """{dotted key: (its default, its description)} of every key a user sets, from
     schemas/config.schema.yaml: an object whose keys have defaults key by key, one without
     (format.positions) as one key; the built-in model's keys (its `then`) included."""
-    import yaml
+    from rnnfleet.workflow.config_check import load_schema
 
-    schema = yaml.safe_load((workflow / "schemas" / "config.schema.yaml").read_text())
+    schema = load_schema(workflow / "schemas" / "config.schema.yaml")
 
     def keys_of(properties: dict, prefix: str) -> dict[str, tuple[object, str]]:
         found = {}
@@ -302,21 +302,18 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
     """(model file, bar files) of dataset `name` in the project folder: its files found as a
     run there finds them (the datasets sheet, else data_dir with pattern / datasets.files),
     its model at paths.models/<name>.pt. Paths absolute; UserError in one line otherwise."""
-    import yaml
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
     from rnnfleet.discovery import discover_datasets
+    from rnnfleet.workflow.config_check import fill_schema_defaults, load_schema
 
     config, config_path = folder_config(folder)
     if config_path is None:
         raise UserError(f"--dataset {name}: {folder} holds no {PROJECT_CONFIG} or config.yaml (give --project FOLDER)")
     schemas = workflow_dir() / "schemas"
-    schema = yaml.safe_load((schemas / "config.schema.yaml").read_text())
+    schema = load_schema(schemas / "config.schema.yaml")
     config.pop("model", None)  # a builder's own keys are checked by the run (rules/config.smk)
     try:
-        validate(config, str(schemas / "config.schema.yaml"), set_default=True)
-    except WorkflowError:
+        fill_schema_defaults(config, schema)
+    except ValueError:
         raise UserError(f"{config_path}: not a valid configuration (snakemake -n in {folder} says why)") from None
     here = Path.cwd()
     try:
@@ -324,7 +321,7 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
         if config["datasets"]["sheet"]:
             from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
 
-            row_schema = yaml.safe_load((schemas / "datasets.schema.yaml").read_text())
+            row_schema = load_schema(schemas / "datasets.schema.yaml")
             found = read_dataset_sheet(
                 config["datasets"]["sheet"], config["data_dir"], config, schema, row_schema
             ).found

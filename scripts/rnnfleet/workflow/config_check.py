@@ -6,10 +6,12 @@ it; these messages say what to change.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 import re
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from rnnfleet.formats import is_time_zone
@@ -23,6 +25,36 @@ TYPE_NAMES = {
     "array": "a list",
 }
 BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+
+
+def load_schema(path: str | Path) -> dict:
+    """A schema file (YAML) as a dict, parsed by libyaml where PyYAML was built with it
+    (a tenth of the pure-Python parser's time, paid at every Snakemake start)."""
+    import yaml
+
+    with open(path, encoding="utf-8") as handle:
+        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def fill_schema_defaults(config: dict, schema: dict) -> None:
+    """Set each default of `schema` that `config` leaves out, at every level the schema
+    describes, as Snakemake's validate(set_default=True) does; ValueError if `config` still
+    breaks the schema (config_problems says how, one line each)."""
+    from jsonschema import Draft202012Validator, validators  # comes with Snakemake
+
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties: dict, instance, schema: dict):
+        if validator.is_type(instance, "object"):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    filling = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    errors = list(filling(schema).iter_errors(config))  # all of them: each fills its part
+    if errors:
+        raise ValueError(f"invalid configuration: {errors[0].message}")
 
 
 def config_problems(config: dict, schema: dict) -> list[str]:
