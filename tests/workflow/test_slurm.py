@@ -148,11 +148,11 @@ def trainings_by_slurm_job(workdir: Path, datasets: list[str]) -> dict[str, list
     return by_job
 
 
-def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_budget(
+def test_packed_profile_trains_several_datasets_per_slurm_job_on_one_gpu_within_its_budget(
     slurm_cluster, slurm_executor_env, tmp_path
 ):
-    workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
-    datasets = [f"P{i:02d}_1m" for i in range(10)]
+    workdir = tmp_path  # only this test's datasets: four, within one job of the profile's K = 10
+    datasets = [f"P{i}_1m" for i in range(4)]
     add_datasets(workdir, datasets)
     write_config(workdir, data_dir="data", train={"gpu_mem": 1})
     # Each job's GPU budget: 2 GB, 2 trainings of 1 GB at once.
@@ -161,7 +161,7 @@ def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_
     for dataset in datasets:
         assert (workdir / "models" / f"{dataset}.pt").stat().st_size > 0
     jobs = submitted_jobs(run.stderr)
-    assert len(jobs) == 1, run.stderr[-3000:]  # K = 10 datasets per SLURM job
+    assert len(jobs) == 1, run.stderr[-3000:]  # all four in one SLURM job
     for job_id in jobs:
         record = slurm_job(job_id)
         assert record["JobState"] == "COMPLETED", record
@@ -170,34 +170,34 @@ def test_packed_profile_trains_ten_datasets_per_slurm_job_on_one_gpu_within_its_
         assert "TresPerJob" not in record, record
     by_job = trainings_by_slurm_job(workdir, datasets)
     assert sorted(by_job) == sorted(jobs)
-    assert sorted(len(trainings) for trainings in by_job.values()) == [10]
+    assert sorted(len(trainings) for trainings in by_job.values()) == [4]
     peaks = [most_at_once(trainings) for trainings in by_job.values()]
-    assert max(peaks) == 2, peaks  # several at once on the job's GPU, never over its budget
+    assert max(peaks) == 2, peaks  # two of the four at once on the job's GPU, never over its budget
 
 
 def test_packed_job_keeps_the_datasets_that_finished_when_one_fails(slurm_cluster, slurm_executor_env, tmp_path):
     workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
-    datasets = [f"Q{i}_1m" for i in range(4)]
+    datasets = [f"Q{i}_1m" for i in range(3)]
     add_datasets(workdir, datasets)
     write_config(workdir, data_dir="data", train={"gpu_mem": 1})
-    # All four in one job whose budget (1 GB) allows one training at once, though it has 2 CPUs.
-    packing = ("--group-components", "dataset=4", "--resources", "gpu_mem=1")
-    failing = {**slurm_executor_env, "RNNFLEET_FAULT_TRAIN_CRASH": "Q2_1m"}
+    # All three in one job whose budget (1 GB) allows one training at once, though it has 2 CPUs.
+    packing = ("--group-components", "dataset=3", "--resources", "gpu_mem=1")
+    failing = {**slurm_executor_env, "RNNFLEET_FAULT_TRAIN_CRASH": "Q1_1m"}
     first = snakemake(workdir, *PACKED_PROFILES, *packing, env=failing, check=False, timeout=900)
 
     assert first.returncode != 0
     assert len(submitted_jobs(first.stderr)) == 1, first.stderr[-3000:]
-    assert "kept the results of its 3 finished dataset(s): Q0_1m, Q1_1m, Q3_1m" in first.stderr
-    assert sorted(path.stem for path in (workdir / "models").glob("*.pt")) == ["Q0_1m", "Q1_1m", "Q3_1m"]
-    assert (workdir / "results" / "not_done.txt").read_text().split() == ["Q2_1m"]
-    (only_job,) = trainings_by_slurm_job(workdir, ["Q0_1m", "Q1_1m", "Q3_1m"]).values()
+    assert "kept the results of its 2 finished dataset(s): Q0_1m, Q2_1m" in first.stderr
+    assert sorted(path.stem for path in (workdir / "models").glob("*.pt")) == ["Q0_1m", "Q2_1m"]
+    assert (workdir / "results" / "not_done.txt").read_text().split() == ["Q1_1m"]
+    (only_job,) = trainings_by_slurm_job(workdir, ["Q0_1m", "Q2_1m"]).values()
     assert most_at_once(only_job) == 1, only_job
-    kept = {name: (workdir / "models" / f"{name}.pt").stat().st_mtime_ns for name in ("Q0_1m", "Q1_1m", "Q3_1m")}
+    kept = {name: (workdir / "models" / f"{name}.pt").stat().st_mtime_ns for name in ("Q0_1m", "Q2_1m")}
 
     # The next run trains only the failed dataset, in one job of its own; the others stay.
     second = snakemake(workdir, *PACKED_PROFILES, *packing, env=slurm_executor_env, timeout=900)
     assert len(submitted_jobs(second.stderr)) == 1
-    assert set(trainings_by_slurm_job(workdir, ["Q2_1m"])) == set(submitted_jobs(second.stderr))
+    assert set(trainings_by_slurm_job(workdir, ["Q1_1m"])) == set(submitted_jobs(second.stderr))
     assert {name: (workdir / "models" / f"{name}.pt").stat().st_mtime_ns for name in kept} == kept
     assert summary_by_dataset(workdir).keys() == set(datasets)
 
@@ -226,22 +226,22 @@ def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(
     slurm_cluster, slurm_executor_env, tmp_path
 ):
     workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
-    datasets = [f"K{i}_1m" for i in range(4)]
+    datasets = [f"K{i}_1m" for i in range(3)]
     add_datasets(workdir, datasets)
     write_config(workdir, data_dir="data", train={"gpu_mem": 1})
-    # One job of four; the first training to start an epoch waits there (holding one of the two
-    # places the budget gives) while the other three train in the other place.
+    # One job of three; the first training to start an epoch waits there (holding one of the
+    # two places the budget gives) while the other two train in the other place.
     marker = workdir / "paused-at-epoch"
     output = workdir / "snakemake-output.txt"
     command = snakemake_command(
-        workdir, *PACKED_PROFILES, "--group-components", "dataset=4", "--resources", "gpu_mem=2"
+        workdir, *PACKED_PROFILES, "--group-components", "dataset=3", "--resources", "gpu_mem=2"
     )
     env = {**os.environ, **slurm_executor_env, PAUSE_AT: "epoch", PAUSE_FILE: str(marker)}
     with open(output, "w") as sink:
         run = subprocess.Popen(command, cwd=workdir, stdout=sink, stderr=subprocess.STDOUT, env=env)
     try:
         deadline = time.monotonic() + 600
-        while not marker.exists() or len(finished_trainings(workdir)) < 3:
+        while not marker.exists() or len(finished_trainings(workdir)) < 2:
             assert run.poll() is None, output.read_text()[-3000:]
             assert time.monotonic() < deadline, output.read_text()[-3000:]
             time.sleep(0.2)
@@ -257,13 +257,13 @@ def test_killed_packed_job_keeps_what_it_finished_and_retries_only_the_rest(
 
     # Snakemake retried the job with the one dataset it had not finished, in a SLURM job of its own.
     assert run.returncode == 0, text[-3000:]
-    assert len(finished) == 3, finished
+    assert len(finished) == 2, finished
     # Also when the cancel hit a finished training's job step while it was still shutting
     # down: that step counts as succeeded inside the job (whether it did this time is printed).
     kept_inside_job = [line for line in slurm_logs(workdir) if "stopped after the job had finished" in line]
     print("steps stopped after their job finished:", kept_inside_job or "none")
     rnnfleet_lines = [line for line in text.splitlines() if "rnnfleet:" in line]
-    assert f"kept the results of its 3 finished dataset(s): {', '.join(sorted(finished))}" in text, rnnfleet_lines
+    assert f"kept the results of its 2 finished dataset(s): {', '.join(sorted(finished))}" in text, rnnfleet_lines
     (retry_job,) = set(submitted_jobs(text)) - {killed_job}
     (paused,) = set(datasets) - set(finished)
     assert trainings_by_slurm_job(workdir, [paused]).keys() == {retry_job}
@@ -298,10 +298,10 @@ def test_packed_profile_with_the_fleet_start_trains_past_a_failed_pretraining_th
     slurm_cluster, slurm_executor_env, tmp_path
 ):
     workdir = tmp_path  # only this test's datasets, so that they fill whole jobs
-    datasets = [f"F{i}_1m" for i in range(3)]
+    datasets = [f"F{i}_1m" for i in range(2)]
     add_datasets(workdir, datasets)
     write_config(workdir, data_dir="data", train={"init": "fleet", "gpu_mem": 1})
-    packing = ("--group-components", "dataset=3", "--resources", "gpu_mem=2")
+    packing = ("--group-components", "dataset=2", "--resources", "gpu_mem=2")
     failing = {**slurm_executor_env, PRETRAIN_CRASH: "1"}
     first = snakemake(workdir, *PACKED_PROFILES, *packing, env=failing, check=False, timeout=900)
 
