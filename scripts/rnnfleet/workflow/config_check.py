@@ -28,9 +28,11 @@ BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveM
 
 
 def load_schema(path: str | Path) -> dict:
-    """A schema file (YAML) as a dict, parsed by libyaml where PyYAML was built with it
-    (a tenth of the pure-Python parser's time, paid at every Snakemake start)."""
+    """A schema file (YAML) as a dict: parsed by libyaml where PyYAML was built with it, else
+    by the pure-Python parser, with the same result."""
     import yaml
+
+    # libyaml: the configuration schema is read at every snakemake start, dry-runs included.
 
     with open(path, encoding="utf-8") as handle:
         return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
