@@ -111,20 +111,26 @@ def metrics_of(folder: Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted((folder / "metrics").glob("*.json"))]
 
 
+def loop_outcome(seconds: float, stdout: str) -> dict:
+    """A hand-written loop's seconds, mean validation loss and training windows (all datasets)."""
+    models = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return {
+        "seconds": seconds,
+        "val_loss": statistics.mean(model["val_loss"] for model in models),
+        "train_windows": sum(model["train_windows"] for model in models),
+    }
+
+
 def run_naive(args, data_dir: Path, work: Path) -> dict:
-    seconds, stdout = timed(
-        [sys.executable, str(BENCH / "naive_loop.py"), str(data_dir), str(work), "--epochs", str(args.epochs)]
+    return loop_outcome(
+        *timed([sys.executable, str(BENCH / "naive_loop.py"), str(data_dir), str(work), "--epochs", str(args.epochs)])
     )
-    losses = [json.loads(line)["val_loss"] for line in stdout.splitlines() if line.startswith("{")]
-    return {"seconds": seconds, "val_loss": statistics.mean(losses)}
 
 
 def run_tight(args, data_dir: Path, work: Path, fp32: bool) -> dict:
     command = [sys.executable, str(BENCH / "tight_loop.py"), str(data_dir), str(work), "--epochs", str(args.epochs)]
     command += ["--processes", str(args.cores)] + (["--fp32"] if fp32 else [])
-    seconds, stdout = timed(command)
-    losses = [json.loads(line)["val_loss"] for line in stdout.splitlines() if line.startswith("{")]
-    return {"seconds": seconds, "val_loss": statistics.mean(losses)}
+    return loop_outcome(*timed(command))
 
 
 def own_warm_server_env() -> dict[str, str]:
@@ -167,6 +173,7 @@ def run_workflow(
     return {
         "seconds": seconds,
         "val_loss": statistics.mean(m["val_loss"] for m in metrics),
+        "train_windows": sum(m["train_windows"] for m in metrics),
         "amp": sorted({m["amp"] for m in metrics}),
         "split": split,
         "snakemake_cpu_per_job_s": snakemake_cpu / jobs,
@@ -179,7 +186,12 @@ def run_one_process(args, data_dir: Path, work: Path, threads: int) -> dict:
     seconds, _ = timed(
         [sys.executable, str(BENCH / "one_process.py"), str(data_dir), str(work), config, "--threads", str(threads)]
     )
-    return {"seconds": seconds, "val_loss": statistics.mean(m["val_loss"] for m in metrics_of(work))}
+    metrics = metrics_of(work)
+    return {
+        "seconds": seconds,
+        "val_loss": statistics.mean(m["val_loss"] for m in metrics),
+        "train_windows": sum(m["train_windows"] for m in metrics),
+    }
 
 
 def step_milliseconds(tuned: bool, steps: int) -> float:
@@ -256,7 +268,15 @@ def run_workload(args, workload: str) -> dict:
         "cores": args.cores,
         "models_per_min": per_min,
         "val_loss": val_loss,
+        # Equal work: every variant trains on the same windows (the same split, the test period held out).
+        "train_windows": {name: runs[0]["train_windows"] for name, runs in results.items()},
     }
+    same = len(set(summary["train_windows"].values())) == 1
+    print(
+        "training windows, all datasets: "
+        + ", ".join(f"{name} {windows}" for name, windows in summary["train_windows"].items())
+        + (" (the same work)" if same else " (NOT the same work: the models/min do not compare)")
+    )
     for reference in ("fp32", "naive"):
         if "snakemake" in val_loss and reference in val_loss:
             difference = val_loss["snakemake"] / val_loss[reference] - 1

@@ -3,8 +3,10 @@
 python bench/naive_loop.py DATA_DIR OUT_DIR --seq-len 60 --batch-size 128 --epochs 3 ...
 Per file: pandas.read_csv, features, windows built in a Python loop, TensorDataset +
 DataLoader(shuffle=True), batches moved to the device, train, torch.save the state_dict.
-torch keeps its default thread settings. Same features, split, normalisation and model
-as rnnfleet, so validation losses compare. Prints one JSON line per model.
+torch keeps its default thread settings. Same features, split (training, validation and
+rnnfleet's default test period held out, an embargo between them), normalisation and model
+as rnnfleet, so validation losses compare and both train on the same windows. Prints one
+JSON line per model.
 """
 
 import argparse
@@ -54,6 +56,16 @@ def read_features(path: str, val_fraction: float) -> tuple[np.ndarray, np.ndarra
     return (feats - mean) / std, target / target[: split - 1].std(), split
 
 
+def part_windows(rows: int, val_start: int, seq_len: int, val_fraction: float) -> tuple[int, range]:
+    """(training windows, validation window numbers) of rnnfleet's split of `rows` feature
+    rows whose validation part starts at val_start: an embargo (seq_len + horizon + warm-up
+    rows) before validation and before the test part. Window w ends at row w + seq_len - 1."""
+    embargo = seq_len + 2
+    val_rows = int(round(rows * val_fraction))
+    first = val_start - (seq_len - 1)
+    return first - embargo, range(first, first + val_rows - embargo)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("data_dir")
@@ -67,6 +79,7 @@ def main():
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--cell", default="lstm")
     parser.add_argument("--val-fraction", type=float, default=0.2)
+    parser.add_argument("--test-fraction", type=float, default=0.15)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     os.makedirs(args.out_dir, exist_ok=True)
@@ -74,15 +87,14 @@ def main():
 
     for path in sorted(glob.glob(os.path.join(args.data_dir, "*1m*.csv"))):
         started = time.time()
-        feats, target, split = read_features(path, args.val_fraction)
+        feats, target, val_start = read_features(path, args.val_fraction + args.test_fraction)
         xs, ys = [], []
         for end in range(args.seq_len - 1, len(target)):
             xs.append(feats[end - args.seq_len + 1 : end + 1])
             ys.append(target[end])
         x = torch.tensor(np.array(xs), dtype=torch.float32)
         y = torch.tensor(np.array(ys), dtype=torch.float32)
-        n_train = split - 1 - (args.seq_len - 1)
-        val_from = split - (args.seq_len - 1)
+        n_train, val_windows = part_windows(len(target), val_start, args.seq_len, args.val_fraction)
         loader = DataLoader(TensorDataset(x[:n_train], y[:n_train]), batch_size=args.batch_size, shuffle=True)
 
         model = Net(feats.shape[1], args.hidden_size, args.num_layers, args.dropout, args.cell).to(device)
@@ -98,10 +110,14 @@ def main():
                 opt.step()
         model.eval()
         with torch.no_grad():
-            val_loss = loss_fn(model(x[val_from:].to(device)), y[val_from:].to(device)).item()
+            val_x, val_y = x[val_windows.start : val_windows.stop], y[val_windows.start : val_windows.stop]
+            val_loss = loss_fn(model(val_x.to(device)), val_y.to(device)).item()
         name = os.path.splitext(os.path.basename(path))[0]
         torch.save(model.state_dict(), os.path.join(args.out_dir, name + ".pt"))
-        print(json.dumps({"dataset": name, "val_loss": val_loss, "seconds": time.time() - started}), flush=True)
+        windows = {"train_windows": n_train, "val_windows": len(val_windows)}
+        print(
+            json.dumps({"dataset": name, "val_loss": val_loss, **windows, "seconds": time.time() - started}), flush=True
+        )
 
 
 if __name__ == "__main__":

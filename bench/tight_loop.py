@@ -26,7 +26,7 @@ import sys
 import time
 
 import torch
-from naive_loop import Net, read_features
+from naive_loop import Net, part_windows, read_features
 from torch import nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
@@ -62,10 +62,8 @@ def train_file(path: str, args: argparse.Namespace) -> dict:
     targets = torch.from_numpy(target.astype("float32"))
     windows = features.unfold(0, args.seq_len, 1).transpose(1, 2)  # window w ends at row w + seq_len - 1
     window_targets = targets[args.seq_len - 1 :]
-    embargo = args.seq_len + 2  # rnnfleet's: seq_len + horizon + warmup
-    train_windows = val_start - embargo - (args.seq_len - 1)
-    val_rows = int(round(len(target) * args.val_fraction))
-    val_numbers = torch.arange(val_start - (args.seq_len - 1), val_start + val_rows - embargo - (args.seq_len - 1))
+    train_windows, val_windows = part_windows(len(target), val_start, args.seq_len, args.val_fraction)
+    val_numbers = torch.arange(val_windows.start, val_windows.stop)
 
     model = Net(feats.shape[1], args.hidden_size, args.num_layers, args.dropout, args.cell)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -87,7 +85,8 @@ def train_file(path: str, args: argparse.Namespace) -> dict:
     name = os.path.splitext(os.path.basename(path))[0]
     torch.save(model.state_dict(), os.path.join(args.out_dir, name + ".pt"))
     steps = args.epochs * math.ceil(train_windows / args.batch_size)
-    return {"dataset": name, "val_loss": val_loss, "steps": steps, "seconds": time.perf_counter() - started}
+    windows = {"train_windows": train_windows, "val_windows": len(val_numbers)}
+    return {"dataset": name, "val_loss": val_loss, "steps": steps, **windows, "seconds": time.perf_counter() - started}
 
 
 def one_thread(tune_allocator: bool) -> None:

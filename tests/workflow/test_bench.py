@@ -33,6 +33,9 @@ def test_speed_bench_runs_every_variant_and_reports_ratios(tmp_path):
         assert set(record["models_per_min"]) == variants
         assert record["snakemake_vs_tight"] > 0 and record["fp32_vs_tight-fp32"] > 0
         assert all(value > 0 for value in record["models_per_min"].values())
+        # The same work in every variant: the same training windows (the split, the test period held out).
+        assert set(record["train_windows"]) == variants and len(set(record["train_windows"].values())) == 1
+        assert "(the same work)" in result.stdout
         assert record["snakemake_split_seconds"]["train_seconds"] > 0
         assert record["snakemake_snakemake_cpu_per_job_s"] > 0
         assert 0 < record["snakemake_snakemake_machine_share"] < 1
