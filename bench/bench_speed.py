@@ -111,14 +111,19 @@ def metrics_of(folder: Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted((folder / "metrics").glob("*.json"))]
 
 
-def loop_outcome(seconds: float, stdout: str) -> dict:
-    """A hand-written loop's seconds, mean validation loss and training windows (all datasets)."""
-    models = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+def fleet_outcome(seconds: float, models: list[dict]) -> dict:
+    """A variant's seconds, mean validation loss and training windows (all datasets), from
+    each model's record (a loop's JSON line or the workflow's metrics)."""
     return {
         "seconds": seconds,
         "val_loss": statistics.mean(model["val_loss"] for model in models),
         "train_windows": sum(model["train_windows"] for model in models),
     }
+
+
+def loop_outcome(seconds: float, stdout: str) -> dict:
+    """fleet_outcome of a hand-written loop, from the JSON line it prints per model."""
+    return fleet_outcome(seconds, [json.loads(line) for line in stdout.splitlines() if line.startswith("{")])
 
 
 def run_naive(args, data_dir: Path, work: Path) -> dict:
@@ -171,9 +176,7 @@ def run_workflow(
     split["train_job_wall_seconds"] = statistics.median(train_wall)
     split["preprocess_job_wall_seconds"] = statistics.median(prep_wall)
     return {
-        "seconds": seconds,
-        "val_loss": statistics.mean(m["val_loss"] for m in metrics),
-        "train_windows": sum(m["train_windows"] for m in metrics),
+        **fleet_outcome(seconds, metrics),
         "amp": sorted({m["amp"] for m in metrics}),
         "split": split,
         "snakemake_cpu_per_job_s": snakemake_cpu / jobs,
@@ -186,12 +189,7 @@ def run_one_process(args, data_dir: Path, work: Path, threads: int) -> dict:
     seconds, _ = timed(
         [sys.executable, str(BENCH / "one_process.py"), str(data_dir), str(work), config, "--threads", str(threads)]
     )
-    metrics = metrics_of(work)
-    return {
-        "seconds": seconds,
-        "val_loss": statistics.mean(m["val_loss"] for m in metrics),
-        "train_windows": sum(m["train_windows"] for m in metrics),
-    }
+    return fleet_outcome(seconds, metrics_of(work))
 
 
 def step_milliseconds(tuned: bool, steps: int) -> float:

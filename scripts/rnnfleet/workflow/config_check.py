@@ -33,7 +33,6 @@ def load_schema(path: str | Path) -> dict:
     import yaml
 
     # libyaml: the configuration schema is read at every snakemake start, dry-runs included.
-
     with open(path, encoding="utf-8") as handle:
         return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
