@@ -174,7 +174,7 @@ def prestart_warm_workers():
     jobs (local runs with preprocessing, trainings, forecasts or exports to do; see
     rnnfleet.runner.warm).
     """
-    from rnnfleet.runner.warm_client import prestart
+    from rnnfleet.runner.job_client import prestart
 
     if config["train"]["warm_workers"] and workflow.local_exec:
         if any(

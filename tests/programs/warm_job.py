@@ -9,6 +9,6 @@ import sys
 
 sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "scripts")))
 sys.stderr = open("job.log", "w", buffering=1)
-from rnnfleet.runner.warm_client import run_job
+from rnnfleet.runner.job_client import run_job
 
 run_job(sys.argv[1], json.loads(sys.argv[2]), warm=True)

@@ -1,14 +1,16 @@
 """On PYTHONPATH, makes every Python process of a run look like one on a platform without the
-Unix facilities rnnfleet can do without (as on Windows): no fcntl module, no fork(), no passing
-of descriptors over Unix sockets, no peer credentials. AF_UNIX and os.uname stay: psutil and
-numpy need them on Linux (rnnfleet itself uses platform.node()). tests/workflow/test_portability.py
-runs the real workflow this way."""
+Unix facilities the fork path of warm workers needs (as on Windows): no fork(), no passing of
+descriptors over Unix sockets, no peer credentials. OS file locks stay, as Windows has them
+(LockFileEx, which filelock uses there; here flock through fcntl), unless RNNFLEET_NO_OS_LOCKS
+is set: then the fcntl module is hidden too, as on a platform with no such lock. AF_UNIX and
+os.uname stay: psutil and numpy need them on Linux (rnnfleet itself uses platform.node()).
+tests/workflow/test_portability.py runs the real workflow this way."""
 
 import os
 import socket
 import sys
 
-HIDDEN_MODULES = ("fcntl",)
+HIDDEN_MODULES = ("fcntl",) if os.environ.get("RNNFLEET_NO_OS_LOCKS") else ()
 
 
 class _HideModules:

@@ -1,4 +1,6 @@
-"""Warm workers: jobs forked from a server that imported torch once behave like their own process."""
+"""Warm workers: jobs run by a server that imported torch once behave like their own process, on
+both paths: forked children (fork) and spawned workers (spawn: no fork or descriptor passing, as
+on Windows, imitated by tests/without_unix_facilities)."""
 
 from __future__ import annotations
 
@@ -19,46 +21,62 @@ from conftest import PROGRAMS, REPO, wait_until_gone
 from rnnfleet.runner.file_locks import try_lock
 from rnnfleet.runner.warm_client import WarmUnavailable, check_private_folder, private_folder
 
+WITHOUT_UNIX = REPO / "tests" / "without_unix_facilities"
+PATHS = {"fork": ("warm", {}), "spawn": ("spawned", {"PYTHONPATH": str(WITHOUT_UNIX)})}
 
-def start_client(workdir: Path, target: str, kwargs: dict, env: dict | None = None) -> subprocess.Popen:
+
+@pytest.fixture(params=list(PATHS))
+def path(request) -> str:
+    """Which path of warm workers the clients take."""
+    return request.param
+
+
+def worker_of(facts: dict, path: str) -> bool:
+    """Whether a job ran on `path`: in a worker whose parent is the server it names."""
+    return facts["worker"] == f"{PATHS[path][0]} {facts['parent']}"
+
+
+def start_client(
+    workdir: Path, target: str, kwargs: dict, env: dict | None = None, path: str = "fork"
+) -> subprocess.Popen:
     """A process that does what scripts/job.py does: log to a file, then run_job(..., warm=True)."""
     return subprocess.Popen(
         [sys.executable, str(PROGRAMS / "warm_job.py"), target, json.dumps(kwargs)],
         cwd=workdir,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **PATHS[path][1], **(env or {})},
     )
 
 
-def test_job_runs_in_a_warm_child_with_the_clients_environment_and_exit_status(tmp_path):
+def test_job_runs_in_a_warm_child_with_the_clients_environment_and_exit_status(tmp_path, path):
     report = tmp_path / "report.json"
     client = start_client(
-        tmp_path, "warm_targets:report_and_exit", {"report_path": str(report), "exit_status": 3}, {"MARKER": "m1"}
+        tmp_path, "warm_targets:report_and_exit", {"report_path": str(report), "exit_status": 3}, {"MARKER": "m1"}, path
     )
     _, job_stderr = client.communicate(timeout=120)
     assert client.returncode == 3
     facts = json.loads(report.read_text())
     assert facts["marker"] == "m1" and facts["cwd"] == str(tmp_path)
-    assert facts["pid"] != client.pid and facts["parent"] != client.pid  # forked by the server
-    assert facts["worker"] == f"warm {facts['parent']}"
+    assert facts["pid"] != client.pid and facts["parent"] != client.pid  # run by the server's worker
+    assert worker_of(facts, path)
     assert "to the log" in (tmp_path / "job.log").read_text()
     assert "to the job's stderr" in job_stderr
 
 
-def test_concurrent_jobs_share_one_server(tmp_path):
+def test_concurrent_jobs_share_one_server(tmp_path, path):
     reports = [tmp_path / f"r{i}.json" for i in range(4)]
     clients = [
-        start_client(tmp_path, "warm_targets:report_and_exit", {"report_path": str(r), "exit_status": 0})
+        start_client(tmp_path, "warm_targets:report_and_exit", {"report_path": str(r), "exit_status": 0}, path=path)
         for r in reports
     ]
     assert [client.wait(timeout=120) for client in clients] == [0, 0, 0, 0]
     facts = [json.loads(r.read_text()) for r in reports]
     assert len({fact["parent"] for fact in facts}) == 1
-    assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)  # not four cold runs
+    assert all(worker_of(fact, path) for fact in facts)  # not four cold runs
 
 
-def test_jobs_of_two_project_folders_share_one_server_and_each_child_runs_in_its_jobs_folder(tmp_path):
+def test_jobs_of_two_project_folders_share_one_server_and_each_child_runs_in_its_jobs_folder(tmp_path, path):
     """One server per user (and Python and code version), not per folder: the next project's
     run finds torch imported."""
     folders = [tmp_path / "project-a", tmp_path / "project-b"]
@@ -66,16 +84,18 @@ def test_jobs_of_two_project_folders_share_one_server_and_each_child_runs_in_its
     for folder in folders:
         folder.mkdir()
         client = start_client(
-            folder, "warm_targets:report_and_exit", {"report_path": str(folder / "r.json"), "exit_status": 0}
+            folder, "warm_targets:report_and_exit", {"report_path": str(folder / "r.json"), "exit_status": 0}, path=path
         )
         assert client.wait(timeout=120) == 0
         facts.append(json.loads((folder / "r.json").read_text()))
     assert [fact["cwd"] for fact in facts] == [str(folder) for folder in folders]
     assert facts[0]["parent"] == facts[1]["parent"] and facts[0]["pid"] != facts[1]["pid"]
-    assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)
+    assert all(worker_of(fact, path) for fact in facts)
 
 
-def run_client(workdir: Path, exit_status: int, marker: str = "m") -> tuple[dict, subprocess.CompletedProcess]:
+def run_client(
+    workdir: Path, exit_status: int, path: str, marker: str = "m"
+) -> tuple[dict, subprocess.CompletedProcess]:
     """One job of warm_targets:report_and_exit, run to its end with its stdout and stderr read
     to end of file (so a child that kept them open after the job would hang it)."""
     report = workdir / "report.json"
@@ -84,6 +104,7 @@ def run_client(workdir: Path, exit_status: int, marker: str = "m") -> tuple[dict
         "warm_targets:report_and_exit",
         {"report_path": str(report), "exit_status": exit_status},
         {"MARKER": marker},
+        path,
     )
     _, job_stderr = client.communicate(timeout=60)
     assert client.returncode == exit_status
@@ -91,29 +112,30 @@ def run_client(workdir: Path, exit_status: int, marker: str = "m") -> tuple[dict
     return json.loads(report.read_text()), job_stderr
 
 
-def test_a_child_whose_job_succeeded_takes_the_next_one(tmp_path):
-    first, _ = run_client(tmp_path, 0)
-    second, _ = run_client(tmp_path, 0)
-    assert second["pid"] == first["pid"] and second["worker"] == first["worker"] == f"warm {first['parent']}"
+def test_a_child_whose_job_succeeded_takes_the_next_one(tmp_path, path):
+    first, _ = run_client(tmp_path, 0, path)
+    second, _ = run_client(tmp_path, 0, path)
+    assert second["pid"] == first["pid"] and second["worker"] == first["worker"] and worker_of(first, path)
 
 
-def test_a_child_whose_job_failed_is_not_reused(tmp_path):
-    failed, _ = run_client(tmp_path, 3)
-    after, _ = run_client(tmp_path, 0)
+def test_a_child_whose_job_failed_is_not_reused(tmp_path, path):
+    failed, _ = run_client(tmp_path, 3, path)
+    after, _ = run_client(tmp_path, 0, path)
     assert after["pid"] != failed["pid"] and after["parent"] == failed["parent"]  # a new child of the same server
+    assert worker_of(after, path)
 
 
-def test_a_job_with_another_environment_gets_a_child_of_its_own(tmp_path):
-    first, _ = run_client(tmp_path, 0, marker="m1")
-    other, _ = run_client(tmp_path, 0, marker="m2")
+def test_a_job_with_another_environment_gets_a_child_of_its_own(tmp_path, path):
+    first, _ = run_client(tmp_path, 0, path, marker="m1")
+    other, _ = run_client(tmp_path, 0, path, marker="m2")
     assert (first["marker"], other["marker"]) == ("m1", "m2") and other["pid"] != first["pid"]
-    again, _ = run_client(tmp_path, 0, marker="m1")
+    again, _ = run_client(tmp_path, 0, path, marker="m1")
     assert again["pid"] == first["pid"]
 
 
-def test_killing_the_job_terminates_its_warm_child(tmp_path):
+def test_killing_the_job_terminates_its_warm_child(tmp_path, path):
     report = tmp_path / "pid"
-    client = start_client(tmp_path, "warm_targets:write_pid_and_sleep", {"report_path": str(report)})
+    client = start_client(tmp_path, "warm_targets:write_pid_and_sleep", {"report_path": str(report)}, path=path)
     deadline = time.monotonic() + 120
     while not report.exists() or not report.read_text():
         assert time.monotonic() < deadline and client.poll() is None
@@ -124,18 +146,19 @@ def test_killing_the_job_terminates_its_warm_child(tmp_path):
     wait_until_gone(child_pid, seconds=10)  # the warm child does not outlive its killed job
 
 
-def test_prestarted_server_is_the_one_jobs_use(tmp_path):
-    command = f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from rnnfleet.runner.warm_client import prestart; prestart()"
-    subprocess.run([sys.executable, "-c", command], cwd=tmp_path, check=True)
+def test_prestarted_server_is_the_one_jobs_use(tmp_path, path):
+    command = f"import sys; sys.path.insert(0, {str(REPO / 'scripts')!r}); from rnnfleet.runner.job_client import prestart; prestart()"
+    subprocess.run([sys.executable, "-c", command], cwd=tmp_path, check=True, env={**os.environ, **PATHS[path][1]})
+    time.sleep(1)  # the server started by prestart listens, so the clients find it rather than start one
     reports = [tmp_path / f"r{i}.json" for i in range(2)]
     clients = [
-        start_client(tmp_path, "warm_targets:report_and_exit", {"report_path": str(r), "exit_status": 0})
+        start_client(tmp_path, "warm_targets:report_and_exit", {"report_path": str(r), "exit_status": 0}, path=path)
         for r in reports
     ]
     assert [client.wait(timeout=120) for client in clients] == [0, 0]
     facts = [json.loads(r.read_text()) for r in reports]
     assert len({fact["parent"] for fact in facts}) == 1
-    assert all(fact["worker"] == f"warm {fact['parent']}" for fact in facts)
+    assert all(worker_of(fact, path) for fact in facts)
     assert list(Path(private_folder()).glob("*.log"))  # where a server would explain a failed start
 
 

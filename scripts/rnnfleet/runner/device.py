@@ -15,7 +15,7 @@ from rnnfleet.runner.gpu_slots import NO_SLOT, GpuSlot, claim_gpu, visible_gpus
 if TYPE_CHECKING:
     import torch
 
-WORKER_VARIABLE = "RNNFLEET_WORKER"  # "cold", or "warm <server pid>" (rnnfleet.runner.warm)
+WORKER_VARIABLE = "RNNFLEET_WORKER"  # "cold", "warm <server pid>" (forked) or "spawned <server pid>"
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -119,7 +119,8 @@ def claim_device(preferred: str, gpu_mem_gb: int) -> tuple[torch.device, GpuSlot
 
 def job_process() -> dict:
     """How this job's process was started, for its metrics: worker "warm" (forked by a warm
-    server, whose pid is given) or "cold" (its own interpreter), and its pid."""
+    server, whose pid is given), "spawned" (a worker of the spawn path's server, whose pid is
+    given: rnnfleet.runner.spawned) or "cold" (its own interpreter), and its pid."""
     worker, _, server_pid = os.environ.get(WORKER_VARIABLE, "cold").partition(" ")
     return {"worker": worker, "pid": os.getpid(), "warm_server_pid": int(server_pid) if server_pid else None}
 

@@ -16,8 +16,11 @@ What it promises:
   (.snakemake/rnnfleet-jobs, mode 0700; the file 0600): other local users see neither the
   settings nor their values in `ps`. Datasets that a datasets sheet gives settings of their
   own get such a file per distinct configuration (rules/jobs.smk), named the same way.
-- From there the job runs as it did from a `script:`: rnnfleet.runner.warm_client.run_job with the
-  same arguments, its stderr in the job's log, a failure as one line (rnnfleet.errors.job_guard).
+- From there the job runs as it did from a `script:`, with the same arguments, its stderr in the
+  job's log, a failure as one line (rnnfleet.errors.job_guard): in a warm worker where asked for
+  and possible (run_job), on the fork path (rnnfleet.runner.warm_client) where the platform has
+  fork, descriptor passing and peer credentials, else on the spawn path
+  (rnnfleet.runner.spawn_client: Windows); else in this process, after one line in its log.
 """
 
 from __future__ import annotations
@@ -139,7 +142,6 @@ def main(arguments: list[str]) -> None:
     sys.stderr = open_log(options.log)
 
     from rnnfleet.errors import job_guard
-    from rnnfleet.runner.warm_client import run_job
 
     target, records_start = JOBS[options.kind]
     # Not the run's watch here (orphans.run_job_guard): the work runs under one of its own,
@@ -149,6 +151,55 @@ def main(arguments: list[str]) -> None:
         if records_start:
             job_kwargs["process_started_at"] = process_started_at()
         run_job(target, job_kwargs, warm=warm)
+
+
+def run_job(target: str, kwargs: dict, warm: bool) -> None:
+    """The job's entry point: in a warm worker when asked for and possible, else here.
+    Under SLURM each job runs alone on its allocation, so a server would never be reused."""
+    from rnnfleet.runner.warm_client import call
+
+    if warm and "SLURM_JOB_ID" not in os.environ:
+        try:
+            exit_status = run_warm(target, kwargs, sys.stderr)
+        except OSError as error:
+            print(f"warm worker unavailable: {error}; running in the job's own process", file=sys.stderr)
+        else:
+            if exit_status:
+                sys.exit(exit_status)
+            return
+    from rnnfleet.runner.device import prepare_cold_process
+
+    prepare_cold_process()
+    call(target, kwargs)
+
+
+def run_warm(target: str, kwargs: dict, log_file) -> int:
+    """The job in a warm worker of the fork path where the platform has one, else of the spawn
+    path; returns its exit status, raises OSError where neither can be had."""
+    from rnnfleet.runner.warm_client import connection_unsupported_reason
+
+    if connection_unsupported_reason():
+        from rnnfleet.runner.spawn_client import run_spawned
+
+        return run_spawned(target, kwargs, log_file)
+    from rnnfleet.runner.warm_client import run_forked
+
+    return run_forked(target, kwargs, log_file)
+
+
+def prestart() -> None:
+    """Start this user's warm server of the path this platform takes, without waiting for it
+    (a run with trainings calls this when it starts)."""
+    from rnnfleet.runner.warm_client import connection_unsupported_reason
+
+    if connection_unsupported_reason():
+        from rnnfleet.runner.spawn_client import prestart as prestart_spawned
+
+        prestart_spawned()
+    else:
+        from rnnfleet.runner.warm_client import prestart as prestart_forked
+
+        prestart_forked()
 
 
 def process_started_at() -> float | None:

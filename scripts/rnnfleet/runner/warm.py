@@ -60,13 +60,13 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from rnnfleet.runner.device import WORKER_VARIABLE, can_take_another_job, tune_cpu_allocator
+from rnnfleet.runner.device import can_take_another_job, tune_cpu_allocator
 from rnnfleet.runner.warm_client import (
     CHILD_IDLE_SECONDS,
     SERVER_IDLE_SECONDS,
-    call,
     peer_uid,
     receive_message,
+    run_request,
     send_message,
 )
 
@@ -365,28 +365,15 @@ def _run_one_job(request: dict, fds: list[int]) -> int:
     os.close(stdout_fd)
     os.close(stderr_fd)
     sys.stderr = os.fdopen(log_fd, "w", buffering=1)
-    exit_status = 1
     try:
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        os.environ[WORKER_VARIABLE] = f"warm {os.getppid()}"
-        sys.path[:] = request["sys_path"]
-        call(request["target"], request["kwargs"])
-        exit_status = 0
-    except SystemExit as stop:
-        exit_status = stop.code if isinstance(stop.code, int) else 1
-    except BaseException:
-        traceback.print_exc()
+        return run_request(request, f"warm {os.getppid()}")
     finally:
-        sys.stdout.flush()
         sys.stderr.close()
         sys.stderr = sys.__stderr__
         nowhere = os.open(os.devnull, os.O_WRONLY)
         os.dup2(nowhere, 1)  # the job's pipes close when its client is told it is done
         os.dup2(nowhere, 2)
         os.close(nowhere)
-    return exit_status
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The job's side of warm workers (rnnfleet.runner.warm): hand the job to the folder's server,
-starting one if none runs (also before a run: prestart), or run it here.
+"""The job's side of the fork path of warm workers (rnnfleet.runner.warm): hand the job to this
+user's server, starting one if none runs (also before a run: prestart).
 
 What it promises:
 - On the way to a running server, a job's process imports nothing heavier than os, sys,
@@ -11,8 +11,7 @@ What it promises:
   owner and mode checked before every use), and the server's user id checked
   (SO_PEERCRED / LOCAL_PEERCRED) before the job's environment and file descriptors are sent.
 - Where the platform lacks a piece (fork, Unix sockets that pass descriptors, peer
-  credentials, OS file locks), or anything else goes wrong on the way, the job runs in its
-  own process and its log says why in one line.
+  credentials), the spawn path runs the job instead (rnnfleet.runner.job_client.run_job).
 """
 
 from __future__ import annotations
@@ -115,7 +114,13 @@ def temporary_folder() -> str:
 
 
 def private_folder() -> str:
-    """This user's own folder for the server's socket, lock and log; checked on every call."""
+    """This user's own folder for the server's socket, lock and log; checked on every call.
+    On Windows, a folder in the user's profile (its access list admits the user, SYSTEM and
+    administrators alone), where no user id or mode can be checked."""
+    if not hasattr(os, "getuid"):
+        folder = os.path.join(os.environ.get("LOCALAPPDATA") or temporary_folder(), "rnnfleet-warm")
+        os.makedirs(folder, exist_ok=True)
+        return folder
     folder = os.path.join(temporary_folder(), f"rnnfleet-warm-{os.getuid()}")
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir and os.path.isabs(runtime_dir):
@@ -132,17 +137,28 @@ def private_folder() -> str:
     return folder
 
 
-def socket_name() -> str:
-    """One server per Python, code version and user, whichever project folder its jobs run in
-    (each child runs in its job's folder). Short: AF_UNIX limits the path to ~100 bytes."""
+def user_id() -> int | str:
+    """This account: its user id, or its name where the platform has no user ids (Windows)."""
+    return os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "")
+
+
+def server_key(path: str = "fork") -> str:
+    """One server per Python, code version, user and path (fork or spawn), whichever project
+    folder its jobs run in (each job runs in its own folder). Short: AF_UNIX limits the path
+    to ~100 bytes."""
     code_stamp = sorted(
         (os.path.join(folder, entry.name), entry.stat().st_mtime_ns)
         for folder in ("", *SUB_PACKAGES)
         for entry in os.scandir(os.path.join(PACKAGE_DIR, folder))
         if entry.name.endswith(".py")
     )
-    key = json.dumps([sys.executable, code_stamp, os.getuid()])
-    return hashlib.sha1(key.encode()).hexdigest()[:16] + ".sock"
+    key = json.dumps([sys.executable, code_stamp, user_id(), *([] if path == "fork" else [path])])
+    return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def socket_name() -> str:
+    """The fork path's socket in the private folder."""
+    return server_key() + ".sock"
 
 
 def server_address() -> str:
@@ -197,24 +213,6 @@ def connect(address: str | os.PathLike) -> socket.socket:
     return connection
 
 
-def run_job(target: str, kwargs: dict, warm: bool) -> None:
-    """The job's entry point: in a warm worker when asked for and possible, else here.
-    Under SLURM each job runs alone on its allocation, so a server would never be reused."""
-    if warm and "SLURM_JOB_ID" not in os.environ:
-        try:
-            exit_status = run_warm(target, kwargs, sys.stderr)
-        except OSError as error:
-            print(f"warm worker unavailable: {error}; running in the job's own process", file=sys.stderr)
-        else:
-            if exit_status:
-                sys.exit(exit_status)
-            return
-    from rnnfleet.runner.device import prepare_cold_process
-
-    prepare_cold_process()
-    call(target, kwargs)
-
-
 def call(target: str, kwargs: dict) -> None:
     """Run `module:function(**kwargs)` here (the cold path, and each job of a warm child)."""
     import importlib
@@ -223,7 +221,32 @@ def call(target: str, kwargs: dict) -> None:
     getattr(importlib.import_module(module_name), function_name)(**kwargs)
 
 
-def run_warm(target: str, kwargs: dict, log_file) -> int:
+def run_request(request: dict, worker: str) -> int:
+    """In a warm worker of either path: become the job's process (its folder, environment and
+    sys.path; its output streams are the caller's to set), run the job, return its exit status."""
+    import traceback
+
+    from rnnfleet.runner.device import WORKER_VARIABLE
+
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ[WORKER_VARIABLE] = worker
+        sys.path[:] = request["sys_path"]
+        call(request["target"], request["kwargs"])
+        return 0
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def run_forked(target: str, kwargs: dict, log_file) -> int:
     """Run the job in a warm child; returns its exit status. Raises OSError if no server can be
     had, errors.UserError if a signal killed the child (it wrote nothing about it)."""
     reason = connection_unsupported_reason()
