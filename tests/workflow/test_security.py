@@ -243,3 +243,76 @@ def test_a_file_another_account_links_into_a_shared_data_folder_reaches_no_outpu
     assert project / "results" / "metrics.csv" in readable_by_others  # the outputs were there to leak into
     assert [path for path in readable_by_others if secret_value.encode() in path.read_bytes()] == []
     assert [path for path in readable_by_others if b"hunter2" in path.read_bytes()] == []
+
+
+# As another account: read the spawn path's key, submit a job with a guessed one, read the
+# environment of the server and its workers; prints what each attempt got.
+SPAWN_INTRUDER = (PROGRAMS / "spawn_intruder.py").read_text()
+
+
+def test_another_account_cannot_use_the_spawn_paths_server_nor_read_a_jobs_environment(tmp_path, intruder, shared_tmp):
+    # A job on the spawn path (no fork or descriptor passing: tests/without_unix_facilities)
+    # with a secret in its environment starts this user's server in a temporary folder the
+    # other account can reach.
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "tests" / "without_unix_facilities"),
+        "TMPDIR": str(shared_tmp),
+        SECRET: "s3cr3t-value-7f1c",
+    }
+    environment.pop("XDG_RUNTIME_DIR", None)
+    report = tmp_path / "report.json"
+    job = subprocess.run(
+        [
+            sys.executable,
+            str(PROGRAMS / "warm_job.py"),
+            "warm_targets:report_and_exit",
+            json.dumps({"report_path": str(report), "exit_status": 0}),
+        ],
+        cwd=tmp_path,
+        env=environment,
+        timeout=120,
+    )
+    assert job.returncode == 0
+    facts = read_record(report)
+    assert facts["worker"] == f"spawned {facts['parent']}"  # the spawn path ran, not a cold process
+    folder = shared_tmp / f"rnnfleet-warm-{os.getuid()}"
+    (address,) = folder.glob("*.sock")
+    key_path = folder / "spawn.key"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(key_path.stat().st_mode) == 0o600
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    markers.chmod(0o733)  # the server (root) could write here; nobody can list it
+    pids = [str(facts["parent"]), str(facts["pid"])]
+
+    def attempt(marker: str) -> dict:
+        process = as_intruder(
+            intruder, SPAWN_INTRUDER, str(address), str(key_path), str(markers / marker), *pids, stdout=subprocess.PIPE
+        )
+        return json.loads(process.communicate(timeout=60)[0])
+
+    # The first wall: the private folder. Nothing in it can be reached.
+    walled = attempt("through-the-folder")
+    assert walled["key"] == "PermissionError" and walled["connect"] == "PermissionError"
+    # The second wall, the folder and socket opened by mistake: the key. The handshake fails.
+    folder.chmod(0o711)
+    address.chmod(0o777)
+    keyless = attempt("through-the-socket")
+    assert keyless["key"] == "PermissionError" and keyless["connect"] == "AuthenticationError", keyless
+    for result in (walled, keyless):
+        assert all(result[f"environ {pid}"] == "PermissionError" for pid in pids), result
+        assert "s3cr3t-value-7f1c" not in json.dumps(result)
+    assert list(markers.iterdir()) == []
+    log = next(folder.glob("*.sock.log")).read_text()
+    assert "refused a connection" in log
+    # Control: the same request with the user's key runs (so the refusal is the key, not a broken request).
+    from rnnfleet.runner.spawn_client import connect, decode, encode
+
+    own_marker = markers / "own"
+    with connect(str(address), key_path.read_bytes()) as connection:
+        request = {"target": "shutil:copyfile", "kwargs": {"src": "/etc/passwd", "dst": str(own_marker)}, "cwd": "/"}
+        connection.send_bytes(
+            encode({**request, "env": {}, "sys_path": sys.path, "log_path": str(tmp_path / "own.log")})
+        )
+        assert decode(connection.recv_bytes())["exit_status"] == 0
+    assert own_marker.exists()
