@@ -328,9 +328,10 @@ def default_stop_signals() -> None:
         signal.signal(number, signal.SIG_DFL)
 
 
-def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.Popen, int]:
-    """Start snakemake (with args) in its own session (like a shell job) with the first job that
-    reaches `point` paused there; return the run and the paused job's pid."""
+def start_paused_run(workdir: Path, point: str, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, int]:
+    """Start snakemake (with args, and env added to its environment) in its own session (like a
+    shell job) with the first job that reaches `point` paused there; return the run and the
+    paused job's pid."""
     marker = workdir.parent / f"paused-at-{point}"
     output = open(workdir.parent / "snakemake-output.txt", "w")
     run = subprocess.Popen(
@@ -339,7 +340,7 @@ def start_paused_run(workdir: Path, point: str, *args: str) -> tuple[subprocess.
         stdout=output,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        env={**os.environ, PAUSE_AT: point, PAUSE_FILE: str(marker)},
+        env={**os.environ, **(env or {}), PAUSE_AT: point, PAUSE_FILE: str(marker)},
         preexec_fn=default_stop_signals,
     )
     deadline = time.monotonic() + 180
@@ -360,6 +361,30 @@ def trained_folder(workdir: Path, datasets: list[str]) -> Path:
     write_config(workdir, data_dir="data")
     snakemake(workdir)
     return workdir
+
+
+# How a run's jobs run, by name: warm workers forked by a server (fork), warm workers of the
+# spawn path (spawn: no fork or descriptor passing, as on Windows, tests/without_unix_facilities),
+# or each in its own process (cold): (train.warm_workers, the run's added environment, the
+# worker its metrics record).
+WITHOUT_UNIX = REPO / "tests" / "without_unix_facilities"
+JOB_PATHS = {
+    "fork": (True, {}, "warm"),
+    "spawn": (True, {"PYTHONPATH": str(WITHOUT_UNIX)}, "spawned"),
+    "cold": (False, {}, "cold"),
+}
+
+
+def job_path_of(job_pid: int) -> str:
+    """Which of JOB_PATHS the running job process `job_pid` took, from its and its parent's
+    command lines: a child of the fork path's server, a worker of the spawn path's, or its own."""
+    import psutil
+
+    job = psutil.Process(job_pid)
+    if "scripts/job.py" in " ".join(job.cmdline()):
+        return "cold"
+    server = " ".join(job.parent().cmdline())
+    return "fork" if "rnnfleet.runner.warm" in server else "spawn" if "rnnfleet.runner.spawned" in server else server
 
 
 @pytest.fixture

@@ -19,8 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import (
+    JOB_PATHS,
     REPO,
     add_datasets,
+    job_path_of,
     kill_hard,
     process_alive,
     resume,
@@ -193,36 +195,41 @@ def start_python(code: str, cwd: Path, **popen) -> subprocess.Popen:
     )
 
 
+def serves_every_run(process: psutil.Process) -> bool:
+    """A warm server of either path, or a worker of one (a forked child has its server's command
+    line; a spawned worker, multiprocessing's)."""
+    command = " ".join(process.cmdline())
+    return any(word in command for word in ("rnnfleet.runner.warm", "rnnfleet.runner.spawned", "multiprocessing"))
+
+
 def processes_of_run(run: subprocess.Popen, job: psutil.Process) -> list[psutil.Process]:
     """The run's processes (its shells, job clients, cold jobs) and the paused job's. Not the
     folder's warm server and its idle children: they serve whichever run comes, and idle
     ones hold no job. As psutil.Process objects: a later process that takes one's number is
     neither waited for nor killed."""
     processes = psutil.Process(run.pid).children(recursive=True)
-    own = [p for p in processes if "rnnfleet.runner.warm" not in " ".join(p.cmdline()) and p.pid != job.pid]
+    own = [p for p in processes if not serves_every_run(p) and p.pid != job.pid]
     return [*own, job]
 
 
-@pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "own-processes"])
-def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own_settings(tmp_path, warm):
+@pytest.mark.parametrize("job_path", list(JOB_PATHS))
+def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own_settings(tmp_path, job_path):
+    warm, env, worker = JOB_PATHS[job_path]
     workdir = tmp_path / "run"
     add_datasets(workdir, ["A_1m", "B_1m"])
     write_config(workdir, data_dir="data", train={"epochs": 8, "patience": 8, "warm_workers": warm})
-    run, job_pid = start_paused_run(workdir, "epoch", "--cores", "1")  # one training at a time: the paused one
+    run, job_pid = start_paused_run(workdir, "epoch", "--cores", "1", env=env)  # one training at a time: the paused one
     job = psutil.Process(job_pid)
-    if warm:  # which path ran: a warm child (forked by the server), or the job's own process
-        assert "rnnfleet.runner.warm" in " ".join(job.parent().cmdline())
-    else:
-        assert "scripts/job.py" in " ".join(job.cmdline())
+    assert job_path_of(job_pid) == job_path  # which path ran: a warm worker of either path, or the job's own process
     first_run = processes_of_run(run, job)
-    # Warm: the job's client (Snakemake's shell may exec it) and the child; cold: the job's process.
+    # Warm: the job's client (Snakemake's shell may exec it) and the worker; cold: the job's process.
     assert len(first_run) >= 2 if warm else job.ppid() == run.pid or job.parent().ppid() == run.pid
 
     os.kill(run.pid, signal.SIGKILL)  # Snakemake's process alone: its jobs are told nothing
     run.wait(timeout=30)
     write_config(workdir, data_dir="data", train={"epochs": 1, "patience": 1, "warm_workers": warm})
     try:
-        snakemake(workdir)  # the plain command, at once
+        snakemake(workdir, env=env)  # the plain command, at once
         alive_after_rerun = sorted(process.pid for process in first_run if process_alive(process))
     finally:
         resume(workdir, "epoch")  # a job of the first run still alive would go on and write now
@@ -239,7 +246,7 @@ def test_killing_snakemake_alone_stops_its_jobs_and_the_rerun_keeps_only_its_own
         metrics = json.loads((workdir / "metrics" / f"{dataset}.json").read_text())
         assert checkpoint["train_config"]["epochs"] == 1 and checkpoint["metrics"]["epochs_run"] == 1
         assert metrics["epochs_run"] == 1 and metrics["pid"] not in {process.pid for process in first_run}
-        assert metrics["worker"] == ("warm" if warm else "cold")
+        assert metrics["worker"] == worker
     with open(workdir / "results" / "metrics.csv") as table:
         assert {row["dataset"]: row["epochs_run"] for row in csv.DictReader(table)} == {"A_1m": "1", "B_1m": "1"}
     assert_everything_trained_and_loads(workdir)

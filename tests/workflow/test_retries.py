@@ -8,7 +8,7 @@ import os
 import signal
 
 import pytest
-from conftest import add_datasets, snakemake, start_paused_run, write_config
+from conftest import JOB_PATHS, add_datasets, job_path_of, snakemake, start_paused_run, write_config
 
 from rnnfleet.faults import OOM_ATTEMPTS
 from rnnfleet.hooks import PATCHES_OFF_VARIABLE
@@ -93,12 +93,14 @@ def test_without_the_retry_hook_a_relaunch_stops_at_once_and_says_why(tmp_path):
     assert "retry" not in log.replace("not retried", "")
 
 
-@pytest.mark.parametrize("warm", [True, False], ids=["warm-worker", "own-process"])
-def test_a_training_killed_by_the_kernel_says_so_and_is_not_retried_with_more_gpu_mem(tmp_path, warm):
+@pytest.mark.parametrize("job_path", list(JOB_PATHS))
+def test_a_training_killed_by_the_kernel_says_so_and_is_not_retried_with_more_gpu_mem(tmp_path, job_path):
+    warm, env, _ = JOB_PATHS[job_path]
     workdir = tmp_path / "run"
     add_datasets(workdir, ["A_1m"])
     write_config(workdir, data_dir="data", train={"warm_workers": warm})
-    run, job_pid = start_paused_run(workdir, "epoch")
+    run, job_pid = start_paused_run(workdir, "epoch", env=env)
+    assert job_path_of(job_pid) == job_path  # which path ran
 
     os.kill(job_pid, signal.SIGKILL)  # what the kernel's OOM killer sends the process using the most memory
 

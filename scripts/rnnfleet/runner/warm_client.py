@@ -143,16 +143,17 @@ def user_id() -> int | str:
 
 
 def server_key(path: str = "fork") -> str:
-    """One server per Python, code version, user and path (fork or spawn), whichever project
-    folder its jobs run in (each job runs in its own folder). Short: AF_UNIX limits the path
-    to ~100 bytes."""
+    """One server per Python, code version, user, PYTHONPATH (what it ran at its start) and
+    path (fork or spawn), whichever project folder its jobs run in (each job runs in its own
+    folder). Short: AF_UNIX limits the path to ~100 bytes."""
     code_stamp = sorted(
         (os.path.join(folder, entry.name), entry.stat().st_mtime_ns)
         for folder in ("", *SUB_PACKAGES)
         for entry in os.scandir(os.path.join(PACKAGE_DIR, folder))
         if entry.name.endswith(".py")
     )
-    key = json.dumps([sys.executable, code_stamp, user_id(), *([] if path == "fork" else [path])])
+    start = [os.environ.get("PYTHONPATH", ""), *([] if path == "fork" else [path])]
+    key = json.dumps([sys.executable, code_stamp, user_id(), *start])
     return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
