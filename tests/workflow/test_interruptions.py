@@ -105,8 +105,26 @@ def test_hard_kill_then_the_normal_command_finishes_without_losing_a_model(with_
 def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
     with_new_dataset, signal_number, whole_group
 ):
-    workdir = with_new_dataset
-    run, job_pid = start_paused_run(workdir, "model-write")
+    stop_a_run_writing_a_model(with_new_dataset, signal_number, whole_group)
+
+
+@pytest.mark.parametrize(
+    "signal_number, whole_group",
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c", "sigterm-to-snakemake"],
+)
+def test_on_the_spawn_path_a_stop_signal_stops_the_training_in_its_worker_and_the_rerun_continues(
+    with_new_dataset, signal_number, whole_group
+):
+    stop_a_run_writing_a_model(with_new_dataset, signal_number, whole_group, path="spawn")
+
+
+def stop_a_run_writing_a_model(workdir: Path, signal_number: int, whole_group: bool, path: str = "fork") -> None:
+    """Stop a run while B_1m's model is written: the training stops and removes its half-written
+    model, the lock goes, the table says stopped, and the plain command then finishes."""
+    env = JOB_PATHS[path][1]
+    run, job_pid = start_paused_run(workdir, "model-write", env=env)
+    assert job_path_of(job_pid) == path
     assert hidden_files(workdir), "the model was not being written"
     if whole_group:  # what a terminal does on Ctrl+C, and on a hang-up (an ssh connection dropped)
         os.killpg(run.pid, signal_number)
@@ -123,7 +141,7 @@ def test_stop_signal_stops_trainings_releases_the_lock_and_the_rerun_continues(
         statuses = {row["dataset"]: row["status"] for row in csv.DictReader(table)}
     assert statuses == {"A_1m": "ok", "B_1m": "stopped"}
 
-    snakemake(workdir)
+    snakemake(workdir, env=env)
     assert_everything_trained_and_loads(workdir)
 
 
