@@ -25,3 +25,12 @@ def write_pid_and_sleep(report_path: str) -> None:
     with open(report_path, "w") as handle:
         handle.write(str(os.getpid()))
     time.sleep(120)
+
+
+def report_plugin_value(report_path: str, reference: str) -> None:
+    """Resolve a user's plug-in reference as a job does, and report what its function returns."""
+    from rnnfleet.plugins import resolve
+
+    value = resolve(reference, {}, "model.builder")()
+    with open(report_path, "w") as handle:
+        json.dump({"pid": os.getpid(), "parent": os.getppid(), "value": value}, handle)

@@ -239,3 +239,17 @@ def test_a_starting_server_removes_the_files_of_servers_long_gone_and_no_live_on
         if starting is not None:
             starting.close()
         shutil.rmtree(temporary, ignore_errors=True)
+
+
+def test_a_plugin_file_changed_between_two_jobs_of_one_worker_is_imported_again(tmp_path, path):
+    plugin = tmp_path / "mine.py"
+    report = tmp_path / "report.json"
+    values = []
+    for version in ("first", "second"):
+        plugin.write_text(f"def build():\n    return {version!r}\n")
+        kwargs = {"report_path": str(report), "reference": "mine.py:build"}
+        client = start_client(tmp_path, "warm_targets:report_plugin_value", kwargs, path=path)
+        assert client.wait(timeout=120) == 0
+        values.append(json.loads(report.read_text()))
+    assert [value["value"] for value in values] == ["first", "second"]
+    assert values[0]["pid"] == values[1]["pid"]  # the same worker ran both jobs
