@@ -170,17 +170,10 @@ def test_a_slot_nobody_references_is_freed(tmp_path):
 
 def test_training_jobs_on_a_multi_gpu_node_each_get_their_own_device(monkeypatch, tmp_path):
     # What train_one calls, on a simulated node of two 8 GB cards (torch's CUDA queries faked).
-    import torch
-
-    cards = [SimpleNamespace(total_memory=8 * 2**30 + 5, uuid=f"GPU-fake-{index}") for index in range(2)]
-    current_device = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(cards))
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: cards[index])
-    monkeypatch.setattr(torch.cuda, "set_device", current_device.append)
+    current_device = fake_gpus(monkeypatch, 2, 8)
     monkeypatch.chdir(tmp_path)  # the ledger lives under the job's working folder
 
-    claims = [claim_device("auto", gpu_mem_gb=4) for _ in range(4)]
+    claims = [claim_in_a_new_process(monkeypatch, "auto", 4) for _ in range(4)]
     assert [str(device) for device, _ in claims] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
     assert current_device == [0, 1, 0, 1]
     assert sorted(path.name for path in (tmp_path / ".snakemake" / "gpu_slots").glob("GPU-fake-0.*")) == [
@@ -189,25 +182,60 @@ def test_training_jobs_on_a_multi_gpu_node_each_get_their_own_device(monkeypatch
     with pytest.raises(TimeoutError):
         claim_gpu([slot.device for _, slot in claims[:2]], 1, tmp_path / ".snakemake" / "gpu_slots", timeout_seconds=0)
     claims[0][1].release()
-    assert str(claim_device("auto", gpu_mem_gb=4)[0]) == "cuda:0"
-    assert claim_device("cuda:1", gpu_mem_gb=4)[1] is NO_SLOT  # an explicit index is the user's choice
+    assert str(claim_in_a_new_process(monkeypatch, "auto", 4)[0]) == "cuda:0"
+    assert claim_in_a_new_process(monkeypatch, "cuda:1", 4)[1] is NO_SLOT  # an explicit index is the user's choice
 
 
-@pytest.mark.parametrize(
-    ("cuda_started", "gpus", "reusable"),
-    [(False, 0, True), (False, 4, True), (True, 1, True), (True, 2, False), (True, 8, False)],
-)
-def test_a_warm_child_that_started_cuda_among_several_gpus_takes_no_other_job(
-    monkeypatch, cuda_started, gpus, reusable
-):
-    # Its CUDA context stays on the GPU its job claimed; the next job may claim another.
+def claim_in_a_new_process(monkeypatch, train_device: str, gpu_mem_gb: int):
+    """claim_device as a process that holds no CUDA context yet (a fresh worker)."""
+    import rnnfleet.runner.device as device_module
+
+    monkeypatch.setattr(device_module, "_cuda_devices_used", set())
+    return claim_device(train_device, gpu_mem_gb=gpu_mem_gb)
+
+
+def fake_gpus(monkeypatch, count: int, gb: int) -> list:
+    """torch's CUDA queries faked for `count` cards of `gb` GB; returns the devices made current."""
     import torch
 
-    from rnnfleet.runner.device import can_take_another_job
+    cards = [SimpleNamespace(total_memory=gb * 2**30 + 5, uuid=f"GPU-fake-{index}") for index in range(count)]
+    current_device = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(cards))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: cards[index])
+    monkeypatch.setattr(torch.cuda, "set_device", current_device.append)
+    return current_device
 
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda_started)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
-    assert can_take_another_job() is reusable
+
+def test_a_worker_keeps_its_gpu_slot_while_it_has_room_and_takes_no_more_jobs_once_it_used_two(monkeypatch, tmp_path):
+    # A warm worker (either path) keeps its CUDA context from one training to the next: with
+    # several GPUs it goes back to the GPU of its context, not to the one with the most room,
+    # so no context sits on a GPU where none of its jobs declares memory.
+    from rnnfleet.runner.device import can_take_another_job, cuda_devices_used
+
+    fake_gpus(monkeypatch, 2, 8)
+    monkeypatch.chdir(tmp_path)
+    ledger = tmp_path / ".snakemake" / "gpu_slots"
+    first, first_slot = claim_in_a_new_process(monkeypatch, "auto", 2)  # this worker's first training
+    assert str(first) == "cuda:0" and can_take_another_job()
+    first_slot.release()
+    cuda0, cuda1 = visible_gpus_faked()
+    others = claim_gpu([cuda0], 6, ledger)  # another process's 6 GB on cuda:0: 2 GB free there, 8 on cuda:1
+    again, again_slot = claim_device("auto", gpu_mem_gb=2)  # the same worker's next training
+    assert str(again) == "cuda:0" and cuda_devices_used() == {0} and can_take_another_job()  # not cuda:1
+    again_slot.release()
+    full = claim_gpu([cuda0], 2, ledger)  # cuda:0 full now
+    elsewhere, _ = claim_device("auto", gpu_mem_gb=2)  # the worker's training goes where there is room
+    assert str(elsewhere) == "cuda:1" and cuda_devices_used() == {0, 1}
+    assert not can_take_another_job()  # a context on two GPUs: it exits after this job
+    others.release()
+    full.release()
+
+
+def visible_gpus_faked() -> list[GpuDevice]:
+    from rnnfleet.runner.gpu_slots import visible_gpus
+
+    return visible_gpus()
 
 
 @pytest.mark.parametrize(("train_device", "current", "capped"), [("auto", 0, 0), ("cuda", 2, 2), ("cuda:1", 0, 1)])

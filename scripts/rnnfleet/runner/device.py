@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 WORKER_VARIABLE = "RNNFLEET_WORKER"  # "cold", "warm <server pid>" (forked) or "spawned <server pid>"
 
+_cuda_devices_used: set[int] = set()  # the devices this process's trainings claimed: a context on each
+
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -111,9 +113,13 @@ def claim_device(preferred: str, gpu_mem_gb: int) -> tuple[torch.device, GpuSlot
 
     device = choose_device(preferred)
     if device.type != "cuda" or device.index is not None or torch.cuda.device_count() < 2:
+        if device.type == "cuda":
+            _cuda_devices_used.add(device.index if device.index is not None else torch.cuda.current_device())
         return device, NO_SLOT
-    slot = claim_gpu(visible_gpus(), gpu_mem_gb)
+    held = next(iter(_cuda_devices_used)) if len(_cuda_devices_used) == 1 else None
+    slot = claim_gpu(visible_gpus(), gpu_mem_gb, preferred=held)
     torch.cuda.set_device(slot.device.index)
+    _cuda_devices_used.add(slot.device.index)
     return torch.device("cuda", slot.device.index), slot
 
 
@@ -222,13 +228,17 @@ def configure_threads(threads: int) -> None:
 
 
 def can_take_another_job() -> bool:
-    """Whether this process may run another job once its job is done (a warm child,
-    rnnfleet.runner.warm). Not where it started CUDA with several GPUs visible: its context stays on
-    the GPU its job claimed (rnnfleet.runner.gpu_slots), holding memory no job declares, while the
-    next job may claim another GPU. On one GPU the context is kept and saves the next job
-    CUDA's start."""
-    torch = sys.modules.get("torch")
-    return torch is None or not torch.cuda.is_initialized() or torch.cuda.device_count() < 2
+    """Whether this process may run another job once its job is done (a warm worker of either
+    path). The CUDA context it keeps saves the next job CUDA's start. With several GPUs it
+    keeps its slot: its next training goes to the GPU of its context whenever that one has
+    room (claim_device); once its trainings have used two GPUs, it holds a context on a GPU
+    where no job of its declares memory, and it takes no more."""
+    return len(_cuda_devices_used) <= 1
+
+
+def cuda_devices_used() -> set[int]:
+    """The CUDA devices this process's trainings used (each holds a context of its)."""
+    return set(_cuda_devices_used)
 
 
 def cap_gpu_memory(device, gpu_mem_gb: int) -> None:

@@ -92,11 +92,21 @@ def _take_units(ledger_dir: Path, device: GpuDevice, gb: int) -> list[IO]:
     raise RuntimeError(f"GPU ledger {ledger_dir}: device {device.key} lost free units while the choice was locked")
 
 
-def _claim_once(devices: list[GpuDevice], gb: int, ledger_dir: Path) -> tuple[GpuSlot | None, dict[int, int]]:
-    """Under the choosing lock: the slot on the device with most GB free, or None and the free GB."""
+def _claim_once(
+    devices: list[GpuDevice], gb: int, ledger_dir: Path, preferred: int | None = None
+) -> tuple[GpuSlot | None, dict[int, int]]:
+    """Under the choosing lock: the slot on the preferred device when it has room, else on the
+    device with most GB free; or None and the free GB."""
     with wait_for_lock(ledger_dir / "choose.lock"):  # released when the file closes
         free_by_index = {device.index: free_units(ledger_dir, device) for device in devices}
-        best = max(devices, key=lambda device: (free_by_index[device.index], -device.index))
+        best = max(
+            devices,
+            key=lambda device: (
+                device.index == preferred and free_by_index[device.index] >= gb,
+                free_by_index[device.index],
+                -device.index,
+            ),
+        )
         if free_by_index[best.index] < gb:
             return None, free_by_index
         return GpuSlot(device=best, gb=gb, unit_files=_take_units(ledger_dir, best, gb)), free_by_index
@@ -107,8 +117,11 @@ def claim_gpu(
     gb: int,
     ledger_dir: str | os.PathLike = DEFAULT_LEDGER_DIR,
     timeout_seconds: float | None = None,
+    preferred: int | None = None,
 ) -> GpuSlot:
-    """Hold `gb` declared GB on the device with the most free; wait while none has room.
+    """Hold `gb` declared GB on the device with the most free; wait while none has room. A
+    worker that holds a CUDA context on one device already names it as `preferred`: it is
+    taken whenever it has room, so the worker stays on its slot.
 
     Raises UserError when no device could ever hold `gb`, TimeoutError when timeout_seconds
     (None: wait as long as it takes) pass without room.
@@ -120,7 +133,7 @@ def claim_gpu(
     ledger_dir.mkdir(parents=True, exist_ok=True)
     started = last_wait_log = time.monotonic()
     while True:
-        slot, free_by_index = _claim_once(devices, gb, ledger_dir)
+        slot, free_by_index = _claim_once(devices, gb, ledger_dir, preferred)
         if slot is not None:
             return slot
         now = time.monotonic()

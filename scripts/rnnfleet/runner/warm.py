@@ -18,8 +18,9 @@ status, so scheduling, resources, triggers, dry-runs and per-job failures behave
   (bench/README.md). Between jobs the child gives back the job's descriptors (its output
   goes nowhere); each job sets its own seeds, threads and GPU memory cap, and a user's
   plug-in file is imported again when it changes (rnnfleet.plugins). A child whose job
-  failed exits; a fresh one takes the next. So does one that started CUDA where several
-  GPUs are visible (device.can_take_another_job).
+  failed exits; a fresh one takes the next. A child keeps its CUDA context from one training
+  to the next; with several GPUs it goes back to its context's GPU when that has room, and
+  exits once its trainings used two (device.claim_device, device.can_take_another_job).
 - If the client dies (job killed, Ctrl+C), the server sees the connection close and
   terminates the child. If the run dies alone (Snakemake's process killed: the client
   lives on, waiting), the child's job sees it and stops (rnnfleet.runner.orphans); a child never
