@@ -1,19 +1,21 @@
-"""Warm workers need fork, descriptor passing, peer credentials and OS file locks: without any
-one of them, unsupported_reason names it (and jobs run in their own process). The whole
-workflow on such a platform: tests/workflow/test_portability.py."""
+"""Which path of warm workers a platform can take: the fork path needs fork, descriptor passing,
+peer credentials and OS file locks; without any of the first three, unsupported_reason names
+it and jobs take the spawn path, which needs OS file locks alone; without those, each job runs
+in its own process. The whole workflow on such platforms: tests/workflow/test_portability.py."""
 
 from __future__ import annotations
 
 import os
 
 
-def test_each_missing_facility_alone_turns_warm_workers_off(monkeypatch):
+def test_each_missing_facility_alone_turns_the_fork_path_off_and_only_missing_locks_the_spawn_path(monkeypatch):
     import socket
 
     import rnnfleet.runner.file_locks as file_locks
+    import rnnfleet.runner.spawn_client as spawn
     import rnnfleet.runner.warm_client as warm
 
-    assert warm.unsupported_reason() is None  # this test runs where all of them exist
+    assert warm.unsupported_reason() is None and spawn.unsupported_reason() is None  # all of them exist here
     for module, name, reason in (
         (os, "fork", "no fork()"),
         (socket, "send_fds", "pass file descriptors"),
@@ -23,5 +25,7 @@ def test_each_missing_facility_alone_turns_warm_workers_off(monkeypatch):
             patch.delattr(module, name)
             patch.setattr(warm.sys, "platform", "linux")
             assert reason in warm.unsupported_reason()
+            assert spawn.unsupported_reason() is None  # the spawn path needs none of them
     monkeypatch.setattr(file_locks, "os_locks_available", lambda: False)
     assert "no OS file locks" in warm.unsupported_reason()
+    assert "no OS file locks" in spawn.unsupported_reason()

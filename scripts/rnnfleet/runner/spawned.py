@@ -10,12 +10,13 @@ long-lived processes that imported torch and pandas once:
   anything is read from it, and the server proves it in turn (multiprocessing.connection's
   challenge, both ways). Messages are JSON: nothing received is unpickled.
 - Workers are started with multiprocessing's spawn (a fresh interpreter, no fork). Each
-  imports torch, pandas and the job code once, then takes job after job from the server
+  imports pandas and the job code before its first job, torch in the first job that needs it,
+  each once, then takes job after job from the server
   over a pipe of its own. One spare worker that has not taken a job yet is kept ready, so a
   job rarely waits for the imports. A worker takes the next job only if it has the same
-  target, folder, environment and sys.path as its last (rnnfleet.runner.warm.reuse_key), as
-  the fork path's children do: a worker that trains never takes a preprocess job, and a
-  worker keeps its CUDA context from one training to the next.
+  folder, environment and sys.path as its last (spawn_key), and, once it started CUDA,
+  only if it trains: a job that does not train never runs beside a context no job of its
+  declares. A training worker keeps its CUDA context from one training to the next.
 - The job's descriptors cannot travel, so the worker appends to the job's log by its path
   and sends what the job prints to stdout and to Snakemake's stderr (sys.__stderr__) to the
   server, which relays it to the job's client; the client prints it where the job's process
@@ -60,7 +61,7 @@ from rnnfleet.runner.spawn_client import (
 from rnnfleet.runner.warm import JOBS_PER_CHILD, reuse_key
 from rnnfleet.runner.warm_client import CHILD_IDLE_SECONDS, SERVER_IDLE_SECONDS, run_request
 
-SPARE_WORKERS = 1  # started before any job asks, so the first job of a run finds torch imported
+SPARE_WORKERS = 1  # started before any job asks, so a job rarely waits for a fresh interpreter's imports
 WORKER_LABEL = "spawned"  # what a job's metrics record as its worker (device.job_process)
 
 
@@ -86,17 +87,18 @@ class Relay(io.TextIOBase):
 def worker_main(channel: Connection, server_pid: int) -> None:
     """A spawned worker: import once, then run jobs until one fails, JOBS_PER_CHILD are done, or
     the server gives no more (end of file on the channel)."""
-    from rnnfleet.runner.device import can_take_another_job, tune_cpu_allocator
+    from rnnfleet.runner.device import can_take_another_job, cuda_devices_used, tune_cpu_allocator
 
     tune_cpu_allocator()
-    import pandas  # noqa: F401  every preprocessing job would import it
-    import torch  # noqa: F401  the point of a worker: imported once
-    import torch._dynamo  # noqa: F401  torch.optim imports it on first use
+    # What every job imports, before the first job comes. torch (and torch._dynamo, which
+    # torch.optim imports on a first step) is left to the first job that needs it: unlike the
+    # fork path's server, whose children share its imports, each worker pays its own, and a
+    # worker that preprocesses never needs torch.
+    import pandas  # noqa: F401
 
     import rnnfleet.data  # noqa: F401
     import rnnfleet.runner.jobs  # noqa: F401
     import rnnfleet.runner.orphans  # noqa: F401
-    import rnnfleet.train.loop  # noqa: F401
 
     for jobs_done in range(1, JOBS_PER_CHILD + 1):
         try:
@@ -106,7 +108,8 @@ def worker_main(channel: Connection, server_pid: int) -> None:
         exit_status = _run_relayed(request, channel, server_pid)
         takes_more = exit_status == 0 and jobs_done < JOBS_PER_CHILD and can_take_another_job()
         try:
-            channel.send_bytes(encode({"exit_status": exit_status, "takes_more": takes_more}))
+            report = {"exit_status": exit_status, "takes_more": takes_more, "holds_cuda": bool(cuda_devices_used())}
+            channel.send_bytes(encode(report))
         except OSError:
             return
         if not takes_more:
@@ -134,13 +137,25 @@ def _run_relayed(request: dict, channel: Connection, server_pid: int) -> int:
 # --- the server -------------------------------------------------------------------------
 
 
+TRAINING_TARGETS = ("rnnfleet.runner.jobs:train_job", "rnnfleet.runner.jobs:pretrain_job")
+
+
 @dataclass(eq=False)
 class Worker:
     process: multiprocessing.process.BaseProcess
     channel: Connection
-    takes: str | None = None  # reuse_key of its jobs; None: a spare that has taken none
+    takes: str | None = None  # spawn_key of its jobs; None: a spare that has taken none
+    last_target: str = ""
+    holds_cuda: bool = False  # it started CUDA: it takes trainings only
     busy: bool = False
     idle_since: float = 0.0
+
+
+def spawn_key(request: dict) -> str:
+    """Jobs one worker may run one after another: the same folder, environment and sys.path
+    (rnnfleet.runner.warm.reuse_key) whatever the job's function, since a spawned worker's start
+    costs a fresh interpreter's imports; see Pool.take for the one exception, CUDA."""
+    return reuse_key({**request, "target": ""})
 
 
 class Pool:
@@ -169,22 +184,33 @@ class Pool:
             for _ in range(SPARE_WORKERS - spares):
                 self._start()
 
-    def take(self, takes: str) -> Worker:
-        """An idle worker for jobs of `takes`: one that ran such a job, else a spare, else a new one."""
+    def take(self, takes: str, target: str) -> Worker:
+        """An idle worker for a job of `takes` and `target`: one whose last job had the same
+        target (its imports done), else one of the same `takes`, else a spare, else a new one.
+        A worker that started CUDA takes trainings only: a job that does not train never runs
+        beside a context that no job of its declares."""
+        trains = target in TRAINING_TARGETS
         with self.lock:
-            idle = [worker for worker in self.workers if not worker.busy and worker.process.is_alive()]
-            worker = next((w for w in idle if w.takes == takes), None) or next(
-                (w for w in idle if w.takes is None), None
+            idle = [
+                worker
+                for worker in self.workers
+                if not worker.busy and worker.process.is_alive() and (trains or not worker.holds_cuda)
+            ]
+            worker = (
+                next((w for w in idle if w.takes == takes and w.last_target == target), None)
+                or next((w for w in idle if w.takes == takes), None)
+                or next((w for w in idle if w.takes is None), None)
+                or self._start()
             )
-            worker = worker or self._start()
-            worker.takes, worker.busy = takes, True
+            worker.takes, worker.last_target, worker.busy = takes, target, True
         self.keep_spares()
         return worker
 
-    def give_back(self, worker: Worker, takes_more: bool) -> None:
+    def give_back(self, worker: Worker, report: dict) -> None:
         with self.lock:
             worker.busy, worker.idle_since = False, time.monotonic()
-            if not takes_more:
+            worker.holds_cuda = bool(report.get("holds_cuda"))
+            if not report["takes_more"]:
                 self._drop(worker)
 
     def _drop(self, worker: Worker) -> None:
@@ -263,7 +289,7 @@ def _serve_job(connection: Connection, secret: bytes, pool: Pool) -> None:
             request = decode(connection.recv_bytes())
         except (EOFError, OSError, ValueError):
             return  # a probe (answers()), or a client that went
-        worker = pool.take(reuse_key(request))
+        worker = pool.take(spawn_key(request), request["target"])
         try:
             worker.channel.send_bytes(encode(request))
         except OSError:
@@ -294,7 +320,7 @@ def _relay(connection: Connection, worker: Worker, pool: Pool) -> None:
                 return
             continue
         _send(connection, {"exit_status": message["exit_status"], "killed_by": None})
-        pool.give_back(worker, message["takes_more"])
+        pool.give_back(worker, message)
         return
 
 
