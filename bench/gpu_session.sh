@@ -5,7 +5,7 @@
 #   bench/gpu_session.sh [LOG_FOLDER]          (default: bench/out/gpu-session-<time>)
 # PYTHON: the interpreter (default .venv/bin/python); its snakemake is the one the tests run.
 # Steps and their limits (seconds, SCALE=2 doubles them): the CUDA-relevant tests (train.device
-# auto is CUDA there) 40 + 150; bench/gpu_check.sh 240; an update on the GPU (bench/bench_update.py)
+# auto is CUDA there) 40 + 150; bench/bench_paths.py (fork and spawn paths) 150; bench/gpu_check.sh 240; an update on the GPU (bench/bench_update.py)
 # 60; scripts/size_gpu_mem.py on the demo data 40; 16 trainings with MPS off and on, 40 each;
 # bench/bench_batched_lstm.py 150. Writes one log per step group into LOG_FOLDER.
 set -u
@@ -35,6 +35,10 @@ step tests-unit 40 "$LOGS/tests.log" "${PYTEST[@]}" -n 4 tests/unit/test_precisi
     tests/unit/test_sizing.py tests/unit/test_training.py tests/unit/test_updating.py
 step tests-workflow 150 "$LOGS/tests.log" "${PYTEST[@]}" -n 8 --dist loadfile tests/workflow/test_workflow.py \
     tests/workflow/test_retries.py tests/workflow/test_precision_run.py tests/workflow/test_predict.py
+
+# The paths of a job on the card: 64 one-day datasets, 8 trainings at once, forked and spawned
+# workers (a context per worker, not per job, on both): models/min and the overhead per model.
+step paths 150 "$LOGS/paths.log" "$PYTHON" bench/bench_paths.py --datasets 64 --paths fork,spawn --cores 8 --out "$LOGS"
 
 step gpu_check 240 "$LOGS/gpu_check.log" env PYTHON="$PYTHON" KEEP_SAMPLES="$LOGS/samples.txt" bash bench/gpu_check.sh
 

@@ -6,6 +6,7 @@ in its own process. The whole workflow on such platforms: tests/workflow/test_po
 from __future__ import annotations
 
 import os
+import sys
 
 
 def test_each_missing_facility_alone_turns_the_fork_path_off_and_only_missing_locks_the_spawn_path(monkeypatch):
@@ -28,4 +29,13 @@ def test_each_missing_facility_alone_turns_the_fork_path_off_and_only_missing_lo
             assert spawn.unsupported_reason() is None  # the spawn path needs none of them
     monkeypatch.setattr(file_locks, "os_locks_available", lambda: False)
     assert "no OS file locks" in warm.unsupported_reason()
+    monkeypatch.setitem(sys.modules, "fcntl", None)  # an import of it fails, as where it is missing
     assert "no OS file locks" in spawn.unsupported_reason()
+
+
+def test_the_spawn_paths_check_for_os_file_locks_agrees_with_the_locks_module():
+    # The job's client asks without importing filelock (file_locks.os_locks_available does).
+    import rnnfleet.runner.file_locks as file_locks
+    import rnnfleet.runner.spawn_client as spawn
+
+    assert (spawn.unsupported_reason() is None) == file_locks.os_locks_available()

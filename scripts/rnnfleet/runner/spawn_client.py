@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 import sys
 import time
@@ -50,10 +49,14 @@ def decode(data: bytes) -> dict:
 
 
 def unsupported_reason() -> str | None:
-    """Why this platform cannot run the spawn path either, or None if it can."""
-    from rnnfleet.runner.file_locks import os_locks_available
-
-    if not os_locks_available():
+    """Why this platform cannot run the spawn path either, or None if it can: the OS file
+    locks of rnnfleet.runner.file_locks (LockFileEx on Windows, flock elsewhere), asked without
+    importing filelock, which would cost every job's client more than the rest of its way."""
+    if os.name == "nt":
+        return None
+    try:
+        import fcntl  # noqa: F401  what filelock locks with on Unix
+    except ImportError:
         return "this platform has no OS file locks"
     return None
 
@@ -67,7 +70,7 @@ def user_secret() -> bytes:
         pass
     else:
         with os.fdopen(descriptor, "wb") as key_file:
-            key_file.write(secrets.token_bytes(SECRET_BYTES))
+            key_file.write(os.urandom(SECRET_BYTES))  # what secrets.token_bytes returns
     deadline = time.monotonic() + 5
     while True:
         _check_secret_file(path)
