@@ -9,6 +9,7 @@ import time
 def report_and_exit(report_path: str, exit_status: int) -> None:
     print("to the log", file=sys.stderr)
     print("to the job's stderr", file=sys.__stderr__)
+    print("to the job's stdout")
     report = {
         "pid": os.getpid(),
         "parent": os.getppid(),

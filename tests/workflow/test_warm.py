@@ -43,6 +43,7 @@ def start_client(
     return subprocess.Popen(
         [sys.executable, str(PROGRAMS / "warm_job.py"), target, json.dumps(kwargs)],
         cwd=workdir,
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **PATHS[path][1], **(env or {})},
@@ -54,14 +55,14 @@ def test_job_runs_in_a_warm_child_with_the_clients_environment_and_exit_status(t
     client = start_client(
         tmp_path, "warm_targets:report_and_exit", {"report_path": str(report), "exit_status": 3}, {"MARKER": "m1"}, path
     )
-    _, job_stderr = client.communicate(timeout=120)
+    job_stdout, job_stderr = client.communicate(timeout=120)
     assert client.returncode == 3
     facts = json.loads(report.read_text())
     assert facts["marker"] == "m1" and facts["cwd"] == str(tmp_path)
     assert facts["pid"] != client.pid and facts["parent"] != client.pid  # run by the server's worker
     assert worker_of(facts, path)
     assert "to the log" in (tmp_path / "job.log").read_text()
-    assert "to the job's stderr" in job_stderr
+    assert "to the job's stderr" in job_stderr and "to the job's stdout" in job_stdout
 
 
 def test_concurrent_jobs_share_one_server(tmp_path, path):
