@@ -254,3 +254,25 @@ def test_a_plugin_file_changed_between_two_jobs_of_one_worker_is_imported_again(
         values.append(json.loads(report.read_text()))
     assert [value["value"] for value in values] == ["first", "second"]
     assert values[0]["pid"] == values[1]["pid"]  # the same worker ran both jobs
+
+
+def test_a_code_change_in_any_part_of_the_package_gives_another_server(tmp_path):
+    """A server never runs code older than the files on disk: its key covers every module of
+    the package, sub-packages too (the train path's among them)."""
+    import rnnfleet
+    from rnnfleet.runner import warm_client
+
+    package = Path(rnnfleet.__file__).parent
+    modules = [
+        package / "data.py",
+        *(package / part / "__init__.py" for part in ("runner", "hooks", "train", "workflow")),
+    ]
+    for module in modules:
+        before = warm_client.server_key()
+        stamp = module.stat()
+        os.utime(module, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1_000_000))
+        try:
+            assert warm_client.server_key() != before, module
+        finally:
+            os.utime(module, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        assert warm_client.server_key() == before

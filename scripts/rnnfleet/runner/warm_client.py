@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     import subprocess
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # rnnfleet/
-SUB_PACKAGES = ("runner", "hooks")
 # A server exits after this long without jobs: long enough that the next run (the `-n` then
 # the run, a fixed config, the next project) finds torch imported; it never touches CUDA, so
 # it holds host memory only. Its idle children, which may hold a CUDA context, go sooner.
@@ -142,13 +141,19 @@ def user_id() -> int | str:
     return os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "")
 
 
+def sub_packages() -> list[str]:
+    """The package's sub-packages (runner, hooks, train, workflow, ...): their code is the
+    server's code as much as the top level's."""
+    return [entry.name for entry in os.scandir(PACKAGE_DIR) if entry.is_dir() and not entry.name.startswith(("_", "."))]
+
+
 def server_key(path: str = "fork") -> str:
     """One server per Python, code version, user, PYTHONPATH (what it ran at its start) and
     path (fork or spawn), whichever project folder its jobs run in (each job runs in its own
     folder). Short: AF_UNIX limits the path to ~100 bytes."""
     code_stamp = sorted(
         (os.path.join(folder, entry.name), entry.stat().st_mtime_ns)
-        for folder in ("", *SUB_PACKAGES)
+        for folder in ("", *sub_packages())
         for entry in os.scandir(os.path.join(PACKAGE_DIR, folder))
         if entry.name.endswith(".py")
     )

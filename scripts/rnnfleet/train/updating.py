@@ -34,9 +34,12 @@ NO_PREVIOUS_MODEL = "no previous model"
 
 def rows_sha256(arrays: PreparedArrays, rows: int) -> str:
     """A hash of the first `rows` feature rows (their digests) and of the gaps among the bars
-    they use (features from `warmup` bars before, targets `horizon` bars after)."""
+    they use (features from `warmup` bars before, targets `horizon` bars after). A gap at bar
+    b is the step from bar b to b + 1: among those bars only when b + 1 is one of them, so
+    the break before a morning's first new bar (a night, a weekend) is not among the bars a
+    model saw, and new bars after it update the model."""
     bars_used = rows + arrays.warmup + arrays.horizon
-    gaps = arrays.gap_bars[arrays.gap_bars < bars_used].astype(np.int64)
+    gaps = arrays.gap_bars[arrays.gap_bars + 1 < bars_used].astype(np.int64)
     digest = hashlib.sha256(np.ascontiguousarray(arrays.row_digests[:rows]).tobytes())
     digest.update(b"gaps")
     digest.update(gaps.tobytes())
