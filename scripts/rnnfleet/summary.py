@@ -125,7 +125,7 @@ FORECAST_COLUMNS = (
     "test_skill",
     "test_verdict",
     "fleet_verdict",
-    "model",  # the model file it came from
+    "model",  # the model file it came from; empty where there is none (the error says why)
     "error",
 )
 # Where each forecast column comes from in a dataset's metrics.
@@ -235,17 +235,19 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
         )
     heads = {head_column(name): value for name, value in (row.get("forecast_heads") or {}).items()}
     error = row.get("error", "")
+    model = model_pattern.format(dataset=row["dataset"])
+    has_model = os.path.exists(model)  # a deploy script reads this column: never a file that is not there
     if row.get("status", "ok") == "ok" and forecast["forecast"] == "":
         error = (
             "no forecast: its model or array file is from an earlier rnnfleet (delete the array file to train it again)"
         )
     elif row.get("status", "ok") != "ok":
-        error = f"no forecast this run: {error}"
+        error = f"{'no forecast this run' if has_model else 'no model'}: {error}"
     return {
         **{column: row.get(column, "") for column in FORECAST_COLUMNS},
         **forecast,
         "status": row.get("status", "ok"),
-        "model": model_pattern.format(dataset=row["dataset"]),
+        "model": model if has_model else "",
         "error": error,
         **{name: heads[name] for name in sorted(heads, key=head_column_order)},
     }

@@ -247,16 +247,26 @@ def test_the_fleets_numbers_say_how_the_forecast_intervals_held():
     assert start_page.coverage_text(rows[3:]) == ""
 
 
-def test_a_forecasts_row_says_why_a_dataset_has_no_forecast():
+def test_a_forecasts_row_says_why_a_dataset_has_no_forecast_and_names_only_model_files_that_are_there(tmp_path):
     from rnnfleet.summary import forecast_row
 
-    pattern = "models/{dataset}.pt"
+    pattern = str(tmp_path / "{dataset}.pt")
+    for name in "ABC":
+        (tmp_path / f"{name}.pt").write_bytes(b"a model")
     ok = forecast_row({"dataset": "A", "status": "ok", "forecast": 0.001, "forecast_time": "t"}, pattern)
-    assert (ok["forecast"], ok["time"], ok["model"], ok["error"]) == (0.001, "t", "models/A.pt", "")
+    assert (ok["forecast"], ok["time"], ok["model"], ok["error"]) == (0.001, "t", str(tmp_path / "A.pt"), "")
     old = forecast_row({"dataset": "B", "status": "ok"}, pattern)
     assert old["error"].startswith("no forecast: its model or array file is from an earlier rnnfleet")
-    failed = forecast_row({"dataset": "C", "status": "failed", "error": "train: C: boom"}, pattern)
-    assert (failed["status"], failed["error"]) == ("failed", "no forecast this run: train: C: boom")
+    kept = forecast_row(
+        {"dataset": "C", "status": "failed", "error": "train: C: boom"}, pattern
+    )  # an earlier model kept
+    assert (kept["status"], kept["model"], kept["error"]) == (
+        "failed",
+        str(tmp_path / "C.pt"),
+        "no forecast this run: train: C: boom",
+    )
+    never = forecast_row({"dataset": "D", "status": "data error", "error": "preprocess: bad"}, pattern)  # never trained
+    assert (never["model"], never["error"]) == ("", "no model: preprocess: bad")
 
 
 def test_a_forecasts_row_from_an_earlier_rnnfleets_metrics_has_todays_column_names_in_horizon_order(tmp_path):

@@ -255,7 +255,7 @@ def test_gpu_samples_says_which_phase_stayed_within_its_trainings_declared_memor
 
 
 def test_paths_bench_runs_each_path_says_which_ran_and_prints_the_ratios(tmp_path):
-    command = [sys.executable, str(REPO / "bench" / "bench_paths.py"), "--datasets", "2", "--rows", "900"]
+    command = [sys.executable, str(REPO / "bench" / "bench_paths.py"), "--datasets", "1", "--rows", "900"]
     command += ["--paths", "fork,spawn,cold", "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -100,8 +100,12 @@ def test_the_table_tells_a_data_error_from_a_failure_that_may_pass(failed_run):
     assert all(forecasts[name]["forecast"] and forecasts[name]["status"] == "ok" for name in GOOD)
     assert forecasts[BROKEN]["forecast"] == forecasts[CRASHING]["forecast"] == ""
     assert forecasts[BROKEN]["status"] == "data error"
-    assert forecasts[BROKEN]["error"].startswith("no forecast this run: preprocess: ")
-    assert forecasts[CRASHING]["error"].startswith(f"no forecast this run: train: {CRASHING}: internal error")
+    # The model column names only files that are there: a deploy script reads it.
+    assert all(forecasts[name]["model"] == f"models/{name}.pt" for name in GOOD)
+    assert all((workdir / forecasts[name]["model"]).is_file() for name in GOOD)
+    assert forecasts[BROKEN]["model"] == forecasts[CRASHING]["model"] == ""
+    assert forecasts[BROKEN]["error"].startswith("no model: preprocess: ")
+    assert forecasts[CRASHING]["error"].startswith(f"no model: train: {CRASHING}: internal error")
 
 
 def test_the_report_holds_every_good_loss_curve_and_lists_the_failures(failed_run):

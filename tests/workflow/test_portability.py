@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import torch
 from conftest import REPO, add_datasets, snakemake, write_config
 
@@ -28,6 +29,13 @@ def run_workflow(workdir: Path, env: dict | None = None) -> dict[str, dict]:
     return {name: torch.load(workdir / "models" / f"{name}.pt", weights_only=True) for name in DATASETS}
 
 
+@pytest.fixture(scope="module")
+def usual(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    """A run on this platform as it is (the fork path): its folder and models."""
+    folder = tmp_path_factory.mktemp("usual")
+    return folder, run_workflow(folder)
+
+
 def assert_same_models(models: dict[str, dict], folder: Path, usual: dict[str, dict]) -> None:
     for name in DATASETS:
         for key, value in usual[name]["state_dict"].items():
@@ -37,9 +45,9 @@ def assert_same_models(models: dict[str, dict], folder: Path, usual: dict[str, d
     assert (folder / "results" / "metrics.csv").exists()
 
 
-def test_without_fork_and_descriptor_passing_jobs_run_in_spawned_workers_and_the_same_models_come_out(tmp_path):
+def test_without_fork_and_descriptor_passing_jobs_run_in_spawned_workers_and_the_same_models_come_out(tmp_path, usual):
     spawned = run_workflow(tmp_path / "spawned", env=harness())
-    usual = run_workflow(tmp_path / "usual")
+    usual_folder, usual = usual
 
     assert_same_models(spawned, tmp_path / "spawned", usual)
     for name in DATASETS:
@@ -52,9 +60,9 @@ def test_without_fork_and_descriptor_passing_jobs_run_in_spawned_workers_and_the
     assert (tmp_path / "spawned" / ".snakemake" / "rnnfleet-runs").is_dir()  # the run's registry: OS locks
 
 
-def test_without_os_file_locks_too_every_job_runs_in_its_own_process_and_the_same_models_come_out(tmp_path):
+def test_without_os_file_locks_too_every_job_runs_in_its_own_process_and_the_same_models_come_out(tmp_path, usual):
     portable = run_workflow(tmp_path / "portable", env=harness(RNNFLEET_NO_OS_LOCKS="1"))
-    usual = run_workflow(tmp_path / "usual")
+    usual_folder, usual = usual
 
     assert_same_models(portable, tmp_path / "portable", usual)
     for name in DATASETS:
@@ -63,4 +71,4 @@ def test_without_os_file_locks_too_every_job_runs_in_its_own_process_and_the_sam
         assert "warm worker unavailable: this platform has no OS file locks" in log
     # Snakemake's own process had no OS file locks either: no run registry (rnnfleet.workflow.recovery)
     assert not (tmp_path / "portable" / ".snakemake" / "rnnfleet-runs").exists()
-    assert (tmp_path / "usual" / ".snakemake" / "rnnfleet-runs").is_dir()
+    assert (usual_folder / ".snakemake" / "rnnfleet-runs").is_dir()
