@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from pathlib import Path
@@ -170,17 +171,20 @@ def training_description(metrics: dict) -> str:
     return f"{metrics['model']}; {metrics['features']} -> {metrics['target']}"
 
 
-def refresh_loss_curves(metrics_paths: list[str], folder: str | os.PathLike, processes: int = 1) -> list[Path]:
-    """Make `folder` hold the loss curves of exactly the datasets of metrics_paths, drawing
-    only those that are missing, empty or older than their metrics, in up to `processes`
-    processes: a run that re-trains one dataset of a thousand draws one curve. Returns the
-    curves drawn."""
+def refresh_loss_curves(
+    metrics_paths: list[str], folder: str | os.PathLike, processes: int = 1, keep: Iterable[str] = ()
+) -> list[Path]:
+    """Make `folder` hold the loss curves of exactly the datasets of metrics_paths (and those
+    named in `keep`, left as they are), drawing only those that are missing, empty or older
+    than their metrics, in up to `processes` processes: a run that re-trains one dataset of a
+    thousand draws one curve. Returns the curves drawn."""
     folder = Path(folder)
     wanted = {Path(path).stem: path for path in metrics_paths}
+    kept = set(keep)
     if folder.is_dir():
         for curve in folder.iterdir():  # gone datasets' curves, and those of another format
             if curve.suffix.lstrip(".") in LOSS_CURVE_FORMATS and (
-                curve.stem not in wanted or curve.suffix != f".{LOSS_CURVE_FORMAT}"
+                (curve.stem not in wanted and curve.stem not in kept) or curve.suffix != f".{LOSS_CURVE_FORMAT}"
             ):
                 curve.unlink()
     stale = []

@@ -187,6 +187,11 @@ def metrics_row(
     `quality_thresholds` (the run's `quality:` config; None: the defaults)."""
     with open(metrics_path) as handle:
         metrics = json.load(handle)
+    return row_of_metrics(metrics, quality_thresholds, dataset_quality)
+
+
+def row_of_metrics(metrics: dict, quality_thresholds: dict | None = None, dataset_quality: dict | None = None) -> dict:
+    """metrics_row of metrics already read (a metrics file's, or those a model file holds)."""
     row = {column: metrics.get(column, "") for column in (*SUMMARY_COLUMNS, *FORECAST_METRICS.values())}
     start = (metrics.get("lineage") or {}).get("init") or {}
     row["init_pretrained_sha256"] = start.get("pretrained_sha256", "")

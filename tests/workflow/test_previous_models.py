@@ -159,6 +159,10 @@ def test_new_rows_with_a_data_error_keep_the_previous_model_and_say_which_file(t
     with open(csv_a, "a") as bars:
         bars.write(",".join(new_row) + "\n")
 
+    before = statuses(workdir)["A_1m"]
+    curve = workdir / "results" / "loss_curves" / "A_1m.svg"
+    assert curve.stat().st_size > 0
+
     result = snakemake(workdir, check=False)
 
     assert result.returncode != 0
@@ -167,3 +171,11 @@ def test_new_rows_with_a_data_error_keep_the_previous_model_and_say_which_file(t
     assert row["status"] == "previous model kept"
     assert row["error"].startswith("data error: preprocess: data/A_1m.csv: zero or negative price")
     assert "1 of them are data errors" in result.stderr
+    # The kept model keeps its row's scores and its loss curve, and the report links to it.
+    for column in ("val_loss", "test_skill", "test_verdict", "made", "rows"):
+        assert row[column] == before[column] != "", column
+    assert curve.stat().st_size > 0
+    report = snakemake(workdir, "--report", "report.html")
+    assert "ERROR/" not in report.stderr and "Unknown target name" not in report.stderr, report.stderr[-2000:]
+    forecasts = {line.split(",")[0]: line for line in (workdir / "results" / "forecasts.csv").read_text().splitlines()}
+    assert "models/A_1m.pt" in forecasts["A_1m"]  # the kept model is still the one to use

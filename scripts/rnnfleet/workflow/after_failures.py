@@ -41,8 +41,10 @@ from rnnfleet.start_page import write_start_page
 from rnnfleet.summary import (
     SUMMARY_COLUMNS,
     failure_report,
+    metrics_row,
     outcome_row,
     print_quality_warnings,
+    row_of_metrics,
     table_text,
     with_fleet_columns,
     write_forecasts,
@@ -79,6 +81,26 @@ def read_text_or_none(path: str) -> str | None:
         return None
 
 
+def kept_model_scores(
+    metrics_path: str, model_path: str, quality_thresholds: dict | None, dataset_quality: dict | None
+) -> dict:
+    """The table's columns of a kept model: from its metrics file where one is there (a step
+    before its re-train failed, so the file is the kept model's), else from the metrics the
+    model file holds (a failed re-train's metrics file is gone); {} when neither can be read."""
+    try:
+        return metrics_row(metrics_path, quality_thresholds, dataset_quality)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError):
+        return {}
+    from rnnfleet.train.modelfile import ModelFileError, load_checkpoint
+
+    try:
+        return row_of_metrics(load_checkpoint(model_path)["metrics"], quality_thresholds, dataset_quality)
+    except (ModelFileError, KeyError, TypeError):
+        return {}
+
+
 def write_results_after_failures(
     datasets: list[str],
     step_log_patterns: dict[str, str],
@@ -94,7 +116,8 @@ def write_results_after_failures(
     when one of them could not be written (what was there before stays): the next run must
     write them again. The patterns hold `{dataset}`. A dataset that is not done but has
     a model (put back by previous_models, or untouched because an earlier step failed) is
-    marked "previous model kept", its error starting with what happened (e.g. "data error: ").
+    marked "previous model kept", its error starting with what happened (e.g. "data error: "),
+    with the kept model's scores (kept_model_scores) and loss curve.
     Tells the user on stderr which datasets are not done and returns their rows."""
     metrics_paths = {dataset: metrics_pattern.format(dataset=dataset) for dataset in datasets}
     rows = []
@@ -106,8 +129,10 @@ def write_results_after_failures(
             quality_thresholds,
             dataset_quality,
         )
-        if row["status"] not in ("ok", "not run") and os.path.exists(model_pattern.format(dataset=dataset)):
-            row = {**row, "status": KEPT_STATUS, "error": f"{row['status']}: {row['error']}"}
+        model_path = model_pattern.format(dataset=dataset)
+        if row["status"] not in ("ok", "not run") and os.path.exists(model_path):
+            scores = kept_model_scores(metrics_paths[dataset], model_path, quality_thresholds, dataset_quality)
+            row = {**scores, "dataset": dataset, "status": KEPT_STATUS, "error": f"{row['status']}: {row['error']}"}
         rows.append(row)
     rows = with_fleet_columns(rows, fleet)
     not_ok = [row for row in rows if row["status"] != "ok"]
@@ -121,12 +146,16 @@ def write_results_after_failures(
             write_table(rows, paths.table)
             write_forecasts(rows, model_pattern, paths.forecasts)
             ok_metrics = [metrics_paths[row["dataset"]] for row in rows if row["status"] == "ok"]
+            # A kept model keeps its curve: redrawn from its metrics file where that is its
+            # (the new bars failed before training), else left as it was drawn.
+            kept = [row["dataset"] for row in rows if row["status"] == KEPT_STATUS]
+            ok_metrics += [metrics_paths[name] for name in kept if os.path.exists(metrics_paths[name])]
             as_read_back = list(csv.DictReader(io.StringIO(text)))  # what the plots job sees
             write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
             draw_skill_overview(as_read_back, paths.skill_plot)
             draw_coverage_overview(as_read_back, paths.coverage_plot)
             write_start_page(paths.start_template, as_read_back, paths.start_page)
-            refresh_loss_curves(ok_metrics, paths.loss_curves)
+            refresh_loss_curves(ok_metrics, paths.loss_curves, keep=kept)
             with atomic_write(paths.not_done) as handle:  # written after the table: newer than it
                 handle.write("".join(f"{row['dataset']}\n" for row in not_ok).encode())
     except UserError as error:  # a WriteError: disk full, read-only folder, ...
