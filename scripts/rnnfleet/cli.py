@@ -302,12 +302,23 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
     """(model file, bar files) of dataset `name` in the project folder: its files found as a
     run there finds them (the datasets sheet, else data_dir with pattern / datasets.files),
     its model at paths.models/<name>.pt. Paths absolute; UserError in one line otherwise."""
+    config, found = project_datasets(folder, f"--dataset {name}")
+    if name not in found:
+        known = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
+        raise UserError(f"--dataset {name}: no such dataset in {folder} ({len(found)} found: {known or 'none'})")
+    model = Path(config["paths"]["models"]) / f"{name}.pt"
+    return str((folder / model).absolute()), [str((folder / path).absolute()) for path in found[name]]
+
+
+def project_datasets(folder: Path, asked_by: str) -> tuple[dict, dict[str, list[str]]]:
+    """(the project folder's configuration with its defaults, {dataset: its bar files}) as a
+    run there finds them; UserError in one line, starting with `asked_by`, otherwise."""
     from rnnfleet.discovery import discover_datasets
     from rnnfleet.workflow.config_check import fill_schema_defaults, load_schema
 
     config, config_path = folder_config(folder)
     if config_path is None:
-        raise UserError(f"--dataset {name}: {folder} holds no {PROJECT_CONFIG} or config.yaml (give --project FOLDER)")
+        raise UserError(f"{asked_by}: {folder} holds no {PROJECT_CONFIG} or config.yaml (give --project FOLDER)")
     schemas = workflow_dir() / "schemas"
     schema = load_schema(schemas / "config.schema.yaml")
     config.pop("model", None)  # a builder's own keys are checked by the run (rules/config.smk)
@@ -329,20 +340,53 @@ def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
             found = discover_datasets(config["data_dir"], config["pattern"], config["datasets"]["files"])
     finally:
         os.chdir(here)
-    if name not in found.files:
-        known = ", ".join(sorted(found.files)[:5]) + (", ..." if len(found.files) > 5 else "")
-        raise UserError(f"--dataset {name}: no such dataset in {folder} ({len(found.files)} found: {known or 'none'})")
-    model = Path(config["paths"]["models"]) / f"{name}.pt"
-    return str((folder / model).absolute()), [str((folder / path).absolute()) for path in found.files[name]]
+    return config, found.files
 
 
 def models_in_project(folder: Path) -> tuple[list[str], Path]:
-    """(the names of the model files in the project folder's paths.models, in name order; the
-    folder its exports go to, paths.exports)."""
-    config, _ = folder_config(folder)
-    paths = config.get("paths") or {}
-    models = folder / str(paths.get("models", "models"))
-    return sorted(path.stem for path in models.glob("*.pt")), folder / str(paths.get("exports", "exports"))
+    """(the datasets of the project folder that have a model file, in name order; the folder
+    its exports go to, paths.exports). A model file no dataset owns any more (its bar files
+    are gone) is left out with one line on stderr each."""
+    from rnnfleet.unowned import unowned_files
+
+    config, found = project_datasets(folder, "rnnfleet export")
+    paths = config["paths"]
+    unowned = unowned_files(folder, paths, set(found))
+    for dataset, files in unowned.items():
+        model = Path(paths["models"]) / f"{dataset}.pt"
+        if model in files:
+            print(f"{model}: {UNOWNED_LINE}: skipped", file=sys.stderr)
+    models = folder / paths["models"]
+    with_models = sorted(name for name in found if (models / f"{name}.pt").is_file())
+    return with_models, folder / paths["exports"]
+
+
+UNOWNED_LINE = "no dataset owns it any more (no bar files of its dataset are found); `rnnfleet clean` lists such files"
+
+
+def run_clean(args: argparse.Namespace) -> int:
+    """List (and with --remove set aside) the outputs no dataset of the project owns any more."""
+    from rnnfleet.unowned import set_aside, unowned_files
+
+    folder = Path(args.project)
+    config, found = project_datasets(folder, "rnnfleet clean")
+    unowned = unowned_files(folder, config["paths"], set(found))
+    if not unowned:
+        print(f"{folder}: every output belongs to one of its {len(found)} dataset(s); nothing to clean")
+        return 0
+    files = [path for paths in unowned.values() for path in paths]
+    for dataset, paths in unowned.items():
+        print(f"{dataset}: no bar files found for it any more: {', '.join(str(path) for path in paths)}")
+    if not args.remove:
+        print(
+            f"{len(files)} file(s) of {len(unowned)} dataset(s) no dataset owns; `rnnfleet clean --remove` sets them aside"
+        )
+        return 0
+    target = set_aside(folder, files)
+    print(
+        f"{len(files)} file(s) of {len(unowned)} dataset(s) moved to {target} (move one back to its path to restore it)"
+    )
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -387,6 +431,16 @@ def parser() -> argparse.ArgumentParser:
         "snakemake_args", nargs=argparse.REMAINDER, help="further snakemake options, e.g. --config data_dir=..."
     )
     inspect_parser.set_defaults(run=run_inspect)
+
+    clean_parser = commands.add_parser(
+        "clean",
+        help="list the models, arrays, metrics, forecasts and exports no dataset owns any more",
+        description="List the outputs of datasets whose bar files are gone from the project folder's data "
+        "(models, arrays, metrics, forecasts, exports); with --remove, move them under .snakemake/rnnfleet-unowned/.",
+    )
+    clean_parser.add_argument("--project", default=".", metavar="FOLDER", help="the project folder (default: .)")
+    clean_parser.add_argument("--remove", action="store_true", help="set them aside (moved, never deleted)")
+    clean_parser.set_defaults(run=run_clean)
     return main_parser
 
 

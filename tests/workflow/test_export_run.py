@@ -13,13 +13,14 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, planned_jobs, snakemake, write_config
+from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, planned_jobs, planned_rules, snakemake, write_config
 
 from rnnfleet.synthetic import synthetic_bars
 
@@ -170,3 +171,36 @@ def test_models_fine_tuned_from_the_fleets_pretrained_model_export_and_match_pre
         assert "checked with ONNX Runtime" in log and "against rnnfleet predict" in log
         _, described, _ = rnnfleet(tmp_path, "export", "--describe", f"exports/{name}.onnx")
         assert f"model_sha256: {sha256(tmp_path / 'models' / f'{name}.pt')}" in described
+
+
+def test_a_removed_datasets_outputs_are_skipped_by_export_listed_by_clean_and_set_aside_with_remove(exported, tmp_path):
+    folder = tmp_path / "project"
+    shutil.copytree(exported, folder, symlinks=True)
+    (folder / "data" / "B_1m.csv").unlink()  # the user removed a dataset's file
+    b_outputs = ["exports/B_1m.onnx", "metrics/B_1m.json", "models/B_1m.pt", "prep/B_1m.npz"]
+    assert all((folder / path).is_file() for path in b_outputs)
+
+    status, _, err = rnnfleet(folder, "export")
+    assert status == 0, err  # the fleet's export is not failed by what no dataset owns
+    assert err.count("models/B_1m.pt: no dataset owns it any more") == 1
+    assert (folder / "exports" / "A_1m.onnx").is_file()
+
+    def clean(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "rnnfleet.cli", "clean", "--project", str(folder), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    listed = clean()
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [line for line in listed.stdout.splitlines() if line.startswith("B_1m:")]
+    assert all(path in line for path in b_outputs) and "A_1m" not in listed.stdout
+    assert all((folder / path).is_file() for path in b_outputs)  # listing moves nothing
+
+    removed = clean("--remove")
+    assert removed.returncode == 0, removed.stderr
+    (aside,) = (folder / ".snakemake" / "rnnfleet-unowned").iterdir()
+    for path in b_outputs:
+        assert not (folder / path).exists() and (aside / path).is_file()  # moved, never deleted
+    assert (folder / "models" / "A_1m.pt").is_file()
+    assert "nothing to clean" in clean().stdout
+    planned = planned_rules(snakemake(folder, "-n").stdout)  # the table drops B; nothing is trained again
+    assert not {"preprocess", "train", "export_onnx"} & set(planned), planned
