@@ -143,8 +143,14 @@ def config_with_every_key(text: str, defaults: dict[str, tuple[object, str]]) ->
             entry = f"{indent}# {name or section}:"
         else:
             entry = f"{indent}{name or section}: {yaml_value(default)}"
-        if description:  # at the column of the demo's comments
-            entry = f"{entry.ljust(COMMENT_COLUMN - 1)} # {short_text(description)}"
+        if description:  # at the column of the demo's comments, a long one on the lines below
+            first, *more = comment_lines(description)
+            entry = "\n".join(
+                [
+                    f"{entry.ljust(COMMENT_COLUMN - 1)} # {first}",
+                    *(f"{'':<{COMMENT_COLUMN - 1}} # {line}" for line in more),
+                ]
+            )
         if not name:
             lines.append(entry)
             continue
@@ -180,10 +186,14 @@ def yaml_value(value: object) -> str:
     return yaml.safe_dump([value], default_flow_style=True, width=10**6).strip()[1:-1]
 
 
-def short_text(text: str, width: int = 90) -> str:
-    """The first sentence of text, cut at a word to at most `width` characters."""
-    first = text.split(". ")[0].split("; ")[0]
-    return first if len(first) <= width else first[: first.rfind(" ", 0, width)] + " ..."
+def comment_lines(text: str, width: int = 90) -> list[str]:
+    """The first sentence of text (an abbreviation's stop, "e.g.", ends none), whole, in lines
+    of at most `width` characters."""
+    import re
+    import textwrap
+
+    first = re.split(r"(?<!\be\.g)(?<!\bi\.e)\. ", text, maxsplit=1)[0]
+    return textwrap.wrap(first, width) or [""]
 
 
 def quoted_yaml(text: str) -> str:

@@ -171,6 +171,10 @@ def test_the_generated_config_has_every_key_at_its_schema_default():
         if value is missing and not (default is None and f"# {key.split('.')[-1]}:" in text):
             missing.append(key)
     assert missing == []
+    # Each key's comment is its description's first sentence, whole: on lines of its own where long.
+    comments = " ".join(line.split(" # ", 1)[1] for line in text.splitlines() if " # " in line)
+    assert " ..." not in comments and "(e.g " not in comments + " "
+    assert "several horizons from one model (e.g. [1, 5, 15, 60]): one output each" in comments
 
 
 def test_init_on_a_binance_data_vision_tree_sets_datasets_files_and_the_first_dry_run_works(tmp_path):
