@@ -14,7 +14,7 @@ from rnnfleet.checkpoint import folder_write_problem
 from rnnfleet.train.modelfile import model_file_problem
 from rnnfleet.errors import WRITE_CAUSES
 from rnnfleet.workflow.settings_changes import planned_settings_changes, report_lines
-from rnnfleet.workflow.pretrain_plan import preprocess_grouped_apart
+from rnnfleet.workflow.pretrain_plan import compare_init_note, preprocess_grouped_apart
 from rnnfleet.workflow import update_plans
 from rnnfleet.settings import TRAIN_PARAM_CONFIG_KEYS, preprocess_config_keys
 
@@ -151,6 +151,19 @@ def report_changed_settings(dag):
         logger.warning("\n".join(lines))
     report_planned_fits(dag, changes)
     PRETRAIN.report(dag.needrun_jobs(), logger.info)
+    comparing = [
+        job
+        for job in dag.needrun_jobs()
+        if job.rule.name == "train" and compares_init(job.wildcards.dataset)
+    ]
+    if comparing:
+        logger.info(compare_init_note(len(comparing)))
+
+
+def compares_init(dataset):
+    """Whether the dataset's full fits are trained twice (train.compare_init, with train.init fleet)."""
+    train = DATASET_CONFIGS.get(dataset, config)["train"]
+    return train["init"] == "fleet" and train["compare_init"]
 
 
 def report_planned_fits(dag, settings_changed):

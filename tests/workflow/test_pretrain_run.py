@@ -102,7 +102,11 @@ def test_the_pretrained_file_loads_with_weights_only_and_the_models_name_it(flee
 
 
 def test_compare_init_keeps_validations_choice_and_the_report_leads_with_the_verdict(fleet_run):
-    folder, _ = fleet_run
+    folder, output = fleet_run
+    # The run said what compare_init costs before it trained, and a dry-run says it too.
+    note = f"train.compare_init: each full fit of this run's {len(FLEET)} training(s) is trained twice"
+    assert note in output
+    assert note in (dry_run := snakemake(folder, "-n", "--forcerun", "train")).stdout + dry_run.stderr
     table = summary_by_dataset(folder)
     for name in FLEET:
         metrics = json.loads((folder / f"metrics/{name}.json").read_text())

@@ -182,6 +182,16 @@ class PretrainRule:
                 )
 
 
+def compare_init_note(trainings: int) -> str:
+    """The dry-run's and the run's line on what train.compare_init costs, for the `trainings`
+    this run makes with it."""
+    return (
+        f"rnnfleet: train.compare_init: each full fit of this run's {trainings} training(s) is trained twice, from "
+        "the fleet's start and from scratch (up to twice the training time); set train.compare_init: false once "
+        "its verdict is in"
+    )
+
+
 def preprocess_grouped_apart(group_settings, preprocess: str = "preprocess", train: str = "train") -> str:
     """With train.init fleet, where the run's --groups (a SLURM profile's `groups:`) put each
     dataset's preprocess in its train's group, give the preprocess jobs a group of their own,
