@@ -143,13 +143,18 @@ def drop_non_finite(frame, name: str, max_fraction: float, max_fraction_setting:
     n_bad = int(bad.sum())
     if n_bad == 0:
         return frame
+    # A value that is not a number (a damaged row) was read as NaN (formats.check_numeric).
+    not_numeric = frame.attrs.get("not_numeric") or []
+    what = "NaN, infinite or non-numeric values" if not_numeric else "NaN or infinite values"
+    examples = "; ".join(f"data row {row} holds {value!r} in column {column}" for row, column, value in not_numeric)
+    where = f" ({examples}{' ...' if n_bad > len(not_numeric) else ''})" if not_numeric else ""
     if n_bad > max_fraction * len(frame):
         raise DataError(
-            f"{name}: {n_bad} of {len(frame)} rows hold NaN or infinite values, more than the "
+            f"{name}: {n_bad} of {len(frame)} rows hold {what}{where}, more than the "
             f"allowed fraction {max_fraction} ({max_fraction_setting})"
         )
     frame = frame[~bad].reset_index(drop=True)
-    frame.attrs.setdefault("notes", []).append(f"{n_bad} row(s) with NaN or infinite values dropped")
+    frame.attrs.setdefault("notes", []).append(f"{n_bad} row(s) with {what} dropped{where}")
     return frame
 
 

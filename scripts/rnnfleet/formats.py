@@ -450,9 +450,16 @@ def encoding_label(codec: str) -> str:
 
 
 def undecodable(path: str | os.PathLike, codec: str) -> str:
-    """The problem of a file that its codec cannot decode, in words."""
+    """The problem of a file that its codec cannot decode, in words: damaged bytes where the
+    rest of the file is UTF-8, else a file saved in another encoding."""
     if codec in ("utf-8", "utf-8-sig"):
-        return f"not UTF-8 text{first_undecodable_line(path)}; save it as UTF-8"
+        where, damaged_lines, lines = first_undecodable_line(path)
+        if damaged_lines and damaged_lines * 100 <= lines:
+            return (
+                f"damaged bytes{where}, in {damaged_lines} of its {lines:,} lines (the rest is UTF-8 text); "
+                "repair or remove the damaged line(s), or fetch the file again"
+            )
+        return f"not UTF-8 text{where}; save it as UTF-8"
     label = encoding_label(codec)
     return f"its byte-order mark says {label}, but it is not valid {label} text; save it as UTF-8"
 
@@ -808,24 +815,32 @@ def value_keys(layout: Layout) -> list[str]:
 
 
 def check_numeric(frame, name: str, layout: Layout) -> list[str]:
-    """DataError naming the first value of a number column that is not a number; numbers
-    stored as text (a Parquet string column) converted in place. Returns notes for the log."""
+    """Number columns as numbers: numbers stored as text (a Parquet string column) converted
+    in place; a value that is not a number in a column of numbers (a damaged row) made NaN, so
+    that its row is dropped and counted like a NaN one (data.drop_non_finite), the first few
+    kept in frame.attrs["not_numeric"] as (data row, column, value); DataError naming the
+    first where most of a column is not numbers (the layout, not a damaged row). Returns notes
+    for the log."""
     import pandas as pd
 
-    notes = []
+    notes, not_numeric = [], []
     for key in value_keys(layout):
         if pd.api.types.is_numeric_dtype(frame[key]):
             continue
         values = pd.to_numeric(frame[key], errors="coerce")
-        not_numbers = (values.isna() & frame[key].notna()).to_numpy()
-        if not_numbers.any():
-            bad_row = int(np.flatnonzero(not_numbers)[0])
+        not_numbers = np.flatnonzero((values.isna() & frame[key].notna()).to_numpy())
+        if len(not_numbers) * 2 > len(frame):
+            bad_row = int(not_numbers[0])
             raise DataError(
                 f"{name}: column {column_label(layout, key)} is not numeric "
                 f"(data row {bad_row + 1} holds {frame[key].iloc[bad_row]!r})"
             )
+        not_numeric += [(int(row) + 1, column_label(layout, key), str(frame[key].iloc[row])) for row in not_numbers[:3]]
         frame[key] = values
-        notes.append(f"column {column_label(layout, key)} holds its numbers as text: converted")
+        if not len(not_numbers):  # every value a number, stored as text
+            notes.append(f"column {column_label(layout, key)} holds its numbers as text: converted")
+    if not_numeric:
+        frame.attrs["not_numeric"] = sorted(not_numeric)[:3]
     return notes
 
 
@@ -1084,15 +1099,19 @@ def sorted_unique_by_time(frame, notes: list[str]):
     return frame
 
 
-def first_undecodable_line(path: str | os.PathLike) -> str:
-    """' (line N holds ...)' for the first line that is not UTF-8, or '' for a compressed
-    file. Reads the file again, line by line: only on this error path."""
+def first_undecodable_line(path: str | os.PathLike) -> tuple[str, int, int]:
+    """(' at line N (it holds ...)' for the first line that is not UTF-8, how many lines are
+    not, how many lines there are); ('', 0, 0) for a compressed file. Reads the file again,
+    line by line: only on this error path."""
     if Path(path).suffix.lower() in (*COMPRESSED_SUFFIXES, ".zst"):
-        return ""
+        return "", 0, 0
+    where, damaged, number = "", 0, 0
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, 1):
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as error:
-                return f" (line {number} holds {line[max(0, error.start - 12) : error.end + 12]!r})"
-    return ""
+                damaged += 1
+                if not where:
+                    where = f" at line {number} (it holds {line[max(0, error.start - 12) : error.end + 12]!r})"
+    return where, damaged, number

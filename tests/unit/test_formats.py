@@ -269,12 +269,24 @@ def test_parquet_with_the_times_as_its_saved_index_reads_as_with_a_time_column(t
 
 
 def test_words_in_a_parquet_price_column_and_a_short_row_are_one_line_data_errors(tmp_path):
+    from rnnfleet.data import drop_non_finite
+
     bars = reference_bars(20)
     frame = pd.DataFrame({"timestamp": bars["timestamp"], **numbers(bars)})
     frame["close"] = frame["close"].map(repr)
-    frame.loc[7, "close"] = "n/a"
+    frame.loc[7, "close"] = "n/a"  # one damaged row: read as NaN, dropped and counted like one
     frame.to_parquet(tmp_path / "words.parquet", index=False)
-    with pytest.raises(DataError, match=r"words.parquet: column 'close' is not numeric \(data row 8 holds 'n/a'\)"):
+    read = read_bars(tmp_path / "words.parquet")
+    assert np.isnan(read["close"].iloc[7]) and read.attrs["not_numeric"] == [(8, "'close'", "n/a")]
+    kept = drop_non_finite(read, "words.parquet", 0.1)
+    assert len(kept) == 19 and kept.attrs["notes"][-1] == (
+        "1 row(s) with NaN, infinite or non-numeric values dropped (data row 8 holds 'n/a' in column 'close')"
+    )
+    with pytest.raises(DataError, match=r"1 of 20 rows hold NaN, infinite or non-numeric values \(data row 8 holds"):
+        drop_non_finite(read_bars(tmp_path / "words.parquet"), "words.parquet", 0.01)
+    frame["close"] = "n/a"  # a column of words: the layout, not a damaged row
+    frame.to_parquet(tmp_path / "words.parquet", index=False)
+    with pytest.raises(DataError, match=r"words.parquet: column 'close' is not numeric \(data row 1 holds 'n/a'\)"):
         read_bars(tmp_path / "words.parquet")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really parquet")
     with pytest.raises(DataError, match="broken.parquet: not a readable Parquet file"):
