@@ -228,15 +228,16 @@ GOOD_OF_BAD_RUN = ("SHORT_1m", "OTHER_1m")
 
 @pytest.fixture(scope="module")
 def bad_file_run(tmp_path_factory) -> tuple[Path, object]:
-    """A fleet with train.init fleet where BAD_1m's file has a price that is not a number; its
-    good content is kept in good/ (the folder, snakemake's result)."""
+    """A fleet with train.init fleet where BAD_1m's file has a negative price (a data error:
+    a row that is not a number would be dropped); its good content is kept in good/ (the
+    folder, snakemake's result)."""
     folder = tmp_path_factory.mktemp("pretrain_bad")
     for seed, name in enumerate(GOOD_OF_BAD_RUN):
         write_fleet_dataset(folder, name, FLEET[name], seed)
     write_fleet_dataset(folder / "good", BAD, 500, 5)
     lines = (folder / "good/data" / f"{BAD}.csv").read_text().splitlines(keepends=True)
     cells = lines[40].split(",")
-    cells[4] = "abc"
+    cells[4] = "-1"
     lines[40] = ",".join(cells) + ("" if cells[-1].endswith("\n") else "\n")
     (folder / "data" / f"{BAD}.csv").write_text("".join(lines))
     write_config(folder, data_dir="data", train={"init": "fleet"})
