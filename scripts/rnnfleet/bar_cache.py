@@ -84,6 +84,7 @@ class BarCache:
     taken: list[tuple[str, int]] = field(default_factory=list)  # (path, bars) from the cache
     read: list[tuple[str, int, str]] = field(default_factory=list)  # (path, bars, why) read from the file
     read_reason: dict[str, str] = field(default_factory=dict)  # path -> why it is read again
+    replaced: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # a changed file's bars before
     changed: bool = False
 
     @classmethod
@@ -119,6 +120,7 @@ class BarCache:
         version = file_version(path)
         if version != record["version"]:
             if version is None or not same_bytes(path, version, record):
+                self.replaced[path] = self.tables[path]
                 self.drop(path)
                 self.read_reason[path] = "changed since it was read"
                 return None
@@ -130,14 +132,17 @@ class BarCache:
 
     def put(self, path: str, frame, source: str, version: list[int] | None) -> None:
         """Keep path's bars as read (version: file_version before it was read)."""
-        self.read.append((path, len(frame), self.read_reason.pop(path, "new")))
-        if version is None:
-            return
         columns = [key for key in VALUE_KEYS if key in frame.columns]
         values = np.full((len(frame), len(VALUE_KEYS)), np.nan)
         for key in columns:
             values[:, VALUE_KEYS.index(key)] = frame[key].to_numpy(dtype=np.float64)
         times = frame["timestamp"].array.asi8.astype(np.int64)
+        why = self.read_reason.pop(path, "new")
+        if path in self.replaced:
+            why += first_change(*self.replaced.pop(path), times, values)
+        self.read.append((path, len(frame), why))
+        if version is None:
+            return
         attrs = {key: frame.attrs[key] for key in ("read_as", "timezone", "notes", "conflicting_duplicates")}
         self.entries[path] = {
             "path": path,
@@ -218,3 +223,31 @@ def cached_frame(times: np.ndarray, values: np.ndarray, record: dict):
         {key: (list(value) if isinstance(value, list) else value) for key, value in record["attrs"].items()}
     )
     return frame
+
+
+def first_change(times: np.ndarray, values: np.ndarray, new_times: np.ndarray, new_values: np.ndarray) -> str:
+    """' (first at its bar <time> UTC: <column> <before> -> <after>)' for the first bar of a
+    file that differs from the bars it held when it was read (by time, then value), ' (its
+    bars are the same, its bytes are not)' where none does, or the bar it lost or gained."""
+    import pandas as pd
+
+    def when(nanoseconds: int) -> str:
+        return pd.Timestamp(int(nanoseconds), unit="ns", tz="UTC").strftime("%Y-%m-%d %H:%M")
+
+    common = min(len(times), len(new_times))
+    differs = (times[:common] != new_times[:common]) | ~(
+        (values[:common] == new_values[:common]) | (np.isnan(values[:common]) & np.isnan(new_values[:common]))
+    ).all(axis=1)
+    if differs.any():
+        row = int(np.flatnonzero(differs)[0])
+        if times[row] != new_times[row]:
+            return f" (first at its bar {row + 1}: {when(times[row])} UTC before, {when(new_times[row])} UTC now)"
+        column = int(np.flatnonzero(values[row] != new_values[row])[0])
+        return (
+            f" (first at its bar {when(times[row])} UTC: {VALUE_KEYS[column]} "
+            f"{values[row, column]:g} -> {new_values[row, column]:g})"
+        )
+    if len(times) != len(new_times):
+        longer, what = (times, "lost") if len(times) > len(new_times) else (new_times, "gained")
+        return f" ({what} bars from {when(longer[common])} UTC)"
+    return " (its bars are the same, its bytes are not)"

@@ -145,7 +145,11 @@ def test_a_changed_file_is_read_again_and_its_new_bars_used(tmp_path, history, c
     counted_reads.clear()
     cached = read_clean_bars(files, None, 0.01, cache_path=cache)
     assert counted_reads == [files[0]]
-    assert f"{files[0]}: changed since it was read: read again" in cached.attrs["reading"]
+    # The line names the first bar that changed: the file's first bar, its close.
+    before = history.iloc[0]
+    first = pd.Timestamp(before["timestamp"], tz="UTC").strftime("%Y-%m-%d %H:%M")
+    line = f"{files[0]}: changed since it was read (first at its bar {first} UTC: close {float(before['close']):g} -> "
+    assert any(reading.startswith(line) for reading in cached.attrs["reading"]), cached.attrs["reading"]
     assert_same_read(cached, read_clean_bars(files, None, 0.01))
 
 

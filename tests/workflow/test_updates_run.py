@@ -323,7 +323,10 @@ def test_a_changed_earlier_bar_trains_from_scratch(run, bars, tmp_path):
     # The changed file is read again, with the new one; the others come from the bars cache.
     log = preprocess_log(run, "DAYS")
     assert "arrays made from every bar: data/DAYS-1m-00.csv changed since the previous arrays were made" in log
-    assert "data/DAYS-1m-00.csv: changed since it was read: read again" in log
+    # Which bar changed: row 10 of the first day file, its close (and the high raised to it where needed).
+    bar = bars["DAYS"].iloc[10]
+    assert f"data/DAYS-1m-00.csv: changed since it was read (first at its bar {bar['timestamp'][:16]} UTC: " in log
+    assert ": read again" in log
     assert f"2 file(s) read ({2 * DAY:,} bars), {DAYS - 1} file(s) unchanged" in log
     assert_arrays_of_a_full_preprocess(run, "DAYS", tmp_path)
 
