@@ -239,8 +239,33 @@ def run_init(args: argparse.Namespace) -> int:
         print(f"{args.data} holds {words}: datasets.files set to {files_pattern!r} ({len(datasets)} datasets: {shown})")
     if not args.data:
         print(f"put your bar files in {folder / 'data'} (or set data_dir in {folder / PROJECT_CONFIG})")
+    else:
+        print(layout_found(folder))
     print(f"then:  cd {folder} && snakemake -n   (what would run), snakemake --cores all   (run it)")
     return 0
+
+
+def layout_found(folder: Path) -> str:
+    """How many datasets the new project folder finds, and how its first dataset's first file
+    reads (a run reads each file the same way unless format: says otherwise), in one line."""
+    from rnnfleet.formats import read_bars
+
+    try:
+        _, found = project_datasets(folder, "rnnfleet init")
+    except UserError as error:
+        return f"its data: {error}"
+    if not found:
+        return "its data folder holds no bar file whose name matches pattern (config/config.yaml): none would train"
+    dataset = sorted(found)[0]
+    first = found[dataset][0]
+    try:
+        bars = read_bars(folder / first if not os.path.isabs(first) else first)
+    except UserError as error:
+        return f"{len(found)} dataset(s) found; the first file, {first}, does not read: {error} (rnnfleet inspect checks every one)"
+    return (
+        f"{len(found)} dataset(s) found; {dataset}'s first file, {first}, reads as {bars.attrs['read_as']}: "
+        f"{len(bars):,} bars (rnnfleet inspect checks every file)"
+    )
 
 
 def snakemake_in(folder: Path, arguments: list[str]) -> list[str]:

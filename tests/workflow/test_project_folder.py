@@ -195,6 +195,10 @@ def test_init_on_a_binance_data_vision_tree_sets_datasets_files_and_the_first_dr
         f"{tree} holds Binance Data Vision's tree of daily and monthly files: datasets.files set to "
         "'**/{dataset}-1m-*' (2 datasets: BTCUSDT, ETHUSDT)"
     ) in init.stdout
+    # The layout it found, as the first dataset's first file reads (headerless Binance klines).
+    first = f"{tree}/daily/klines/BTCUSDT/1m/BTCUSDT-1m-2024-01-01.zip"
+    assert f"2 dataset(s) found; BTCUSDT's first file, {first}, reads as " in init.stdout, init.stdout
+    assert ": 1 bars (rnnfleet inspect checks every file)" in init.stdout
     config = yaml.safe_load((tmp_path / "fleet" / "config" / "config.yaml").read_text())
     assert config["datasets"]["files"] == "**/{dataset}-1m-*" and config["data_dir"] == str(tree)
     dry_run = subprocess.run(
