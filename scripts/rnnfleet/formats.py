@@ -120,6 +120,11 @@ TEXT_TIME_FORMATS = (
     "%Y%m%d %H:%M",
 )
 HISTDATA_ZONE = "Etc/GMT+5"  # histdata.com: EST all year, no daylight saving (UTC-5)
+HISTDATA_LIKE_NOTE = (
+    "its lines are laid out as histdata.com's, but its name is not one of theirs (DAT_ASCII_...): its times were "
+    "read as UTC; histdata.com's files are in EST all year (UTC-5): if it is one of theirs, set format.timezone: "
+    "Etc/GMT+5 (or format.preset: histdata)"
+)
 # histdata.com's own file names (DAT_ASCII_EURUSD_M1_2019.csv, in HISTDATA_COM_ASCII_..._2019.zip):
 # only these, or format.preset histdata, are read in its EST. NinjaTrader and others write the
 # same line shape in UTC or local time, so the shape alone never sets a zone.
@@ -155,6 +160,7 @@ class Layout:
     bid_ask: bool = False  # the prices came from bid/ask columns
     day: str = ""  # QuantConnect Lean: the file's day (YYYYMMDD), its times milliseconds since that midnight
     price_scale: float = 1.0  # QuantConnect Lean's US equity prices are in ten-thousandths
+    histdata_like: bool = False  # histdata.com's lines in a file not named as histdata names its own: read as UTC
 
 
 POSITIONS = {key: index for index, key in enumerate(("timestamp", *BAR_KEYS))}
@@ -238,7 +244,7 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
                         frame, cut_notes = without_cut_last_row(frame, name)
         if frame.empty:
             raise DataError(f"{name}: has a header but no data rows")
-        notes = cut_notes + check_numeric(frame, name, layout)
+        notes = cut_notes + check_numeric(frame, name, layout) + ([HISTDATA_LIKE_NOTE] if layout.histdata_like else [])
         timestamps, time_read_as, time_notes, zone = parse_times(frame, name, layout)
         frame = take_price_side(frame, layout)[[key for key in BAR_KEYS if key in frame]].astype(np.float64)
         if layout.price_scale != 1.0:
@@ -695,8 +701,11 @@ def sniff_headerless(cells: list[str], line: str, name: str, layout: Layout) -> 
     layout = replace(layout, columns=columns)
     if unit == "text":
         layout = replace(layout, timestamp_unit="text")
-    if histdata and layout.timezone == "auto" and is_histdata_name(name):
-        layout = replace(layout, timezone=HISTDATA_ZONE)
+    if histdata and layout.timezone == "auto":
+        if is_histdata_name(name):
+            layout = replace(layout, timezone=HISTDATA_ZONE)
+        else:
+            layout = replace(layout, histdata_like=True)
     return layout
 
 

@@ -8,7 +8,9 @@ import csv
 import json
 
 from conftest import snakemake
-from layouts import ODD_CASES, ROWS
+from layouts import HISTDATA_DATASET, ODD_CASES, ROWS
+
+from rnnfleet.formats import HISTDATA_LIKE_NOTE
 
 
 def test_inspect_tables_every_dataset_without_training(every_layout, layouts_run):
@@ -39,3 +41,9 @@ def test_inspect_tables_every_dataset_without_training(every_layout, layouts_run
     assert rows["OUTAGE_1m"]["status"] == "too short" and rows["OUTAGE_1m"]["long_enough"] == "False"
     assert "preprocess.max_gap=15min" in rows["CHOPPED_1m"]["problem"]
     assert rows["ZEROPRICE_1m"]["status"] == "unusable" and ODD_CASES["ZEROPRICE_1m"] in rows["ZEROPRICE_1m"]["problem"]
+    # A file in histdata.com's line shape not named as histdata names its own: read as UTC, and
+    # the table and the preprocess log say so, with how to read it in histdata's EST.
+    ninja = rows["NINJATRADER_1m"]
+    assert HISTDATA_LIKE_NOTE in ninja["cleaning"]
+    assert HISTDATA_LIKE_NOTE not in rows[HISTDATA_DATASET]["cleaning"]
+    assert HISTDATA_LIKE_NOTE in (workdir / "logs" / "preprocess" / "NINJATRADER_1m.log").read_text()
