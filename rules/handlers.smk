@@ -27,6 +27,7 @@ from rnnfleet.workflow.recovery import (
     stop_jobs_on_signals,
 )
 from rnnfleet.summary import print_run_summary
+from rnnfleet.workflow.progress import metrics_of_planned_trainings, watch_trainings
 from rnnfleet.workflow.tracking import (
     TrackedPaths,
     load_mlflow_early,
@@ -88,6 +89,11 @@ onstart:
     stop_jobs_on_signals()
     start_mps_if_on()
     prestart_warm_workers()
+    watch_trainings(
+        metrics_of_planned_trainings(workflow.dag.needrun_jobs()),
+        RUN_STARTED,
+        logger.info,
+    )
     load_mlflow_early(config["tracking"]["mlflow"])
 
 
