@@ -150,10 +150,11 @@ def report_changed_settings(dag):
     if lines:
         logger.warning("\n".join(lines))
     report_planned_fits(dag, changes)
-    PRETRAIN.report(dag.needrun_jobs(), logger.info)
+    to_run = list(dag.needrun_jobs())
+    PRETRAIN.report(to_run, logger.info)
     comparing = [
         job
-        for job in dag.needrun_jobs()
+        for job in to_run
         if job.rule.name == "train" and compares_init(job.wildcards.dataset)
     ]
     if comparing:

@@ -50,6 +50,7 @@ from multiprocessing.connection import (
     wait,
 )
 
+from rnnfleet.runner.job_client import JOBS
 from rnnfleet.runner.spawn_client import (
     LISTENER_FAMILY,
     answers,
@@ -137,7 +138,7 @@ def _run_relayed(request: dict, channel: Connection, server_pid: int) -> int:
 # --- the server -------------------------------------------------------------------------
 
 
-TRAINING_TARGETS = ("rnnfleet.runner.jobs:train_job", "rnnfleet.runner.jobs:pretrain_job")
+TRAINING_TARGETS = (JOBS["train"][0], JOBS["pretrain"][0])
 
 
 @dataclass(eq=False)
@@ -269,7 +270,7 @@ def serve(address: str) -> None:
 def _accept_jobs(listener: Listener, secret: bytes, pool: Pool) -> None:
     while True:
         try:
-            connection = listener._listener.accept()  # the handshake in the job's own thread, below
+            connection = listener.accept()  # made without a key: the handshake is in the job's own thread, below
         except OSError:
             return  # closed
         threading.Thread(target=_serve_job, args=(connection, secret, pool), daemon=True).start()

@@ -14,7 +14,6 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 POLL_SECONDS = 1.0
 REPORTS = 10  # a line each time another tenth of the trainings is done
@@ -35,11 +34,9 @@ def duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
 
 
-def finished(metrics_paths: list[str], since: float) -> int:
-    """How many of metrics_paths were written at or after `since` (one listing per folder)."""
-    wanted: dict[str, set[str]] = {}
-    for path in metrics_paths:
-        wanted.setdefault(os.path.dirname(path) or ".", set()).add(os.path.basename(path))
+def finished(wanted: dict[str, set[str]], since: float) -> int:
+    """How many of the files `wanted` names ({folder: file names}) were written at or after
+    `since` (one listing per folder)."""
     done = 0
     for folder, names in wanted.items():
         try:
@@ -57,12 +54,15 @@ def watch_trainings(metrics_paths: list[str], started: float, say: Callable[[str
     if total < 2:
         return None
     since = started - 1  # file times are as coarse as a second on some file systems
+    wanted: dict[str, set[str]] = {}
+    for path in metrics_paths:
+        wanted.setdefault(os.path.dirname(path) or ".", set()).add(os.path.basename(path))
 
     def watch() -> None:
         reported = 0
         while reported < total:
             time.sleep(POLL_SECONDS)
-            done = finished(metrics_paths, since)
+            done = finished(wanted, since)
             if done >= total:
                 return
             if done > reported and (not reported or done * REPORTS // total > reported * REPORTS // total):
@@ -76,4 +76,4 @@ def watch_trainings(metrics_paths: list[str], started: float, say: Callable[[str
 
 def metrics_of_planned_trainings(jobs, rule: str = "train") -> list[str]:
     """The metrics files of the jobs of `rule` among `jobs` (a DAG's jobs to run)."""
-    return [str(Path(job.output.metrics)) for job in jobs if job.rule.name == rule]
+    return [str(job.output.metrics) for job in jobs if job.rule.name == rule]
