@@ -259,7 +259,7 @@ def layout_found(folder: Path) -> str:
     dataset = sorted(found)[0]
     first = found[dataset][0]
     try:
-        bars = read_bars(folder / first if not os.path.isabs(first) else first)
+        bars = read_bars(folder / first)  # an absolute path stays itself
     except UserError as error:
         return f"{len(found)} dataset(s) found; the first file, {first}, does not read: {error} (rnnfleet inspect checks every one)"
     return (
