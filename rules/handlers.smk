@@ -27,6 +27,7 @@ from rnnfleet.workflow.recovery import (
     stop_jobs_on_signals,
 )
 from rnnfleet.summary import print_run_summary
+from rnnfleet.workflow.quiet_errors import QuietAfterErrorLine
 from rnnfleet.workflow.progress import metrics_of_planned_trainings, watch_trainings
 from rnnfleet.workflow.tracking import (
     TrackedPaths,
@@ -67,6 +68,8 @@ logger.debug(
 )
 
 if workflow.is_main_process:
+    # One line per failed job: its own (rnnfleet.workflow.quiet_errors).
+    logger.addFilter(QuietAfterErrorLine())
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
     try:
         ALONE_IN_FOLDER = claim_run_folder(OUTPUT_FOLDERS)

@@ -116,6 +116,9 @@ def test_a_broken_file_fails_alone_with_one_line_naming_file_and_problem(mixed_r
     # Snakemake's error output shows the same line. Not compared line by line: jobs and
     # Snakemake write to one stream, and Snakemake's larger writes may be split around it.
     assert line in result.stderr
+    # ... and no Snakemake report of the failed job under it (rnnfleet.workflow.quiet_errors).
+    assert "RuleException" not in result.stderr and "Error in rule" not in result.stderr
+    assert "At least one job did not complete successfully" in result.stderr
     assert not (workdir / "prep" / f"{dataset}.npz").exists()
     row = summary_by_dataset(workdir)[dataset]
     assert line.endswith(DATA_ERROR_NOTE)  # a file to fix, told apart from failures that may pass
