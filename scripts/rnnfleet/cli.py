@@ -1,6 +1,7 @@
-"""The `rnnfleet` command (installed by `pip install -e .`): init, predict, inspect, export.
+"""The `rnnfleet` command (installed by `pip install -e .`): init, run, predict, inspect, export, clean.
 
     rnnfleet init my-fleet --data /path/to/bars   a project folder of your own (docs/project-folder.md)
+    rnnfleet run [--project FOLDER] SNAKEMAKE-ARGS  snakemake there, `--config train.epochs=3` allowed
     rnnfleet predict --model ... --csv ... --out ...   forecasts from a model file
     rnnfleet predict --dataset NAME --out ...      the same for a dataset of a project folder
     rnnfleet inspect [FOLDER]                      every dataset read and checked, nothing trained
@@ -276,13 +277,63 @@ def snakemake_in(folder: Path, arguments: list[str]) -> list[str]:
     return command + arguments
 
 
+def nested_config_entries(arguments: list[str]) -> list[str]:
+    """Snakemake arguments with each dotted `--config` entry (`train.epochs=3`, which
+    Snakemake's own parser refuses) written as the nested entry it means (`train={"epochs": "3"}`,
+    the value as text, as Snakemake gives a nested value); the entries of one section become one,
+    where the first of them was. Other arguments are kept as they are."""
+    import json
+
+    sections: dict[str, dict] = {}
+    kept: list[str | tuple[str]] = []  # an argument, or (section,) where that section goes
+    in_config = False
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        if argument.startswith("-"):
+            in_config = argument in ("--config", "-C")
+        elif in_config and equals and "." in key:
+            section, *parents, leaf = key.split(".")
+            if section not in sections:
+                kept.append((section,))
+            level = sections.setdefault(section, {})
+            for parent in parents:
+                level = level.setdefault(parent, {})
+            level[leaf] = value
+            continue
+        kept.append(argument)
+    return [f"{entry[0]}={json.dumps(sections[entry[0]])}" if isinstance(entry, tuple) else entry for entry in kept]
+
+
+def run_parser() -> argparse.ArgumentParser:
+    run = argparse.ArgumentParser(
+        prog="rnnfleet run",
+        allow_abbrev=False,
+        description="Run snakemake in FOLDER with the options given (e.g. --cores all, -n, "
+        "--config train.epochs=3 train.lr=0.001). A dotted --config key, which snakemake's own "
+        "parser refuses, is passed as the nested value it means.",
+        epilog="Every option but --project and --help is snakemake's.",
+    )
+    run.add_argument("--project", default=".", metavar="FOLDER", help="the project folder (default: .)")
+    return run
+
+
+def run_snakemake(argv: list[str]) -> int:
+    """snakemake in the project folder (its Snakefile, else rnnfleet's), dotted --config keys allowed."""
+    args, snakemake_args = run_parser().parse_known_args(argv)
+    folder = Path(args.project)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: no such folder")
+    return subprocess.run(snakemake_in(folder, nested_config_entries(snakemake_args)), cwd=folder).returncode
+
+
 def run_inspect(args: argparse.Namespace) -> int:
     folder = Path(args.folder)
     if not folder.is_dir():
         raise UserError(f"{folder}: no such folder")
     if not is_project_folder(folder):
         return inspect_data_folder(folder, args.snakemake_args)
-    result = subprocess.run(snakemake_in(folder, ["inspect", "--cores", "1", *args.snakemake_args]), cwd=folder)
+    arguments = nested_config_entries(["inspect", "--cores", "1", *args.snakemake_args])
+    result = subprocess.run(snakemake_in(folder, arguments), cwd=folder)
     if result.returncode == 0:
         print_table(folder / results_dir(folder) / "inspect.csv")
     return result.returncode
@@ -303,7 +354,7 @@ def inspect_data_folder(data_dir: Path, snakemake_args: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="rnnfleet-inspect-") as work:
         Path(work, "config.yaml").write_text(project_config(workflow, str(data_dir.resolve())))
         command = [sys.executable, "-m", "snakemake", "-s", str(workflow / "Snakefile"), "inspect", "--cores", "1"]
-        result = subprocess.run(command + snakemake_args, cwd=work)
+        result = subprocess.run(command + nested_config_entries(snakemake_args), cwd=work)
         if result.returncode == 0:
             print_table(Path(work) / "results" / "inspect.csv")
     return result.returncode
@@ -444,6 +495,10 @@ def parser() -> argparse.ArgumentParser:
     init_parser.set_defaults(run=run_init)
 
     commands.add_parser(
+        "run", help="snakemake in a project folder, dotted --config keys allowed (rnnfleet run --help)", add_help=False
+    ).set_defaults(run=None)
+
+    commands.add_parser(
         "predict",
         help="forecasts from a model file and a CSV of recent bars (rnnfleet predict --help)",
         add_help=False,
@@ -491,8 +546,10 @@ def main(argv: list[str] | None = None) -> int:
         return export_main(
             argv[1:], prog="rnnfleet export", find_dataset=dataset_in_project, project_models=models_in_project
         )
-    args = parser().parse_args(argv)
     try:
+        if argv[:1] == ["run"]:  # every option but its own is snakemake's
+            return run_snakemake(argv[1:])
+        args = parser().parse_args(argv)
         return args.run(args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -598,6 +598,18 @@ def bars_label(paths: str | os.PathLike | list[str], dataset: str = "") -> str:
     return f"{dataset + ' ' if dataset else ''}({len(paths)} files under {folder})"
 
 
+def sources_summary(frame, label: str) -> list[str]:
+    """How a dataset's bars were read, for a command's own output: a single file's source
+    line; for several files, one line (label, how they were read, the joined time range, how
+    many had their checksum verified) where each file's line would flood the terminal."""
+    sources = frame.attrs["sources"]
+    if len(sources) == 1:
+        return list(sources)
+    verified = sum(line.endswith("sha256 verified") for line in sources)
+    checked = f"; {verified} of {len(sources)} checksums verified" if verified else ""
+    return [f"{label}: read as {frame.attrs['read_as']}; {time_range(frame)}{checked}"]
+
+
 def prices_and_volume(frame) -> tuple[np.ndarray, np.ndarray]:
     """(rows, 4) open, high, low, close and (rows,) volume (empty where the file has none),
     float64, from read_bars' frame (views of one copy of the numbers)."""

@@ -44,6 +44,7 @@ from rnnfleet.data import (
     bars_label,
     normalise,
     read_clean_bars,
+    sources_summary,
 )
 from rnnfleet.errors import UserError
 from rnnfleet.formats import (
@@ -305,7 +306,7 @@ def forecast_csv(
     csv_path = bars_label(csv_path)
     if read_note:
         print(read_note, file=sys.stderr)
-    for line in bars.attrs["sources"]:
+    for line in sources_summary(bars, csv_path):
         print(line, file=sys.stderr)
     for note in bars.attrs.get("notes", []):
         print(f"{csv_path}: note: {note}", file=sys.stderr)

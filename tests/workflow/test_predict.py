@@ -167,6 +167,23 @@ def test_several_files_or_a_glob_are_joined_like_one_file(trained, tmp_path, cap
     assert capsys.readouterr().err.strip().endswith("B_*.csv: no file matches that pattern")
 
 
+def test_a_dataset_of_many_day_files_prints_one_read_as_line_not_one_per_file(trained, tmp_path, capsys):
+    """Six day files: one 'read as' line naming the six files joined and their time range."""
+    csv_path, model_path, _, _ = trained
+    bars = pd.read_csv(csv_path)
+    days = tmp_path / "days"
+    days.mkdir()
+    for day, rows in enumerate(np.array_split(np.arange(len(bars)), 6), start=1):
+        bars.iloc[rows].to_csv(days / f"A_1m-2024-01-0{day}.csv", index=False, float_format="%.6f")
+    forecasts_for(model_path, days / "A_1m-*.csv", tmp_path / "f.csv", "--last", "1")
+    read_lines = [line for line in capsys.readouterr().err.splitlines() if ": read as " in line]
+    assert len(read_lines) == 1, read_lines
+    assert read_lines[0].startswith(f"(6 files under {days}): read as 6 files joined: ")
+    assert f"{len(bars)} bars, " in read_lines[0]
+    forecasts_for(model_path, csv_path, tmp_path / "g.csv", "--last", "1")  # one file: its own line
+    assert f"{csv_path}: read as " in capsys.readouterr().err
+
+
 def test_too_short_or_malformed_csv_is_one_clear_error(trained, tmp_path, capsys):
     csv_path, model_path, _, _ = trained
     short = tmp_path / "short.csv"

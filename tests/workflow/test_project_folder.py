@@ -138,7 +138,7 @@ def test_init_makes_a_folder_that_runs_there_incrementally_and_forecasts(venv, t
 
 
 def test_every_command_has_help_and_init_replaces_nothing(venv, tmp_path):
-    for command in ([], ["init"], ["predict"], ["inspect"]):
+    for command in ([], ["init"], ["run"], ["predict"], ["inspect"], ["export"], ["clean"]):
         result = rnnfleet(venv, *command, "--help", cwd=tmp_path)
         assert result.stdout.startswith(f"usage: rnnfleet {' '.join(command)}".rstrip()), result.stdout
     (tmp_path / "taken" / "config").mkdir(parents=True)
@@ -307,6 +307,26 @@ def test_the_built_in_model_takes_its_keys_from_the_command_line(tmp_path):
 
     snakemake(tmp_path, "--config", 'model={"hidden_size": 12, "cell": "gru"}')
 
+    model, checkpoint = load_model(tmp_path / "models" / "A_1m.pt")
+    assert (model.rnn.hidden_size, type(model.rnn).__name__) == (12, "GRU")
+    assert checkpoint["model_config"]["num_layers"] == TINY_CONFIG["model"]["num_layers"]  # from config.yaml
+
+
+def test_rnnfleet_run_takes_dotted_config_keys_that_snakemake_alone_refuses(venv, tmp_path):
+    """`--config train.epochs=abc` is rnnfleet's one line naming the key, not Snakemake's
+    traceback; `model.hidden_size=12 model.cell=gru` reach the model, the file's other keys kept."""
+    add_datasets(tmp_path, ["A_1m"])
+    write_config(tmp_path, data_dir="data")
+
+    bad = rnnfleet(venv, "run", "--cores", "1", "-n", "--config", "train.epochs=abc", cwd=tmp_path, check=False)
+    assert bad.returncode == 1
+    assert "config key 'train.epochs' = 'abc' is not allowed" in bad.stderr
+    assert "Traceback" not in bad.stderr and "valid identifier" not in bad.stderr
+    plain = snakemake(tmp_path, "-n", "--config", "train.epochs=3", check=False)
+    assert "Config entry must start with a valid identifier" in plain.stdout  # what rnnfleet run avoids
+
+    rnnfleet(venv, "run", "--project", str(tmp_path), "--cores", "1", "--config", "model.hidden_size=12",
+             "model.cell=gru", "train.epochs=1", cwd=tmp_path.parent)  # fmt: skip
     model, checkpoint = load_model(tmp_path / "models" / "A_1m.pt")
     assert (model.rnn.hidden_size, type(model.rnn).__name__) == (12, "GRU")
     assert checkpoint["model_config"]["num_layers"] == TINY_CONFIG["model"]["num_layers"]  # from config.yaml
