@@ -126,7 +126,7 @@ def fleet_columns(rows: list[dict], method: str, fdr: float) -> list[dict]:
     that have a Diebold-Mariano p-value (a partial run's failed datasets are not counted):
     fleet_qvalue, fleet_verdict, fleet_tests (how many tests the correction was over) and
     fleet_correction (its method and rate, e.g. "bh fdr=0.1");
-    test_sharpe_deflated and fleet_sharpe_by_luck (the Sharpe ratio the best of the
+    test_sharpe_deflated_prob and fleet_sharpe_by_luck (the Sharpe ratio the best of the
     fleet's datasets would reach with no skill: luck_variance) over the rows with a Sharpe
     ratio."""
     tested = [row.get("status", "ok") == "ok" and not math.isnan(as_number(row.get("test_dm_pvalue"))) for row in rows]
@@ -154,7 +154,7 @@ def fleet_columns(rows: list[dict], method: str, fdr: float) -> list[dict]:
             )
         if not math.isnan(sharpe):
             fleet["fleet_sharpe_by_luck"] = by_luck
-            fleet["test_sharpe_deflated"] = probabilistic_sharpe(
+            fleet["test_sharpe_deflated_prob"] = probabilistic_sharpe(
                 sharpe,
                 by_luck,
                 as_number(row.get("test_sharpe_trades")),

@@ -125,7 +125,7 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
         return
     on_test = bool(scored)
     if not on_test:
-        scored = [row for row in ranked if not math.isnan(as_number(row.get("skill")))]
+        scored = [row for row in ranked if not math.isnan(as_number(row.get("val_skill")))]
     named = len(scored) <= MAX_NAMED_BARS
     height = 2.0 + 0.25 * len(scored) if named else 6.0
     figure, axes = plt.subplots(figsize=(7.0, height), layout="constrained")
@@ -152,7 +152,7 @@ def draw_skill_overview(rows: list[dict[str, str]], path: str | os.PathLike) -> 
         figure.legend(loc="outside lower center", ncols=3, fontsize="small")
         axes.set_xlabel("test skill = 1 - test_loss / naive_test_loss (> 0: better than the naive baseline)")
     else:
-        skills = [as_number(row["skill"]) for row in scored]
+        skills = [as_number(row["val_skill"]) for row in scored]
         axes.plot(skills, range(len(scored)), "o", color="tab:blue")
         title = f"Validation skill (no test period): {sum(skill > 0 for skill in skills)} of {len(scored)} above 0"
         axes.set_xlabel("validation skill = 1 - val_loss / naive_val_loss")

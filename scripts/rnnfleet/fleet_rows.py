@@ -28,7 +28,7 @@ def best_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     (no test period), by that; rows without either last."""
 
     def order(row: dict[str, str]) -> tuple[int, float]:
-        test_skill, skill = as_number(row.get("test_skill")), as_number(row.get("skill"))
+        test_skill, skill = as_number(row.get("test_skill")), as_number(row.get("val_skill"))
         if not math.isnan(test_skill):
             return (0 if row.get("fleet_verdict") == BEATS_AFTER else 1), -test_skill
         return (2, -skill) if not math.isnan(skill) else (3, 0.0)
@@ -84,7 +84,7 @@ def fleet_counts(rows: list[dict[str, str]]) -> FleetCounts | None:
             best["dataset"],
             as_number(best["test_sharpe"]),
             as_number(best.get("fleet_sharpe_by_luck")),
-            as_number(best.get("test_sharpe_deflated")),
+            as_number(best.get("test_sharpe_deflated_prob")),
         ),
     )
 

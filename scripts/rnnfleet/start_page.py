@@ -39,7 +39,7 @@ def fleet_numbers(rows: list[dict[str, str]], name_markup=plain_name, shown: int
     if flagged:
         parts.append(f"{flagged} flagged for data quality")
     text = f"{len(rows)} dataset(s): {', '.join(parts)}."
-    column = "test_skill" if any(not math.isnan(as_number(row.get("test_skill"))) for row in rows) else "skill"
+    column = "test_skill" if any(not math.isnan(as_number(row.get("test_skill"))) for row in rows) else "val_skill"
     scored = sorted(
         (row for row in rows if not math.isnan(as_number(row.get(column)))), key=lambda row: -as_number(row[column])
     )

@@ -25,18 +25,8 @@ from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
 SUMMARY_COLUMNS = (
     "dataset",
-    "val_loss",
-    "naive_val_loss",
-    "skill",  # validation skill: 1 - val_loss / naive_val_loss (the part that chose the epoch)
-    # val_loss, skill and test_skill are all the first horizon's point forecast (the median) in `loss`.
-    # With heads, the training loss on the validation part, which early stopping compared
-    # (`early_stopping` names it, `objective` says what it is): quantiles the pinball loss over
-    # every horizon and quantile, several horizons without quantiles the loss averaged over them.
-    "val_pinball",
-    "naive_val_pinball",
-    "val_mean_loss",
-    "naive_val_mean_loss",
-    # The test period (preprocess.test_fraction), never seen in training: rnnfleet.train.evaluate.score_test_period
+    # The test period (preprocess.test_fraction), never seen in training, first: the headline
+    # (rnnfleet.train.evaluate.score_test_period).
     "test_skill",  # 1 - test_loss / naive_test_loss
     "test_skill_low",  # its 95% block-bootstrap interval
     "test_skill_high",
@@ -48,6 +38,18 @@ SUMMARY_COLUMNS = (
     "fleet_tests",
     "fleet_correction",
     "quality_flags",  # the data-quality flags warned of (rnnfleet.quality): a score of degenerate data is suspect
+    # The validation part, which chose the epoch: its skill flatters the model.
+    "val_loss",
+    "naive_val_loss",
+    "val_skill",  # 1 - val_loss / naive_val_loss (the metrics file's `skill`)
+    # val_loss, val_skill and test_skill are all the first horizon's point forecast (the median) in `loss`.
+    # With heads, the training loss on the validation part, which early stopping compared
+    # (`early_stopping` names it, `objective` says what it is): quantiles the pinball loss over
+    # every horizon and quantile, several horizons without quantiles the loss averaged over them.
+    "val_pinball",
+    "naive_val_pinball",
+    "val_mean_loss",
+    "naive_val_mean_loss",
     "test_loss",
     "naive_test_loss",
     "test_dm_stat",  # Diebold-Mariano test against the baseline (< 0: lower loss) and its p-value
@@ -55,7 +57,7 @@ SUMMARY_COLUMNS = (
     "test_hit_rate",  # return targets: sign hit rate, mean net return per trade of trading the sign
     "test_trade_bps",
     "test_sharpe",  # per trade, of non-overlapping trades; deflated for the fleet's size (rnnfleet.fleet)
-    "test_sharpe_deflated",
+    "test_sharpe_deflated_prob",  # a probability: that its true Sharpe ratio beats fleet_sharpe_by_luck
     "fleet_sharpe_by_luck",  # the best Sharpe ratio that many datasets with no skill would show
     "test_sharpe_trades",
     "test_trade_skew",
@@ -149,6 +151,34 @@ STATUSES = ("ok", "data error", "settings error", "failed", "stopped", "previous
 SHOWN_FAILURES = 20
 
 
+# The columns of a setting or target that may be off for the whole fleet: the table leaves
+# them out where no row has a value (quantiles, several horizons, walk-forward folds, the
+# fleet's head start and its comparison, the targets that have an accuracy or a persistence skill).
+OPTIONAL_COLUMNS = frozenset(
+    (
+        "val_pinball",
+        "naive_val_pinball",
+        "val_mean_loss",
+        "naive_val_mean_loss",
+        "test_pinball_skill",
+        "test_pinball_skill_low",
+        "test_pinball_skill_high",
+        "test_persistence_skill",
+        "test_accuracy",
+        "val_accuracy",
+        "naive_val_accuracy",
+        "folds_skill_mean",
+        "folds_skill_sd",
+        "folds_positive",
+        "folds_scored",
+        "init",
+        "init_note",
+        "init_pretrained_sha256",
+        *COMPARE_COLUMNS,
+    )
+)
+
+
 # Of a model of several horizons (train.horizons) or quantiles, the scores of each horizon
 # (rnnfleet.train.evaluate: metrics["horizons"]) become columns <score>_h<horizon> after SUMMARY_COLUMNS.
 HORIZON_SCORES = (
@@ -195,6 +225,7 @@ def row_of_metrics(metrics: dict, quality_thresholds: dict | None = None, datase
     row = {column: metrics.get(column, "") for column in (*SUMMARY_COLUMNS, *FORECAST_METRICS.values())}
     start = (metrics.get("lineage") or {}).get("init") or {}
     row["init_pretrained_sha256"] = start.get("pretrained_sha256", "")
+    row["val_skill"] = metrics.get("skill", "")
     thresholds = (dataset_quality or {}).get(metrics.get("dataset"), quality_thresholds)
     row |= {"quality_flags": quality_flags(metrics, thresholds), "status": "ok", "error": ""}
     return row | horizon_columns(metrics) | {"forecast_heads": metrics.get("forecast_heads") or {}}
@@ -212,11 +243,19 @@ def with_fleet_columns(rows: list[dict], fleet: dict) -> list[dict]:
     return init_verdicts(fleet_columns(rows, fleet["method"], fleet["fdr"]), fleet["method"], fleet["fdr"])
 
 
-def table_text(rows: list[dict]) -> str:
-    """The table: SUMMARY_COLUMNS, then the horizons' columns any row has (horizon_columns)."""
-    text = io.StringIO()
+def table_columns(rows: list[dict]) -> list[str]:
+    """SUMMARY_COLUMNS but those of OPTIONAL_COLUMNS no row fills (a setting that is off
+    everywhere), then the horizons' columns any row has (horizon_columns)."""
     known = (*SUMMARY_COLUMNS, *FORECAST_METRICS.values(), "forecast_heads")
-    columns = [*SUMMARY_COLUMNS, *extra_columns(rows, known)]
+    filled = {column for row in rows for column, value in row.items() if value not in ("", None)}
+    shown = [column for column in SUMMARY_COLUMNS if column not in OPTIONAL_COLUMNS or column in filled]
+    return [*shown, *extra_columns(rows, known)]
+
+
+def table_text(rows: list[dict]) -> str:
+    """The table, in table_columns."""
+    text = io.StringIO()
+    columns = table_columns(rows)
     writer = csv.DictWriter(text, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     writer.writerows(rows)

@@ -31,7 +31,7 @@ def row_class(row: dict[str, str]) -> str:
     validation skill."""
     if verdict_class(row):
         return verdict_class(row)
-    skill = as_number(row.get("skill"))
+    skill = as_number(row.get("val_skill"))
     return "good" if skill > 0 else "bad" if skill <= 0 else "none"
 
 
@@ -191,7 +191,7 @@ tr.none td:first-child {{ border-left: 4px solid #999; }}
 {not_done_html(rows)}
 {f'<p class="quality">{html.escape(flagged_count_text(rows))} (marked in the first column; column <i>quality_flags</i>, docs/data.md).</p>' if flagged_count_text(rows) else ""}
 <p>{len(rows)} dataset(s), best test skill first{", those that beat the baseline after the fleet correction ahead" if winners else ""} ({verdict_counts_text(rows)}, each alone). <i>test_skill</i> is measured on
-the test period, which neither training nor the choice of epoch saw; <i>skill</i> is the validation
+the test period, which neither training nor the choice of epoch saw; <i>val_skill</i> is the validation
 skill (the part that chose the epoch). Green: the 95% interval of the test skill
 (<i>test_skill_low</i> .. <i>test_skill_high</i>) lies above 0, the model beats its naive baseline
 (column <i>baseline</i>: zero return, training mean or training share of up moves, per target);

@@ -119,8 +119,10 @@ def test_fleet_columns_count_only_the_datasets_with_a_test():
     assert filled[2]["fleet_qvalue"] == filled[2]["fleet_verdict"] == filled[3]["fleet_verdict"] == ""
     by_luck = fleet.expected_max_sharpe(2, 1 / 399)
     assert filled[0]["fleet_sharpe_by_luck"] == pytest.approx(by_luck)
-    assert filled[0]["test_sharpe_deflated"] == pytest.approx(fleet.probabilistic_sharpe(0.2, by_luck, 400, 0.0, 3.0))
-    assert "test_sharpe_deflated" not in filled[2]
+    assert filled[0]["test_sharpe_deflated_prob"] == pytest.approx(
+        fleet.probabilistic_sharpe(0.2, by_luck, 400, 0.0, 3.0)
+    )
+    assert "test_sharpe_deflated_prob" not in filled[2]
 
 
 # --- what the table's page, the chart and the start page say --------------------------------
@@ -180,7 +182,7 @@ def test_the_headline_counts_the_winners_before_and_after_and_those_luck_gives(t
         in start
     )
     assert start.index("**The fleet.**") < start.index("More.")
-    assert fleet_rows.fleet_counts([{"dataset": "A", "skill": "0.1"}]) is None
+    assert fleet_rows.fleet_counts([{"dataset": "A", "val_skill": "0.1"}]) is None
 
 
 def test_a_large_fleets_skill_chart_is_a_distribution_with_the_winners_named(tmp_path, monkeypatch):
@@ -228,8 +230,8 @@ def test_the_fleets_numbers_count_what_the_table_says():
         "1 flagged for data quality. Best test skill: ``D0`` +0.3000, ``D1`` +0.2000, ``D2`` +0.1000; "
         "worst: ``D4`` -0.1000, ``D5`` -0.2000, ``D6`` -0.3000."
     )
-    assert start_page.fleet_numbers([{"dataset": "A", "skill": "0.1", "made": "full"}]) == (
-        "1 dataset(s): 1 trained from scratch, 0 updated (column made). Best skill: A +0.1000."
+    assert start_page.fleet_numbers([{"dataset": "A", "val_skill": "0.1", "made": "full"}]) == (
+        "1 dataset(s): 1 trained from scratch, 0 updated (column made). Best val skill: A +0.1000."
     )
 
 

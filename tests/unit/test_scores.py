@@ -262,15 +262,15 @@ def test_the_forest_chart_draws_an_estimate_outside_its_interval_and_falls_back_
     from rnnfleet.fleet_rows import best_first
 
     rows = [
-        {"dataset": "A", "skill": "0.1", "test_skill": "0.05", "test_skill_low": "0.0500000001",
+        {"dataset": "A", "val_skill": "0.1", "test_skill": "0.05", "test_skill_low": "0.0500000001",
          "test_skill_high": "0.05", "test_verdict": evaluation.BEATS},
-        {"dataset": "B", "skill": "0.3", "test_skill": "-0.01", "test_skill_low": "-0.02",
+        {"dataset": "B", "val_skill": "0.3", "test_skill": "-0.01", "test_skill_low": "-0.02",
          "test_skill_high": "0.01", "test_verdict": evaluation.NOT_DISTINGUISHABLE},
-        {"dataset": "C", "skill": "", "test_skill": "", "status": "failed"},
+        {"dataset": "C", "val_skill": "", "test_skill": "", "status": "failed"},
     ]  # fmt: skip
     assert [row["dataset"] for row in best_first(rows)] == ["A", "B", "C"]  # by test skill, not validation
     draw_skill_overview(rows, tmp_path / "skill.png")
-    validation_only = [{"dataset": "A", "skill": "0.1"}, {"dataset": "B", "skill": "0.3"}]
+    validation_only = [{"dataset": "A", "val_skill": "0.1"}, {"dataset": "B", "val_skill": "0.3"}]
     assert [row["dataset"] for row in best_first(validation_only)] == ["B", "A"]
     draw_skill_overview(validation_only, tmp_path / "validation.png")
     assert (tmp_path / "skill.png").stat().st_size > 1000 and (tmp_path / "validation.png").stat().st_size > 1000

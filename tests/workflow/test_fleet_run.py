@@ -88,12 +88,12 @@ def test_every_return_model_has_a_sharpe_ratio_deflated_for_the_fleets_size(flee
     by_luck = {float(row["fleet_sharpe_by_luck"]) for row in rows.values()}
     assert len(by_luck) == 1 and 0 < by_luck.pop() < max(sharpes)
     for row in rows.values():
-        deflated = float(row["test_sharpe_deflated"])
+        deflated = float(row["test_sharpe_deflated_prob"])
         assert 0 <= deflated <= 1 and int(row["test_sharpe_trades"]) > 100
     best = max(rows.values(), key=lambda row: float(row["test_sharpe"]))
     assert best["dataset"] in STRUCTURED
     # Real structure is far above what the best of 27 skill-less datasets would show by luck.
-    assert all(float(rows[name]["test_sharpe_deflated"]) > 0.9 for name in STRUCTURED)
+    assert all(float(rows[name]["test_sharpe_deflated_prob"]) > 0.9 for name in STRUCTURED)
 
 
 def test_the_report_says_how_many_beat_the_baseline_before_and_after_the_correction(fleet_run):

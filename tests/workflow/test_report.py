@@ -98,7 +98,7 @@ def test_report_has_the_summary_table_skill_overview_and_description(run):
         summary = list(csv.DictReader(handle))
     for row in summary:
         assert f"<td>{row['dataset']}</td>" in table_html
-    assert "skill" in table_html and "naive_val_loss" in table_html
+    assert "val_skill" in table_html and "naive_val_loss" in table_html
     # report/workflow.rst, rendered with this run's config (TINY_CONFIG's hidden_size)
     assert "one RNN per dataset" in text
     assert re.search(r"hidden_size = <tt[^>]*>8</tt>", text)

@@ -53,7 +53,7 @@ def test_structured_data_beat_the_baseline_on_the_test_period_with_an_interval_a
     assert row["test_verdict"] == "beats the baseline"
     assert float(row["test_dm_stat"]) < 0 and float(row["test_dm_pvalue"]) < 0.05
     assert 0.5 < float(row["test_hit_rate"]) <= 1 and row["test_trade_bps"] != ""
-    assert row["skill"] != row["test_skill"]  # the validation skill stays its own column
+    assert row["val_skill"] != row["test_skill"]  # the validation skill stays its own column
     # The 90% forecast interval on the test period: how often it held, with its interval.
     low, coverage, high = (
         float(row[column]) for column in ("test_coverage_low", "test_coverage", "test_coverage_high")

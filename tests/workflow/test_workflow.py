@@ -72,11 +72,23 @@ def test_summary_has_one_row_per_dataset(trained):
     assert {row["dataset"] for row in rows} == DATASETS and len(rows) == len(DATASETS)
     for row in rows:
         assert float(row["naive_val_loss"]) > 0
-        assert float(row["skill"]) == pytest.approx(1 - float(row["val_loss"]) / float(row["naive_val_loss"]))
+        assert float(row["val_skill"]) == pytest.approx(1 - float(row["val_loss"]) / float(row["naive_val_loss"]))
         assert (
             row["device"].split(":")[0] == EXPECTED_DEVICE_TYPE
             and int(row["epochs_run"]) >= int(row["best_epoch"]) >= 1
         )
+
+
+def test_a_default_tables_headline_is_the_test_period_and_it_has_no_columns_of_settings_that_are_off(trained):
+    with open(trained / "results" / "metrics.csv") as handle:
+        header = next(csv.reader(handle))
+    assert header[:5] == ["dataset", "test_skill", "test_skill_low", "test_skill_high", "test_verdict"]
+    assert "val_skill" in header and "skill" not in header  # the validation part says so in its name
+    assert "test_sharpe_deflated_prob" in header and "test_sharpe_deflated" not in header
+    off = [column for column in header if column.startswith(("init", "folds_")) or "pinball" in column]
+    assert off == [] and "val_mean_loss" not in header and "test_accuracy" not in header
+    html = (trained / "results" / "metrics.html").read_text()
+    assert "<th>val_skill</th>" in html and "<th>init_note</th>" not in html
 
 
 def test_the_fleets_forecasts_are_those_of_each_model_at_its_last_bar(trained, tmp_path):

@@ -102,7 +102,7 @@ def test_your_model_trains_saves_and_reloads_with_weights_only(model_run, monkey
         assert any(key.startswith("conv.") for key in raw["state_dict"])
     summary = read_summary(model_run)
     assert {row["model"] for row in summary.values()} == {"examples/tcn_gru.py:build"}
-    assert all(row["status"] == "ok" and np.isfinite(float(row["skill"])) for row in summary.values())
+    assert all(row["status"] == "ok" and np.isfinite(float(row["val_skill"])) for row in summary.values())
 
 
 def test_your_model_forecasts(model_run):
@@ -326,7 +326,7 @@ def test_each_target_trains_reports_its_baseline_and_forecasts_in_its_units(tmp_
         baseline, loss = TARGET_CASES[target]
         row = summary[name]
         assert (row["target"], row["baseline"], row["loss"]) == (f"{target} over 1 bar(s)", baseline, loss)
-        assert float(row["naive_val_loss"]) > 0 and np.isfinite(float(row["skill"]))
+        assert float(row["naive_val_loss"]) > 0 and np.isfinite(float(row["val_skill"]))
         assert (row["val_accuracy"] != "") == (target == "direction")
         forecasts = pd.read_csv(tmp_path / "predictions" / f"{name}.csv")
         intervals = () if target == "direction" else ("coverage", "forecast_low", "forecast_high")

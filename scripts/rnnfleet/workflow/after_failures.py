@@ -39,12 +39,12 @@ from rnnfleet.fleet_charts import draw_coverage_overview, draw_skill_overview
 from rnnfleet.loss_curves import refresh_loss_curves
 from rnnfleet.start_page import write_start_page
 from rnnfleet.summary import (
-    SUMMARY_COLUMNS,
     failure_report,
     metrics_row,
     outcome_row,
     print_quality_warnings,
     row_of_metrics,
+    table_columns,
     table_text,
     with_fleet_columns,
     write_forecasts,
@@ -151,7 +151,7 @@ def write_results_after_failures(
             kept = [row["dataset"] for row in rows if row["status"] == KEPT_STATUS]
             ok_metrics += [metrics_paths[name] for name in kept if os.path.exists(metrics_paths[name])]
             as_read_back = list(csv.DictReader(io.StringIO(text)))  # what the plots job sees
-            write_table_html(as_read_back, list(SUMMARY_COLUMNS), paths.table_html)
+            write_table_html(as_read_back, table_columns(rows), paths.table_html)
             draw_skill_overview(as_read_back, paths.skill_plot)
             draw_coverage_overview(as_read_back, paths.coverage_plot)
             write_start_page(paths.start_template, as_read_back, paths.start_page)
