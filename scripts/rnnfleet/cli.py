@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rnnfleet.discovery import period_files_layout
+from rnnfleet.discovery import freqtrade_layout, period_files_layout
 from rnnfleet.errors import UserError
 
 WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "scripts")
@@ -231,7 +231,7 @@ def run_init(args: argparse.Namespace) -> int:
     if args.data and not os.path.isdir(args.data):
         raise UserError(f"--data {args.data}: no such folder; nothing was written (give the folder of your bar files)")
     data_dir = os.path.abspath(args.data) if args.data else "data"
-    layout = period_files_layout(data_dir) if args.data else None
+    layout = (freqtrade_layout(data_dir) or period_files_layout(data_dir)) if args.data else None
     written = init(folder, data_dir, layout[1] if layout else "")
     print(f"rnnfleet project folder {folder}: wrote {', '.join(str(path.relative_to(folder)) for path in written)}")
     if layout:

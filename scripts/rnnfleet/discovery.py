@@ -84,15 +84,26 @@ PERIOD_FILE_LAYOUTS = (
     ("one folder per symbol", "{dataset}/*"),
 )
 LEAN_ASSET_FOLDERS = ("equity", "crypto")
+# freqtrade's candle files (`freqtrade download-data`): spot BTC_USDT-1m.json, futures
+# BTC_USDT_USDT-1m-futures.feather in the exchange folder's futures/; json, jsongz, feather, parquet.
+FREQTRADE_NAME = re.compile(
+    r"[A-Za-z0-9]+_[A-Za-z0-9]+(?:_[A-Za-z0-9]+)?-1m(?:-futures)?\.(?:json|json\.gz|feather|parquet)"
+)
+FREQTRADE_FILES = (
+    ("spot", "{dataset}-1m.*"),
+    ("futures", "futures/{dataset}-1m-futures.*"),
+    ("futures", "{dataset}-1m-futures.*"),  # data_dir is the futures folder
+)
 
 
 def dataset_name(file_name: str) -> str:
-    """File name without its extension, and without .csv/.txt/.tsv before a compression suffix
-    (Binance's `BTCUSDT-1m-2024-01.zip` -> `BTCUSDT-1m-2024-01`)."""
+    """File name without its extension, and without .csv/.txt/.tsv/.json before a compression
+    suffix (Binance's `BTCUSDT-1m-2024-01.zip` -> `BTCUSDT-1m-2024-01`, freqtrade's
+    `BTC_USDT-1m.json.gz` -> `BTC_USDT-1m`)."""
     stem, extension = os.path.splitext(file_name)
     if extension.lower() in COMPRESSED_SUFFIXES:
         inner_stem, inner = os.path.splitext(stem)
-        if inner.lower() in TEXT_SUFFIXES:
+        if inner.lower() in (*TEXT_SUFFIXES, ".json"):
             stem = inner_stem
     return stem
 
@@ -377,3 +388,39 @@ def period_files_layout(data_dir: str, pattern: str = "*1m*") -> tuple[str, str,
             continue
         return words, files_pattern, list(found.files)
     return None
+
+
+def freqtrade_layout(data_dir: str) -> tuple[str, str, list[str]] | None:
+    """(the layout's words, its datasets.files, the datasets it gives: the pairs) for a
+    freqtrade exchange folder (user_data/data/<exchange>: spot candles in it, futures in its
+    futures/) or for user_data/data itself (its first exchange folder holding one-minute
+    candles); spot where both are there. None where data_dir holds no freqtrade candles."""
+    exchanges = [(data_dir, "")] + [
+        (entry.path, f"{entry.name}/")
+        for entry in sorted(os.scandir(data_dir), key=lambda entry: entry.name)
+        if is_folder(entry) and not entry.name.startswith(".")
+    ]
+    holding = []
+    for folder, prefix in exchanges:
+        for market, files_pattern in FREQTRADE_FILES:
+            market_folder, name_pattern = os.path.split(os.path.join(folder, files_pattern))
+            names = path_regex(name_pattern)
+            if os.path.isdir(market_folder) and any(
+                FREQTRADE_NAME.fullmatch(name) and names.fullmatch(name) for name in os.listdir(market_folder)
+            ):
+                holding.append((prefix, market, prefix + files_pattern))
+                break
+        if holding and not prefix:
+            break  # data_dir is an exchange folder itself
+    if not holding:
+        return None
+    prefix, market, files_pattern = holding[0]
+    found = discover_datasets(data_dir, "*1m*", files_pattern)
+    exchange = prefix.rstrip("/") or os.path.basename(os.path.abspath(data_dir))
+    others = [other.rstrip("/") for other, _, _ in holding[1:]]
+    words = f"freqtrade's data folder ({exchange}, {market} candles, one file per pair)" + (
+        f"; the other exchange folders ({', '.join(others)}) are projects of their own (--data .../<exchange>)"
+        if others
+        else ""
+    )
+    return words, files_pattern, list(found.files)

@@ -66,6 +66,9 @@ BAR_KEYS = (*PRICE_KEYS, "volume")
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zip")
 TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+FEATHER_SUFFIXES = (".feather", ".arrow")
+# freqtrade's `json` and `jsongz` candles: one JSON array of [epoch ms, open, high, low, close, volume].
+JSON_SUFFIXES = (".json", ".json.gz")
 # File names discovery may take as datasets: what read_bars can open (a bare .zip is
 # Binance's: one CSV inside).
 READABLE_SUFFIXES = (
@@ -73,6 +76,8 @@ READABLE_SUFFIXES = (
     *COMPRESSED_SUFFIXES,
     *(text + packed for text in TEXT_SUFFIXES for packed in COMPRESSED_SUFFIXES),
     *PARQUET_SUFFIXES,
+    *FEATHER_SUFFIXES,
+    *JSON_SUFFIXES,
 )
 SNIFF_BYTES = 64 * 1024
 DELIMITERS = (",", ";", "\t", "|")
@@ -227,9 +232,14 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
                 raise DataError(refusal)
             if opened.st_size == 0:
                 raise DataError(f"{name}: the file is empty")
-            if raw.read(4) == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
-                raw.seek(0)
-                frame, layout = read_parquet(raw, name, requested)
+            magic = raw.read(6)
+            raw.seek(0)
+            if magic[:4] == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
+                frame, layout = read_arrow(raw, name, requested, "parquet")
+            elif magic == b"ARROW1" or Path(name).suffix.lower() in FEATHER_SUFFIXES:
+                frame, layout = read_arrow(raw, name, requested, "feather")
+            elif name.lower().endswith(JSON_SUFFIXES):
+                frame, layout = read_json_candles(raw, name, requested)
             else:
                 raw.seek(0)
                 with decompressed(raw, name) as stream:
@@ -277,13 +287,21 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
 def head_times_zone_free(path: str | os.PathLike, columns: dict | None = None, read_format: dict | None = None) -> bool:
     """Whether the first lines of a text file give their times as epoch numbers or with their
     zone (format.timezone cannot apply), read as read_bars reads them; False where they do
-    not, or where that cannot be told from the head alone (Parquet, a date column, an error)."""
+    not, or where that cannot be told from the head alone (Parquet, Feather, a date column, an
+    error). freqtrade's JSON candles are epoch numbers."""
     name = str(path)
     try:
         requested = lean_layout(name, requested_layout(columns, read_format))
         with open(path, "rb") as raw:
-            if raw.read(4) == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
+            magic = raw.read(6)
+            if (
+                magic[:4] == b"PAR1"
+                or magic == b"ARROW1"
+                or Path(name).suffix.lower() in (*PARQUET_SUFFIXES, *FEATHER_SUFFIXES)
+            ):
                 return False
+            if name.lower().endswith(JSON_SUFFIXES):
+                return True  # freqtrade's candles: epoch milliseconds
             raw.seek(0)
             with decompressed(raw, name) as stream:
                 head = stream.read(SNIFF_BYTES)
@@ -774,19 +792,26 @@ def read_text(stream, name: str, layout: Layout):
     return frame.rename(columns={position: key for key, position in positions.items()})
 
 
-def read_parquet(raw, name: str, requested: Layout):
-    """The needed columns of a Parquet file (the others are never read)."""
+def read_arrow(raw, name: str, requested: Layout, kind: str):
+    """The needed columns of a Parquet or Feather (Arrow IPC) file (the others are never read)."""
     import pyarrow as pa
+    import pyarrow.feather as feather
     import pyarrow.parquet as pq
 
+    label = "Parquet" if kind == "parquet" else "Feather"
     try:
-        parquet = pq.ParquetFile(raw)
+        stored = pq.ParquetFile(raw) if kind == "parquet" else pa.ipc.open_file(raw)
     except pa.ArrowException as error:
-        raise DataError(f"{name}: not a readable Parquet file ({error})") from None
-    header = list(parquet.schema_arrow.names)
+        raise DataError(f"{name}: not a readable {label} file ({error})") from None
+    header = list((stored.schema_arrow if kind == "parquet" else stored.schema).names)
     configured = {key: value for key, value in requested.columns.items() if isinstance(value, str)}
     wanted = parquet_columns(header, name, configured, requested.price_side)
-    table = parquet.read(columns=list(dict.fromkeys(wanted.values())))
+    columns = list(dict.fromkeys(wanted.values()))
+    if kind == "parquet":
+        table = stored.read(columns=columns)
+    else:
+        raw.seek(0)
+        table = feather.read_table(raw, columns=columns, memory_map=False)
     # Arrow's buffers are freed column by column as pandas takes them: the numbers held once.
     # Without pandas' metadata a saved index (df.set_index("timestamp").to_parquet()) stays a column.
     frame = table.to_pandas(self_destruct=True, split_blocks=True, ignore_metadata=True)
@@ -795,11 +820,41 @@ def read_parquet(raw, name: str, requested: Layout):
     frame = frame.rename(columns={column: key for key, column in wanted.items()})
     layout = replace(
         requested,
-        kind="parquet",
+        kind=kind,
         header=True,
         columns=wanted,
         fields=len(header),
         bid_ask=uses_bid_ask(wanted, header),
+    )
+    return frame, layout
+
+
+def read_json_candles(raw, name: str, requested: Layout):
+    """freqtrade's `json`/`jsongz` candles: [[epoch ms, open, high, low, close, volume], ...]."""
+    import json
+
+    import pandas as pd
+
+    with decompressed(raw, name) as stream:
+        try:
+            rows = json.load(stream)
+        except ValueError as error:
+            raise DataError(f"{name}: not readable JSON ({one_line(error)})") from None
+    widths = {len(row) for row in rows[:1000]} if isinstance(rows, list) and rows else set()
+    if not all(isinstance(row, list) for row in rows[:1000]) or not widths or min(widths) < 5:
+        raise DataError(
+            f"{name}: not freqtrade's candles (one JSON array of [time in epoch ms, open, high, low, close, "
+            "volume] rows); a .json file rnnfleet reads holds those"
+        )
+    keys = ("timestamp", *BAR_KEYS)[: min(widths)]
+    frame = pd.DataFrame([row[: len(keys)] for row in rows], columns=list(keys))
+    layout = replace(
+        requested,
+        kind="json",
+        header=False,
+        columns={key: index for index, key in enumerate(keys)},
+        fields=max(widths),
+        source="freqtrade" if requested.source == "auto" else requested.source,
     )
     return frame, layout
 
@@ -1059,8 +1114,11 @@ def first_pass_of_repeated_hour(naive, zone: str) -> np.ndarray:
 
 def describe_layout(layout: Layout) -> str:
     """The first part of the one line saying how a file was read."""
-    if layout.kind == "parquet":
-        parts = [f"{layout.source}: Parquet, {layout.fields} columns, read {len(set(layout.columns.values()))}"]
+    if layout.kind in ("parquet", "feather"):
+        label = "Parquet" if layout.kind == "parquet" else "Feather"
+        parts = [f"{layout.source}: {label}, {layout.fields} columns, read {len(set(layout.columns.values()))}"]
+    elif layout.kind == "json":
+        parts = [f"{layout.source}: JSON candles, {layout.fields} values a row"]
     else:
         shape = "header" if layout.header_rows <= 1 else f"{layout.header_rows}-line header"
         shape = shape if layout.header else "headerless"
