@@ -384,14 +384,16 @@ def results_dir(folder: Path) -> str:
     return str((config.get("paths") or {}).get("results", "results"))
 
 
-def dataset_in_project(name: str, folder: Path) -> tuple[str, list[str]]:
+def dataset_in_project(name: str, folder: Path, asked_by: str = "") -> tuple[str, list[str]]:
     """(model file, bar files) of dataset `name` in the project folder: its files found as a
     run there finds them (the datasets sheet, else data_dir with pattern / datasets.files),
-    its model at paths.models/<name>.pt. Paths absolute; UserError in one line otherwise."""
-    config, found = project_datasets(folder, f"--dataset {name}")
+    its model at paths.models/<name>.pt. Paths absolute; UserError in one line otherwise,
+    starting with asked_by (the option or command that named the dataset; --dataset NAME)."""
+    asked_by = asked_by or f"--dataset {name}"
+    config, found = project_datasets(folder, asked_by)
     if name not in found:
         known = ", ".join(sorted(found)[:5]) + (", ..." if len(found) > 5 else "")
-        raise UserError(f"--dataset {name}: no such dataset in {folder} ({len(found)} found: {known or 'none'})")
+        raise UserError(f"{asked_by}: no such dataset in {folder} ({len(found)} found: {known or 'none'})")
     model = Path(config["paths"]["models"]) / f"{name}.pt"
     return str((folder / model).absolute()), [str((folder / path).absolute()) for path in found[name]]
 
@@ -544,7 +546,10 @@ def main(argv: list[str] | None = None) -> int:
         from rnnfleet.export_onnx import main as export_main
 
         return export_main(
-            argv[1:], prog="rnnfleet export", find_dataset=dataset_in_project, project_models=models_in_project
+            argv[1:],
+            prog="rnnfleet export",
+            find_dataset=lambda name, folder: dataset_in_project(name, folder, f"rnnfleet export {name}"),
+            project_models=models_in_project,
         )
     try:
         if argv[:1] == ["run"]:  # every option but its own is snakemake's

@@ -174,7 +174,8 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
     on those files makes it, as metrics entries: forecast_time (the bar's time, UTC),
     forecast_bar_close, forecast_horizon (bars), forecast_target, forecast (in the target's
     units) and, for log_return, forecast_close; its interval forecast_coverage,
-    forecast_low, forecast_high; forecast_heads: the head columns of a model of heads. {} where the arrays keep no full window up to that bar (an array file
+    forecast_low, forecast_high (and for log_return the closes they imply, forecast_close_low,
+    forecast_close_high); forecast_heads: the head columns of a model of heads. {} where the arrays keep no full window up to that bar (an array file
     of an older rnnfleet). The train job asks for it after the fit, with the model the file
     holds (on any device: it forecasts on the CPU, see cpu_model)."""
     import pandas as pd
@@ -204,7 +205,8 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
         entries["forecast_close"] = arrays.last_close * float(np.exp(forecast))
     if per_horizon[0]["bands"]:
         coverage, low, high = nearest_coverage(per_horizon[0]["bands"], lambda band: band[0])
-        entries |= {"forecast_coverage": coverage, "forecast_low": float(low[0]), "forecast_high": float(high[0])}
+        band = interval_columns(target.name, coverage, float(low[0]), float(high[0]), arrays.last_close)
+        entries |= {("forecast_coverage" if name == "coverage" else name): float(value) for name, value in band.items()}
     if not heads.single:
         columns = head_columns(target.name, per_horizon, np.array([arrays.last_close]))
         entries["forecast_heads"] = {name: float(values[-1]) for name, values in columns.items()}

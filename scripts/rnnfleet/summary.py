@@ -123,6 +123,8 @@ FORECAST_COLUMNS = (
     "coverage",  # of its interval (0.9, or the nearest quantile pair's), in the target's units (rnnfleet.intervals)
     "forecast_low",
     "forecast_high",
+    "forecast_close_low",  # log_return: the closes the interval implies
+    "forecast_close_high",
     "made",
     "test_skill",
     "test_verdict",
@@ -141,6 +143,8 @@ FORECAST_METRICS = {
     "coverage": "forecast_coverage",
     "forecast_low": "forecast_low",
     "forecast_high": "forecast_high",
+    "forecast_close_low": "forecast_close_low",
+    "forecast_close_high": "forecast_close_high",
 }
 # ok; "data error": the input file needs fixing (it fails the same way until it is);
 # "settings error": a setting the dataset cannot train with (the same, until it changes);

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import errno
 import html
+import math
 import os
 import shutil
 import subprocess
@@ -100,6 +101,11 @@ def test_the_table_tells_a_data_error_from_a_failure_that_may_pass(failed_run):
     assert all(forecasts[name]["forecast"] and forecasts[name]["status"] == "ok" for name in GOOD)
     assert forecasts[BROKEN]["forecast"] == forecasts[CRASHING]["forecast"] == ""
     assert forecasts[BROKEN]["status"] == "data error"
+    for name in GOOD:  # the price band, as rnnfleet predict writes it
+        row = {key: float(value) for key, value in forecasts[name].items() if key.startswith(("forecast", "close"))}
+        assert row["forecast_close_low"] == pytest.approx(row["close"] * math.exp(row["forecast_low"]), rel=1e-12)
+        assert row["forecast_close_high"] == pytest.approx(row["close"] * math.exp(row["forecast_high"]), rel=1e-12)
+        assert row["forecast_close_low"] < row["forecast_close_high"]
     # The model column names only files that are there: a deploy script reads it.
     assert all(forecasts[name]["model"] == f"models/{name}.pt" for name in GOOD)
     assert all((workdir / forecasts[name]["model"]).is_file() for name in GOOD)
