@@ -65,7 +65,6 @@ def interleaved_medians(runs: dict, reps: int, warm_up: bool = True) -> dict[str
 
 def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
     """(model file, bars CSV): the default model trained one epoch on synthetic bars."""
-    import numpy as np
     import torch
 
     from rnnfleet.data import prepare_dataset
@@ -75,10 +74,7 @@ def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
     from rnnfleet.train.modelfile import build_checkpoint, calibration_record, save_checkpoint
 
     csv_path = folder / "BENCH_1m.csv"
-    bars = synthetic_bars(rows, seed=3)
-    for column in ("open", "high", "low", "close", "volume"):
-        bars[column] = bars[column].to_numpy(np.float32).astype(np.float64)
-    bars.to_csv(csv_path, index=False)
+    synthetic_bars(rows, seed=3).to_csv(csv_path, index=False)
     model = {"cell": "lstm", "hidden_size": 64, "num_layers": 2, "dropout": 0.1}
     train = {"seq_len": 60, "batch_size": 128, "epochs": 1, "lr": 0.001, "patience": 3, "seed": 0, "amp": "off"}
     arrays, _ = prepare_dataset(csv_path, 60, 1, val_fraction=0.2)

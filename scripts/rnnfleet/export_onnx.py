@@ -2,22 +2,24 @@
 ONNX Runtime (MetaTrader 5, C#, C++; docs/export.md).
 
 Promises:
-- the graph takes the last seq_len + 1 bars as a platform has them: float32
+- the graph takes the last seq_len + 1 bars as a platform has them: double (float64)
   [batch, seq_len + 1, 5], the columns INPUT_COLUMNS, oldest bar first, a fixed sequence
   length and a dynamic batch; it computes the model's built-in features (and a user's own
-  feature written in tensor operations), applies the model file's normalisation, runs the
-  network (initial states inside the graph) and returns, per horizon, the forecast in the
-  target's units (a direction target: the probability of an up move), the quantiles of a
-  quantile model, the calibrated intervals' bounds, and for log_return the forecast closes
-  (OUTPUTS); float32 throughout, opset OPSET;
+  feature written in tensor operations) in double, as rnnfleet predict does (a float32 price
+  of 60,000 moves a one-minute feature by a tenth of its spread), applies the model file's
+  normalisation, runs the network in float32 (initial states inside the graph) and returns,
+  per horizon, the forecast in the target's units (a direction target: the probability of an
+  up move), the quantiles of a quantile model, the calibrated intervals' bounds, and for
+  log_return the forecast closes (OUTPUTS): the closes double, the others float32; opset OPSET;
 - the file's metadata_props say what it is (metadata(); `rnnfleet export --describe`);
 - what cannot be put in a graph (time features: the input has no times; a feature made of
   pandas or numpy; a builder whose model does not trace) is an ExportRefused of one line
   naming it, and no file is written;
-- before a file is written, ONNX Runtime runs it on windows of bars and its outputs are
-  compared with rnnfleet predict's forecasts (rnnfleet.predict.forecast_frame) on the same
-  bars; a difference beyond float32 rounding (TOLERANCE) writes nothing, removes an earlier
-  file at that path (it belongs to an older model) and says so.
+- before a file is written, ONNX Runtime runs it on windows of bars, fed as a platform feeds
+  them (the bars' own float64 values), and its outputs are compared with rnnfleet predict's
+  forecasts (rnnfleet.predict.forecast_frame) on the same bars; a difference beyond TOLERANCE
+  writes nothing, removes an earlier file at that path (it belongs to an older model) and
+  says so.
 
 onnx and onnxruntime are optional (requirements-onnx.txt): imported here only, when used.
 """
@@ -63,9 +65,9 @@ BAR_INTERVAL = "1min"  # rnnfleet trains on 1-minute bars (rnnfleet.joining)
 CHECK_WINDOWS = 64  # windows of the model's own bars run through ONNX Runtime before a file is written
 # The largest difference allowed between ONNX Runtime and PyTorch, in units of each
 # quantity's own scale (the target's training std; for prices close x that std; for a
-# probability 1): float32 features, kernels and sums of another library differ by ~1e-6
-# of that scale; a wrong feature, normalisation or head differs by far more.
-TOLERANCE = 1e-4
+# probability 1): another library's float32 kernels and sums differ by ~1e-6 of that scale;
+# a wrong feature, normalisation or head differs by far more.
+TOLERANCE = 1e-5
 FLOAT32_ROUNDING = 2.0**-22  # four steps of a float32 value, relative to it
 REQUIREMENTS = "requirements-onnx.txt"
 # The forecasts table's columns that describe the window, not its forecast.
@@ -179,9 +181,9 @@ OUTPUTS = {
     "quantiles": "[batch, horizons, quantiles]: each quantile in the target's units, ascending",
     "lower": "[batch, horizons, intervals]: the calibrated intervals' lower bounds (intervals: interval_coverages)",
     "upper": "[batch, horizons, intervals]: their upper bounds",
-    "forecast_close": "[batch, horizons]: the close the forecast log return implies (last close x exp(forecast))",
-    "forecast_close_lower": "[batch, horizons, intervals]: the closes the lower bounds imply",
-    "forecast_close_upper": "[batch, horizons, intervals]: the closes the upper bounds imply",
+    "forecast_close": "[batch, horizons] double: the close the forecast log return implies (last close x exp(forecast))",
+    "forecast_close_lower": "[batch, horizons, intervals] double: the closes the lower bounds imply",
+    "forecast_close_upper": "[batch, horizons, intervals] double: the closes the upper bounds imply",
 }
 
 
@@ -252,7 +254,8 @@ def interval_margins(checkpoint: dict, heads: Heads, target, coverage: float) ->
 
 
 class ForecastGraph(nn.Module):
-    """bars (batch, seq_len + 1, 5) float32 -> the outputs of ExportPlan.output_names."""
+    """bars (batch, seq_len + 1, 5) float64 -> the outputs of ExportPlan.output_names (the
+    forecast closes float64, the others float32)."""
 
     def __init__(self, network: nn.Module, plan: ExportPlan):
         super().__init__()
@@ -287,7 +290,8 @@ class ForecastGraph(nn.Module):
             values = feature(columns)
             parts.append(values.unsqueeze(-1) if values.dim() == 2 else values)
         features = torch.cat(parts, dim=-1)[:, -plan.seq_len :]
-        windows = (features - self.feature_mean) / self.feature_std
+        # As rnnfleet.data.normalise: in float64 from the stored float32 statistics, then float32.
+        windows = ((features - self.feature_mean.double()) / self.feature_std.double()).float()
         raw = self.network(windows).float()
         outputs = raw.reshape(-1, len(heads.horizons), max(1, len(heads.quantiles)))
         if heads.quantiles:
@@ -306,10 +310,11 @@ class ForecastGraph(nn.Module):
             results["upper"] = self.to_units(high + self.margins)
         if plan.target == "log_return":
             close = bars[:, -1, 3:4]
-            results["forecast_close"] = close * torch.exp(results["forecast"])
+            # Prices stay double: a float32 close of 60,000 has steps of 0.004.
+            results["forecast_close"] = close * torch.exp(results["forecast"].double())
             if plan.coverages:
-                results["forecast_close_lower"] = close.unsqueeze(-1) * torch.exp(results["lower"])
-                results["forecast_close_upper"] = close.unsqueeze(-1) * torch.exp(results["upper"])
+                for bound in ("lower", "upper"):
+                    results[f"forecast_close_{bound}"] = close.unsqueeze(-1) * torch.exp(results[bound].double())
         return tuple(results[name] for name in plan.output_names)
 
 
@@ -317,7 +322,7 @@ def check_features_trace(plan: ExportPlan) -> None:
     """ExportRefused naming a user's feature that is not made of tensor operations: one
     that fails on bars of tensors or returns anything but a tensor of one row per bar."""
     batch, rows = 2, plan.window_bars
-    columns = {name: torch.ones(batch, rows) for name in INPUT_COLUMNS}
+    columns = {name: torch.ones(batch, rows, dtype=torch.float64) for name in INPUT_COLUMNS}
     for reference, feature in zip(plan.feature_references, plan.features, strict=True):
         if reference in GRAPH_FEATURES:
             continue
@@ -339,7 +344,7 @@ def check_features_trace(plan: ExportPlan) -> None:
 def onnx_bytes(graph: ForecastGraph, builder: str) -> bytes:
     """The graph as an ONNX model (TorchScript exporter, opset OPSET, dynamic batch);
     ExportRefused naming the builder when its model does not trace."""
-    example = torch.ones(2, graph.plan.window_bars, len(INPUT_COLUMNS))
+    example = torch.ones(2, graph.plan.window_bars, len(INPUT_COLUMNS), dtype=torch.float64)
     buffer = io.BytesIO()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -398,6 +403,7 @@ def metadata(checkpoint: dict, plan: ExportPlan, model_path: str | os.PathLike, 
         "input_name": INPUT_NAME,
         "input_columns": ",".join(INPUT_COLUMNS),
         "input_shape": f"[batch, {plan.window_bars}, {len(INPUT_COLUMNS)}]",
+        "input_type": "double",
         "seq_len": str(plan.seq_len),
         "window_bars": str(plan.window_bars),
         "target": plan.target,
@@ -415,23 +421,13 @@ def metadata(checkpoint: dict, plan: ExportPlan, model_path: str | os.PathLike, 
     }
 
 
-def float32_bars(bars):
-    """The bars as a platform feeds them: prices and volume rounded to float32."""
-    rounded = bars.copy()
-    for column in INPUT_COLUMNS:
-        if column in rounded.columns:
-            rounded[column] = rounded[column].to_numpy(np.float32).astype(np.float64)
-    rounded.attrs = dict(bars.attrs)
-    return rounded
-
-
 def input_windows(bars, windows: int, window_bars: int) -> np.ndarray:
-    """(windows, window_bars, 5) float32: the windows ending at each of the last `windows` bars
+    """(windows, window_bars, 5) float64: the windows ending at each of the last `windows` bars
     (no volume column: zeros)."""
-    values = np.zeros((len(bars), len(INPUT_COLUMNS)), np.float32)
+    values = np.zeros((len(bars), len(INPUT_COLUMNS)), np.float64)
     for i, column in enumerate(INPUT_COLUMNS):
         if column in bars.columns:
-            values[:, i] = bars[column].to_numpy(np.float32)
+            values[:, i] = bars[column].to_numpy(np.float64)
     ends = range(len(bars) - windows, len(bars))
     return np.stack([values[end - window_bars + 1 : end + 1] for end in ends])
 
@@ -584,7 +580,6 @@ def export_model(
     builder = str(checkpoint["model_config"].get("builder", DEFAULT_BUILDER))
     model_bytes = onnx_bytes(ForecastGraph(network, plan).eval(), builder)
 
-    bars = float32_bars(bars)
     windows = max(1, min(windows, len(bars) - plan.window_bars + 1))
     if len(bars) < plan.window_bars:
         raise UserError(f"{model_path}: {len(bars)} bars, the check needs at least {plan.window_bars}")

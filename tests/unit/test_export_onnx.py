@@ -86,13 +86,9 @@ def build(input_size, hidden_size=8):
 
 @pytest.fixture(scope="module")
 def bars_csv(tmp_path_factory):
-    """A bars CSV whose prices and volumes are float32 numbers (as a platform feeds them), so
-    that rnnfleet predict reads exactly what the ONNX file is given."""
+    """A bars CSV; the ONNX file is given its numbers as they are (double), as rnnfleet predict reads them."""
     path = tmp_path_factory.mktemp("export") / "A_1m.csv"
-    bars = synthetic_bars(ROWS, seed=11)
-    for column in ("open", "high", "low", "close", "volume"):
-        bars[column] = bars[column].to_numpy(np.float32).astype(np.float64)
-    bars.to_csv(path, index=False)  # floats written with repr: they read back exactly
+    synthetic_bars(ROWS, seed=11).to_csv(path, index=False)  # floats written with repr: they read back exactly
     return path
 
 
@@ -116,8 +112,8 @@ def models(bars_csv):
 
 
 def windows_of(csv_path, count: int, window_bars: int) -> np.ndarray:
-    """The last `count` windows of window_bars bars of the CSV, float32 OHLCV, oldest bar first."""
-    values = pd.read_csv(csv_path)[["open", "high", "low", "close", "volume"]].to_numpy(np.float32)
+    """The last `count` windows of window_bars bars of the CSV, float64 OHLCV, oldest bar first."""
+    values = pd.read_csv(csv_path)[["open", "high", "low", "close", "volume"]].to_numpy(np.float64)
     return np.stack([values[end - window_bars : end] for end in range(len(values) - count + 1, len(values) + 1)])
 
 
@@ -170,7 +166,32 @@ def test_onnx_runtime_gives_rnnfleet_predicts_forecasts_bounds_and_prices_at_bat
     assert set(run_file(out, windows[:1])) == expected_outputs
 
 
-def test_the_file_is_float32_opset_17_with_a_dynamic_batch_and_says_what_it_is(models, bars_csv, tmp_path):
+@pytest.mark.parametrize("price", [60_000.0, 0.0001])
+def test_at_the_prices_people_trade_the_file_is_within_1e_5_of_the_target_std_of_predict(price, tmp_path):
+    """Bars at BTC's price level and at a small coin's, fed as the platform has them (double):
+    a float32 input moved a one-minute feature by a tenth of its spread at 60,000."""
+    path = tmp_path / "P_1m.csv"
+    bars = synthetic_bars(ROWS, seed=5)
+    for column in ("open", "high", "low", "close"):
+        bars[column] = bars[column] * (price / bars["close"].iloc[0])
+    bars.to_csv(path, index=False)
+    model_path = trained_model(path, "P_1m", *MODELS["lstm"])
+    out = tmp_path / "P_1m.onnx"
+    exported = export_model(model_path, read_clean_bars(path, None, 0.0), out)
+    assert predict_main(["--model", str(model_path), "--csv", str(path), "--out", str(tmp_path / "f.csv")]) == 0
+    forecasts = pd.read_csv(tmp_path / "f.csv").iloc[-64:].reset_index(drop=True)
+    plan = export_onnx.export_plan(torch.load(model_path, weights_only=True), {})
+    windows = windows_of(path, 64, SEQ_LEN + 1)
+    outputs = run_file(out, windows)
+    target_std = plan.scales.min()
+    assert np.max(np.abs(outputs["forecast"][:, 0] - forecasts["forecast"])) <= 1e-5 * target_std
+    closes = np.abs(outputs["forecast_close"][:, 0] - forecasts["forecast_close"]) / forecasts["close"]
+    assert np.max(closes) <= 1e-9  # double closes: no float32 step of 0.004 at 60,000
+    assert exported.comparison.target_difference <= 1e-5
+    print(f"price {price:g}: {exported.comparison.text()}")
+
+
+def test_the_file_takes_double_bars_at_opset_17_with_a_dynamic_batch_and_says_what_it_is(models, bars_csv, tmp_path):
     model_path, out = models["gru_heads_quantiles"], tmp_path / "A.onnx"
     export_model(model_path, read_clean_bars(bars_csv, None, 0.0), out)
     proto = onnx.load(str(out))
@@ -178,12 +199,19 @@ def test_the_file_is_float32_opset_17_with_a_dynamic_batch_and_says_what_it_is(m
     assert max(entry.version for entry in proto.opset_import if entry.domain in ("", "ai.onnx")) <= 17
     (graph_input,) = proto.graph.input  # the bars only: the initial states are inside the graph
     dims = graph_input.type.tensor_type.shape.dim
-    assert graph_input.name == "bars" and graph_input.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert graph_input.name == "bars" and graph_input.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE
     assert [dims[0].dim_param, dims[1].dim_value, dims[2].dim_value] == ["batch", SEQ_LEN + 1, 5]
-    assert {output.type.tensor_type.elem_type for output in proto.graph.output} == {onnx.TensorProto.FLOAT}
+    types = {output.name: output.type.tensor_type.elem_type for output in proto.graph.output}
+    assert {name for name, kind in types.items() if kind == onnx.TensorProto.DOUBLE} == {
+        "forecast_close",
+        "forecast_close_lower",
+        "forecast_close_upper",
+    }
+    assert {kind for name, kind in types.items() if not name.startswith("forecast_close")} == {onnx.TensorProto.FLOAT}
     described = read_metadata(out)
     assert described["dataset"] == "gru_heads_quantiles" and described["bar_interval"] == "1min"
     assert described["timezone"] == "UTC (assumed)" and described["input_columns"] == "open,high,low,close,volume"
+    assert described["input_type"] == "double"
     assert described["seq_len"] == str(SEQ_LEN) and described["horizons"] == "1,5"
     assert described["quantiles"] == "0.1,0.25,0.5,0.75,0.9" and described["interval_coverages"] == "0.8,0.5"
     assert described["model_sha256"] == hashlib.sha256(model_path.read_bytes()).hexdigest()

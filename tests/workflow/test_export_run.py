@@ -132,21 +132,46 @@ def test_without_onnx_rnnfleet_imports_and_runs_and_export_says_what_to_install(
     assert "requirements-onnx.txt" in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_the_python_example_gives_rnnfleet_predicts_forecast_with_onnx_runtime_alone(exported):
-    """examples/onnx/forecast.py (onnxruntime, numpy, pandas; no rnnfleet, no torch) on an
-    exported file and its dataset's bars: the forecast rnnfleet predict makes at the last bar."""
-    status, _, stderr = rnnfleet(exported, "predict", "--dataset", "B_1m", "--out", "b.csv", "--last", "1")
-    assert status == 0, stderr
-    wanted = pd.read_csv(exported / "b.csv")
-    example = [sys.executable, str(REPO / "examples" / "onnx" / "forecast.py"), "exports/B_1m.onnx", "data/B_1m.csv"]
+def example_forecast(folder, bars_file: str, without_rnnfleet: bool = False) -> tuple[float, float, str]:
+    """(forecast, close, how the bars were read) of examples/onnx/forecast.py on exports/B_1m.onnx."""
+    example = str(REPO / "examples" / "onnx" / "forecast.py")
+    hide = "import runpy, sys; sys.modules['rnnfleet'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    command = [sys.executable, *(["-c", hide] if without_rnnfleet else []), example, "exports/B_1m.onnx", bars_file]
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    result = subprocess.run(example, cwd=exported, capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(command, cwd=folder, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     line = next(line for line in result.stdout.splitlines() if "1 bar(s) ahead:" in line)
     forecast, close = re.search(r"ahead: (\S+) \(close (\S+)\)", line).groups()
+    return float(forecast), float(close), result.stdout.splitlines()[0]
+
+
+def test_the_python_example_gives_rnnfleet_predicts_forecast_from_raw_bars_or_named_columns(exported):
+    """examples/onnx/forecast.py (onnxruntime; no torch) on an exported file: the forecast
+    rnnfleet predict makes at the last bar, from a raw headerless Binance file through
+    rnnfleet's reader, and from a CSV with named columns where rnnfleet cannot be imported."""
+    status, _, stderr = rnnfleet(exported, "predict", "--dataset", "B_1m", "--out", "b.csv", "--last", "1")
+    assert status == 0, stderr
+    wanted = pd.read_csv(exported / "b.csv")
     target_std = float(torch.load(exported / "models" / "B_1m.pt", weights_only=True)["normalisation"]["target_std"])
-    assert abs(float(forecast) - wanted["forecast"].iloc[-1]) < 1e-4 * target_std
-    assert float(close) == pytest.approx(wanted["forecast_close"].iloc[-1], rel=1e-6)
+    bars = pd.read_csv(exported / "data" / "B_1m.csv")
+    open_time = pd.to_datetime(bars["timestamp"]).astype("int64") // 10**6
+    klines = pd.DataFrame(
+        {"open_time": open_time, **{key: bars[key] for key in ("open", "high", "low", "close", "volume")}}
+    )
+    klines["close_time"], klines["quote"], klines["trades"] = open_time + 59_999, 1.0, 7
+    klines["taker_base"], klines["taker_quote"], klines["ignore"] = 0.5, 0.5, 0
+    klines.to_csv(exported / "B-1m-raw.csv", header=False, index=False)  # Binance's 12 columns, no header
+    runs = {
+        "raw Binance": (example_forecast(exported, "B-1m-raw.csv"), "rnnfleet's reader: "),
+        "named columns": (
+            example_forecast(exported, "data/B_1m.csv", without_rnnfleet=True),
+            "a CSV with the header names open, high, low, close, volume",
+        ),
+    }
+    for name, ((forecast, close, how), reader) in runs.items():
+        assert how.startswith(f"bars read with {reader}"), (name, how)
+        assert abs(forecast - wanted["forecast"].iloc[-1]) < 1e-5 * target_std, name
+        assert close == pytest.approx(wanted["forecast_close"].iloc[-1], rel=1e-8), name
 
 
 def test_the_export_bench_runs_end_to_end_and_reports_each_latency():
