@@ -306,7 +306,39 @@ def write_kaggle_bitstamp(bars: pd.DataFrame, path: Path) -> None:
     ).to_csv(path, index=False)
 
 
+def decimal_commas(values: pd.Series, decimals: int = 6) -> list[str]:
+    """Numbers as German software writes them: 2.750,570000 (dots group thousands)."""
+    return [f"{value:,.{decimals}f}".translate(str.maketrans(",.", ".,")) for value in values]
+
+
+def write_european(bars: pd.DataFrame, path: Path) -> None:
+    """A German broker's minute export, laid out as onvista's and Lang & Schwarz's downloads
+    are (no real minute file was found in a public repository to trim): a UTF-8 byte-order
+    mark, `;`, the header in German with a currency column, day-first dates and the times
+    apart, decimal commas, thousands grouped by dots."""
+    frame = pd.DataFrame(
+        {
+            "Datum": bars["timestamp"].dt.strftime("%d.%m.%Y"),
+            "Zeit": bars["timestamp"].dt.strftime("%H:%M"),
+            **{
+                german: decimal_commas(bars[key]) for key, german in zip(BAR_KEYS[:4], EUROPEAN_NAMES[2:6], strict=True)
+            },
+            "Währung": "EUR",
+            "Volumen": decimal_commas(bars["volume"]),
+        }
+    )
+    path.write_bytes(b"\xef\xbb\xbf" + frame.to_csv(sep=";", index=False).encode())
+
+
+EUROPEAN_NAMES = ["Datum", "Zeit", "Eröffnung", "Hoch", "Tief", "Schluss", "Währung", "Volumen"]
+
 REAL_LAYOUTS = {
+    "EUROPEAN_1m": (
+        write_european,
+        ".csv",
+        "auto: header, ';'-delimited, 8 columns, decimal comma, time from columns 'Datum' + 'Zeit' as %d.%m.%Y %H:%M text",
+        True,
+    ),
     "NSE_1m": (
         write_nse,
         ".csv",

@@ -146,7 +146,7 @@ def drop_non_finite(frame, name: str, max_fraction: float, max_fraction_setting:
     # A value that is not a number (a damaged row) was read as NaN (formats.check_numeric).
     not_numeric = frame.attrs.get("not_numeric") or []
     what = "NaN, infinite or non-numeric values" if not_numeric else "NaN or infinite values"
-    examples = "; ".join(f"data row {row} holds {value!r} in column {column}" for row, column, value in not_numeric)
+    examples = "; ".join(f"{place} holds {value!r} in column {column}" for place, column, value in not_numeric)
     where = f" ({examples}{' ...' if n_bad > len(not_numeric) else ''})" if not_numeric else ""
     if n_bad > max_fraction * len(frame):
         raise DataError(

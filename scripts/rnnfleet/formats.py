@@ -93,15 +93,25 @@ BYTE_ORDER_MARKS = (
 )
 MAX_HEADER_ROWS = 3  # yfinance writes three
 # Usual spellings of each column in headers (compared lower-case, without <>), best first.
+# European brokers' exports name them in the user's language (German, French, Spanish,
+# Italian; accents are ignored: Eröffnung, Clôture, Máximo).
 HEADER_ALIASES = {
     "timestamp": ("timestamp", "datetime", "date_time", "time", "open_time", "open time", "gmt time", "local time"),
-    "open": ("open", "o"),
-    "high": ("high", "h"),
-    "low": ("low", "l"),
-    "close": ("close", "c"),
+    "open": ("open", "o", "eroffnung", "eroeffnung", "erster", "ouverture", "apertura"),
+    "high": ("high", "h", "hoch", "haut", "plus haut", "maximo", "massimo"),
+    "low": ("low", "l", "tief", "bas", "plus bas", "minimo"),
+    "close": ("close", "c", "schluss", "schlusskurs", "letzter", "cloture", "cierre", "chiusura"),
     # MetaTrader 5 writes TICKVOL and VOL (exchange volume, 0 for FX): tick volume first.
-    "volume": ("volume", "tickvol", "tick_volume", "vol", "v"),
+    "volume": ("volume", "tickvol", "tick_volume", "vol", "v", "volumen", "umsatz", "volume (stuck)"),
 }
+# Separate date and time columns, where no single column holds the time.
+DATE_NAMES = ("date", "datum", "fecha", "data")
+TIME_NAMES = ("time", "zeit", "uhrzeit", "heure", "hora", "ora")
+# A ';'- or tab-separated file's numbers with a decimal comma (66029,31), thousands maybe
+# grouped by dots (1.234.567,5), as European brokers and spreadsheets write them.
+DECIMAL_COMMA = re.compile(r"[+-]?(\d{1,3}(\.\d{3})+|\d+),\d+")
+THOUSANDS_DOTS = re.compile(r"[+-]?\d{1,3}(\.\d{3})+(,\d+)?")
+DECIMAL_POINT = re.compile(r"[+-]?\d*\.\d+([eE][+-]?\d+)?")
 BASE_VOLUME = re.compile(r"volume_\((?!currency\))[^)]+\)")
 # Bars before this are refused as a misread (a forced epoch unit, a wrong layout), on every path.
 EARLIEST_BAR_TIME = "1980-01-01"
@@ -115,6 +125,7 @@ TEXT_TIME_FORMATS = (
     "%d.%m.%Y %H:%M:%S.%f GMT%z",  # Dukascopy's "Local time" export: its offset, changing at DST
     "%d.%m.%Y %H:%M:%S.%f",  # Dukascopy (day first)
     "%d.%m.%Y %H:%M:%S",
+    "%d.%m.%Y %H:%M",  # European brokers (day first)
     "%Y/%m/%d %H:%M:%S",
     "%Y/%m/%d %H:%M",
     "%m/%d/%Y %H:%M:%S",  # FXCM (month first), tried before day first: see text_times
@@ -166,6 +177,8 @@ class Layout:
     day: str = ""  # QuantConnect Lean: the file's day (YYYYMMDD), its times milliseconds since that midnight
     price_scale: float = 1.0  # QuantConnect Lean's US equity prices are in ten-thousandths
     histdata_like: bool = False  # histdata.com's lines in a file not named as histdata names its own: read as UTC
+    decimal: str = "."  # "," for numbers written 66029,31
+    thousands: str | None = None  # "." where such numbers group thousands (1.234,5)
 
 
 POSITIONS = {key: index for index, key in enumerate(("timestamp", *BAR_KEYS))}
@@ -399,8 +412,8 @@ def requested_layout(columns: dict | None, read_format: dict | None) -> Layout:
     layout = PRESETS.get(settings["preset"], Layout())
     layout = replace(layout, source=settings["preset"])
     named = {key: value for key, value in (columns or {}).items() if DEFAULT_COLUMNS.get(key) != value}
-    if named:
-        layout = replace(layout, columns={**layout.columns, **named}, header=True)
+    if named:  # for the files whose header has them (sniff_text): a headerless file is never read by them
+        layout = replace(layout, columns={**layout.columns, **named})
     if settings["positions"]:
         layout = replace(layout, columns=dict(settings["positions"]))  # a header line is still sniffed
     if settings["header"] != "auto":
@@ -515,29 +528,67 @@ def sniff_text(sample: str, name: str, requested: Layout) -> Layout:
     delimiter = requested.delimiter or sniff_delimiter(lines)
     rows = [split_line(line, delimiter) for line in lines]
     cells = rows[0]
-    header = requested.header if requested.header is not None else not any(map(is_number, cells))
-    layout = replace(requested, header=header, delimiter=delimiter, fields=len(cells), quoted_lines=quoted)
+    decimal, thousands = sniff_decimal(rows, delimiter)
+    # Which cells are numbers, each read as its file writes numbers (1.234,5 with a decimal comma).
+    numeric = [[is_number(as_point_number(cell, decimal, thousands)) for cell in row] for row in rows]
+    header = requested.header if requested.header is not None else not any(numeric[0])
+    layout = replace(
+        requested,
+        header=header,
+        delimiter=delimiter,
+        fields=len(cells),
+        quoted_lines=quoted,
+        decimal=decimal,
+        thousands=thousands,
+    )
+    named = {key: value for key, value in layout.columns.items() if isinstance(value, str)}
     if header:
-        header_rows = 1 + continued_header_rows(rows[1:])
+        header_rows = 1 + continued_header_rows(rows[1:], numeric[1:])
         check_one_ticker(rows[1:header_rows], name)
         layout = replace(layout, header_rows=header_rows)
         if all(isinstance(value, int) for value in layout.columns.values()) and layout.columns:
             return layout  # positions given, header line(s) skipped
         names = header_names(rows[:header_rows])
+        if named and not set(named.values()) & set(names):
+            layout = replace(layout, columns={})  # `columns:` names another file's header, not this one's
         found = match_header(names, name, layout.columns, layout.price_side)
         positions = {key: names.index(column) for key, column in found.items()}
         return replace(layout, columns=found, positions=positions, bid_ask=uses_bid_ask(found, names))
+    layout = replace(layout, columns={key: value for key, value in layout.columns.items() if key not in named})
     if layout.columns:
         return layout
     return sniff_headerless(cells, lines[0], name, layout)
 
 
-def continued_header_rows(rows: list[list[str]]) -> int:
+def sniff_decimal(rows: list[list[str]], delimiter: str) -> tuple[str, str | None]:
+    """(decimal mark, thousands mark or None) of a file's numbers: a decimal comma, and dots
+    as thousands marks (where a later row has 1.234,5), where a file not separated by commas
+    writes its numbers so (66029,31) and none with a decimal point."""
+    if delimiter == ",":
+        return ".", None
+    cells = [cell.strip() for row in rows for cell in row]
+    if not any(DECIMAL_COMMA.fullmatch(cell) for cell in cells):
+        return ".", None
+    if any(DECIMAL_POINT.fullmatch(cell) and not THOUSANDS_DOTS.fullmatch(cell) for cell in cells):
+        return ".", None  # decimal points too: the commas are something else
+    return ",", "."
+
+
+def as_point_number(cell: str, decimal: str, thousands: str | None) -> str:
+    """A cell's number as Python writes it (1234.5 for 1.234,5 in a decimal-comma file)."""
+    if decimal == ".":
+        return cell
+    return cell.replace(thousands, "").replace(",", ".") if thousands else cell.replace(",", ".")
+
+
+def continued_header_rows(rows: list[list[str]], numeric: list[list[bool]] | None = None) -> int:
     """How many of the lines after a header line go on naming the columns (yfinance's
-    `Ticker,SPY,...` and `Datetime,,...`): lines with a first cell and no number, before any data."""
+    `Ticker,SPY,...` and `Datetime,,...`): lines with a first cell and no number, before any
+    data. numeric: which cells are numbers (default: as Python reads them)."""
+    numeric = numeric if numeric is not None else [list(map(is_number, cells)) for cells in rows]
     count = 0
-    for cells in rows[: MAX_HEADER_ROWS - 1]:
-        if not cells or not cells[0] or any(map(is_number, cells)):
+    for cells, numbers in zip(rows[: MAX_HEADER_ROWS - 1], numeric, strict=False):
+        if not cells or not cells[0] or any(numbers):
             break
         count += 1
     return count
@@ -560,7 +611,7 @@ def check_one_ticker(header_rows: list[list[str]], name: str) -> None:
 def header_names(rows: list[list[str]]) -> list[str]:
     """The name of each column: the first line's, unless a later header line holds a usual
     spelling there and the first does not (yfinance: `Price` over `Datetime`)."""
-    known = {alias for aliases in HEADER_ALIASES.values() for alias in aliases} | {"date"}
+    known = {alias for aliases in HEADER_ALIASES.values() for alias in aliases} | set(DATE_NAMES)
     names = []
     for position, first in enumerate(rows[0]):
         below = [cells[position] for cells in rows[1:] if position < len(cells) and cells[position]]
@@ -588,7 +639,11 @@ def is_number(text: str) -> bool:
 
 
 def header_key(name: str) -> str:
-    return name.strip().strip("<>").strip().lower()
+    """A column name as the aliases spell it: stripped, lower-case, <> and accents taken off."""
+    import unicodedata
+
+    plain = unicodedata.normalize("NFKD", name.strip().strip("<>").strip().lower())
+    return "".join(character for character in plain if not unicodedata.combining(character))
 
 
 def bid_ask_columns(header: list[str]) -> dict[tuple[str, str], str]:
@@ -644,10 +699,11 @@ def match_header(header: list[str], name: str, configured: dict, price_side: str
                 missing.append(configured[key])
             continue
         spelling = next((alias for alias in HEADER_ALIASES[key] if alias in by_key), None)
-        if key == "timestamp" and "date" in by_key and (spelling in (None, "time")):
-            found["date"] = by_key["date"]
-            if "time" in by_key:
-                found["time"] = by_key["time"]
+        date_name = next((alias for alias in DATE_NAMES if alias in by_key), None)
+        if key == "timestamp" and date_name and (spelling in (None, "time")):
+            found["date"] = by_key[date_name]
+            if time_name := next((alias for alias in TIME_NAMES if alias in by_key), None):
+                found["time"] = by_key[time_name]
         elif spelling is not None:
             found[key] = by_key[spelling]
         elif key == "volume" and (base := base_volume_column(header)):
@@ -784,6 +840,8 @@ def read_text(stream, name: str, layout: Layout):
             dtype={positions[key]: str for key in text_keys if key in positions},
             encoding=encoding,
             skipinitialspace=True,
+            decimal=layout.decimal,
+            thousands=layout.thousands,
         )
     except pd.errors.EmptyDataError:
         if layout.header:  # nothing after the header line(s)
@@ -882,7 +940,7 @@ def check_numeric(frame, name: str, layout: Layout) -> list[str]:
     """Number columns as numbers: numbers stored as text (a Parquet string column) converted
     in place; a value that is not a number in a column of numbers (a damaged row) made NaN, so
     that its row is dropped and counted like a NaN one (data.drop_non_finite), the first few
-    kept in frame.attrs["not_numeric"] as (data row, column, value); DataError naming the
+    kept in frame.attrs["not_numeric"] as (where: row_place, column, value); DataError naming the
     first where most of a column is not numbers (the layout, not a damaged row). Returns notes
     for the log."""
     import pandas as pd
@@ -897,15 +955,24 @@ def check_numeric(frame, name: str, layout: Layout) -> list[str]:
             bad_row = int(not_numbers[0])
             raise DataError(
                 f"{name}: column {column_label(layout, key)} is not numeric "
-                f"(data row {bad_row + 1} holds {frame[key].iloc[bad_row]!r})"
+                f"({row_place(bad_row, layout)} holds {frame[key].iloc[bad_row]!r})"
             )
-        not_numeric += [(int(row) + 1, column_label(layout, key), str(frame[key].iloc[row])) for row in not_numbers[:3]]
+        not_numeric += [(int(row), column_label(layout, key), str(frame[key].iloc[row])) for row in not_numbers[:3]]
         frame[key] = values
         if not len(not_numbers):  # every value a number, stored as text
             notes.append(f"column {column_label(layout, key)} holds its numbers as text: converted")
     if not_numeric:
-        frame.attrs["not_numeric"] = sorted(not_numeric)[:3]
+        frame.attrs["not_numeric"] = [
+            (row_place(row, layout), column, value) for row, column, value in sorted(not_numeric)[:3]
+        ]
     return notes
+
+
+def row_place(row: int, layout: Layout) -> str:
+    """Where data row `row` (0-based, in file order) is: 'data row N', and in a text file with
+    header lines the file's line too, so that a quoted value can be found in an editor."""
+    line = f" (line {row + 1 + layout.header_rows})" if layout.kind == "csv" and layout.header_rows else ""
+    return f"data row {row + 1}{line}"
 
 
 def take_price_side(frame, layout: Layout):
@@ -1125,6 +1192,8 @@ def describe_layout(layout: Layout) -> str:
         parts = [f"{layout.source}: {shape}, {layout.delimiter!r}-delimited, {layout.fields} columns"]
         if layout.quoted_lines:
             parts.append("each line in quotes")
+        if layout.decimal == ",":
+            parts.append("decimal comma")
         if layout.encoding not in ("utf-8", "utf-8-sig"):
             parts.append(f"{encoding_label(layout.encoding)} text")
     if layout.bid_ask:

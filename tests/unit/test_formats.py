@@ -17,13 +17,16 @@ from conftest import REPO
 from layouts import (
     ASK_SPREAD,
     BAR_KEYS,
+    EUROPEAN_NAMES,
     HISTDATA_DATASET,
     REAL_LAYOUTS,
+    binance,
     file_of,
     headered,
     mt5_frame,
     numbers,
     reference_bars,
+    write_european,
     write_fxcm,
     write_headerless,
     write_real_layouts,
@@ -131,6 +134,52 @@ def test_header_names_from_the_columns_setting(tmp_path):
     np.testing.assert_array_equal(read["close"].to_numpy(), bars["close"].to_numpy())
     with pytest.raises(DataError, match=r"named.csv: missing required column\(s\) timestamp, close; its header is"):
         read_bars(tmp_path / "named.csv")
+
+
+def test_decimal_commas_with_or_without_thousands_dots_are_sniffed_and_read_exactly(tmp_path):
+    bars = reference_bars(50)
+    write_european(bars, tmp_path / "de.csv")  # 2.750,570000: dots group thousands
+    read = read_bars(tmp_path / "de.csv")
+    assert "';'-delimited, 8 columns, decimal comma, time from columns 'Datum' + 'Zeit'" in read.attrs["read_as"]
+    pd.testing.assert_frame_equal(read[BAR_KEYS], numbers(bars))
+    np.testing.assert_array_equal(read["timestamp"].to_numpy(), bars["timestamp"].to_numpy())
+    plain = "Datum;Eröffnung;Hoch;Tief;Schluss;Volumen\n" + "".join(
+        f"07.03.2024 09:{minute:02d};66029,31;66110,00;65990,12;66043,99;12\n" for minute in range(5)
+    )
+    (tmp_path / "plain.csv").write_text(plain)
+    read = read_bars(tmp_path / "plain.csv")
+    assert read["close"].tolist() == [66043.99] * 5 and read["open"].iloc[0] == 66029.31
+    # A ';' file with decimal points keeps them: 1,5 there is not a number rnnfleet guesses at.
+    headered(bars).to_csv(tmp_path / "points.csv", sep=";", index=False)
+    assert "decimal comma" not in read_bars(tmp_path / "points.csv").attrs["read_as"]
+
+
+def test_columns_apply_only_to_files_whose_header_holds_them(tmp_path):
+    """`columns:` set to a German export's names: the headerless Binance file and a plain CSV
+    beside it are read by their own layout, never as if they had that header."""
+    bars = reference_bars(50)
+    german = dict(zip(["date", "time", "open", "high", "low", "close"], EUROPEAN_NAMES[:6], strict=True))
+    german["volume"] = "Volumen"
+    write_european(bars, tmp_path / "de.csv")
+    binance(bars, "ms").to_csv(tmp_path / "binance.csv", header=False, index=False)
+    headered(bars).to_csv(tmp_path / "plain.csv", index=False)
+    for name in ("de.csv", "binance.csv", "plain.csv"):
+        read = read_bars(tmp_path / name, columns=german)
+        pd.testing.assert_frame_equal(read[BAR_KEYS], numbers(bars), obj=name)
+    assert read_bars(tmp_path / "binance.csv", columns=german).attrs["read_as"].startswith("auto: headerless")
+
+
+def test_a_column_of_words_names_its_data_row_and_file_line_and_quotes_that_cell(tmp_path):
+    lines = headered(reference_bars(20)).to_csv(index=False).splitlines()
+    cells = lines[1].split(",")
+    lines = [
+        lines[0],
+        *[",".join([*line.split(",")[:4], f"word{row}", *line.split(",")[5:]]) for row, line in enumerate(lines[1:])],
+    ]
+    (tmp_path / "words.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"column 'close' is not numeric \(data row 1 \(line 2\) holds 'word0'\)"):
+        read_bars(tmp_path / "words.csv")
+    assert cells[4] != "word0"
 
 
 def test_an_unknown_headerless_layout_and_pre_1973_epochs_are_clear_errors(tmp_path):
@@ -277,7 +326,7 @@ def test_words_in_a_parquet_price_column_and_a_short_row_are_one_line_data_error
     frame.loc[7, "close"] = "n/a"  # one damaged row: read as NaN, dropped and counted like one
     frame.to_parquet(tmp_path / "words.parquet", index=False)
     read = read_bars(tmp_path / "words.parquet")
-    assert np.isnan(read["close"].iloc[7]) and read.attrs["not_numeric"] == [(8, "'close'", "n/a")]
+    assert np.isnan(read["close"].iloc[7]) and read.attrs["not_numeric"] == [("data row 8", "'close'", "n/a")]
     kept = drop_non_finite(read, "words.parquet", 0.1)
     assert len(kept) == 19 and kept.attrs["notes"][-1] == (
         "1 row(s) with NaN, infinite or non-numeric values dropped (data row 8 holds 'n/a' in column 'close')"

@@ -21,7 +21,7 @@ CLEANED = {  # trains, after the noted clean-up
     "FEWBAD_1m": ["2 row(s) with NaN or infinite values dropped"],
     # One damaged row among 400 (0.25%, under the default 1%): dropped and named, like a NaN row.
     "TEXTPRICE_1m": [
-        "1 row(s) with NaN, infinite or non-numeric values dropped (data row 9 holds 'abc' in column 'high')"
+        "1 row(s) with NaN, infinite or non-numeric values dropped (data row 9 (line 10) holds 'abc' in column 'high')"
     ],
     # Its last line cut inside its last number, without a line end: left out, the file named.
     "CUT_1m": [f"data/CUT_1m.csv: note: {CUT_LINE}: its last row was left out"],
@@ -61,11 +61,11 @@ def bad_files() -> dict[str, tuple[bytes, str]]:
         ),
         "TEXTCOLUMN_1m": (
             text([lines[0], *(with_cell(lines, row, 2, "abc")[row] for row in range(1, len(lines)))]).encode(),
-            "column 'high' is not numeric (data row 1 holds 'abc')",
+            "column 'high' is not numeric (data row 1 (line 2) holds 'abc')",
         ),
         "MANYTEXT_1m": (
             text(many_text).encode(),
-            "20 of 400 rows hold NaN, infinite or non-numeric values (data row 10 holds 'x' in column 'close'",
+            "20 of 400 rows hold NaN, infinite or non-numeric values (data row 10 (line 11) holds 'x' in column 'close'",
         ),
         "BADTIME_1m": (text(with_cell(lines, 5, 0, "yesterday")).encode(), "has a value that is not a time"),
         "MANYNAN_1m": (text(many_nan).encode(), "20 of 400 rows hold NaN or infinite values"),

@@ -14,7 +14,16 @@ import shutil
 import numpy as np
 import pytest
 from conftest import pending_jobs, snakemake, summary_by_dataset, write_config
-from layouts import REAL_LAYOUTS, SEQ_LEN, headered, preprocess_log, reference_bars, write_nse, write_real_layouts
+from layouts import (
+    REAL_LAYOUTS,
+    SEQ_LEN,
+    binance,
+    headered,
+    preprocess_log,
+    reference_bars,
+    write_nse,
+    write_real_layouts,
+)
 
 from rnnfleet.data import load_arrays
 from rnnfleet.errors import DATA_ERROR_NOTE
@@ -113,3 +122,25 @@ def test_price_side_from_the_command_line_reads_the_ask_side(real_run):
     # and the changed setting makes that dataset's preprocess pending, as from config.yaml
     planned = snakemake(workdir, "-n", "--config", 'format={"price_side": "ask"}').stdout
     assert "FXCM_1m" in pending_jobs(planned, "preprocess")
+
+
+def test_columns_set_to_a_german_exports_names_leave_the_other_files_to_their_own_layout(real_run, tmp_path):
+    """`columns:` naming the German export's header: that file is read by them, the headerless
+    Binance file and the plain CSV beside it by their own layout (before, both were read as if
+    they had the German header and failed)."""
+    workdir, _ = real_run
+    (tmp_path / "data").mkdir()
+    for dataset in ("EUROPEAN_1m", "PLAIN_1m"):
+        shutil.copy(workdir / "data" / f"{dataset}.csv", tmp_path / "data")
+    binance(reference_bars(), "ms").to_csv(tmp_path / "data" / "BINANCE_1m.csv", header=False, index=False)
+    german = {"date": "Datum", "time": "Zeit", "open": "Eröffnung", "high": "Hoch", "low": "Tief"}
+    write_config(tmp_path, data_dir="data", columns={**german, "close": "Schluss", "volume": "Volumen"})
+    snakemake(tmp_path, "inspect")
+    with open(tmp_path / "results" / "inspect.csv", encoding="utf-8") as table:
+        rows = {row["dataset"]: row for row in csv.DictReader(table)}
+    assert {dataset: row["status"] for dataset, row in rows.items()} == dict.fromkeys(
+        ("BINANCE_1m", "EUROPEAN_1m", "PLAIN_1m"), "ok"
+    )
+    assert all(row["bars"] == "400" for row in rows.values())
+    assert rows["BINANCE_1m"]["read_as"].startswith("auto: headerless, ','-delimited, 12 columns")
+    assert "decimal comma" in rows["EUROPEAN_1m"]["read_as"]
