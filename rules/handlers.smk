@@ -68,8 +68,6 @@ logger.debug(
 )
 
 if workflow.is_main_process:
-    # One line per failed job: its own (rnnfleet.workflow.quiet_errors).
-    logger.addFilter(QuietAfterErrorLine())
     # Before Snakemake checks its lock: a lock left by a killed run must not stop this one.
     try:
         ALONE_IN_FOLDER = claim_run_folder(OUTPUT_FOLDERS)
@@ -98,6 +96,10 @@ onstart:
         logger.info,
     )
     load_mlflow_early(config["tracking"]["mlflow"])
+    if workflow.local_exec:
+        # One line per failed job, its own (rnnfleet.workflow.quiet_errors); on a cluster the
+        # job's line is in its cluster log, so Snakemake's report of it stays.
+        logger.addFilter(QuietAfterErrorLine())
 
 
 # The fleet's history (tracking: in the config): once per run that trained anything.

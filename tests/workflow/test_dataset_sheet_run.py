@@ -156,6 +156,9 @@ def test_inspect_and_forecasts_read_a_dataset_with_its_own_time_zone(run):
     assert inspected["ETH"]["read_as"].endswith("naive times in Europe/Athens")
     assert inspected["ETH"]["first"] == "2023-12-31 22:00:00+00:00"
     assert inspected["EUR"]["first"] == "2024-01-01 00:00:00+00:00"
-    assert (
-        "naive times in Europe/Athens; 200 bars, 2023-12-31 22:00" in (run / "logs" / "predict" / "ETH.log").read_text()
+    # The predict job's one line for its two files: joined, read in the sheet's zone, from 22:00 UTC.
+    read_line = next(
+        line for line in (run / "logs" / "predict" / "ETH.log").read_text().splitlines() if "read as" in line
     )
+    assert "read as 2 files joined: " in read_line and "naive times in Europe/Athens; " in read_line, read_line
+    assert " bars, 2023-12-31 22:00 to " in read_line, read_line

@@ -13,8 +13,10 @@ from rnnfleet.workflow.progress import remaining_line, watch_trainings
 
 
 def test_a_run_says_how_many_trainings_are_done_and_about_how_long_the_rest_take(tmp_path):
+    # Each training several times the watch's one-second poll (warm workers train the tiny
+    # defaults in under a second: a poll could see none and then all of them done).
     add_datasets(tmp_path, [f"S{number}_1m" for number in range(4)], rows=2000)
-    write_config(tmp_path, data_dir="data")
+    write_config(tmp_path, data_dir="data", train={"epochs": 100, "patience": 100})
     output = snakemake(tmp_path, "--cores", "1").stderr  # one training at a time: each finishes alone
     lines = re.findall(r"rnnfleet: (\d) of 4 trainings done in \d+ s; about \d+ s left at the rate so far", output)
     assert lines and all(1 <= int(done) < 4 for done in lines), output[-3000:]

@@ -310,6 +310,7 @@ def test_packed_profile_with_the_fleet_start_trains_past_a_failed_pretraining_th
 
     # Three SLURM jobs: the preprocesses together, the pretraining on a GPU (it fails), then
     # the trainings together, from scratch (their own Snakemake leaves the pretrained file out).
+    # On a cluster the job's own line is in its cluster log: Snakemake's report of it stays.
     assert first.returncode != 0 and "Error in rule pretrain" in first.stderr, first.stderr[-3000:]
     jobs = submitted_jobs(first.stderr)
     assert len(jobs) == 3, first.stderr[-3000:]
