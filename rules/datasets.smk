@@ -4,7 +4,7 @@ import json
 import os
 import sys
 
-from rnnfleet.discovery import DATASET_NAME, discover_datasets
+from rnnfleet.bars.discovery import DATASET_NAME, discover_datasets
 from rnnfleet.errors import UserError
 from rnnfleet.workflow.after_failures import not_done_list_if_stale
 from rnnfleet.workflow.config_check import load_schema
@@ -15,7 +15,7 @@ from rnnfleet.settings import DEFAULT_ZONE, without_unused_zone
 SHEET_PATH = config["datasets"]["sheet"]
 SHEET_SCHEMA_PATH = RNNFLEET_DIR / "schemas" / "datasets.schema.yaml"
 # {dataset: its files} and their fingerprints: from the datasets sheet
-# (rnnfleet.workflow.dataset_sheet), else one walk of data_dir (rnnfleet.discovery).
+# (rnnfleet.workflow.dataset_sheet), else one walk of data_dir (rnnfleet.bars.discovery).
 # DATASET_CONFIGS: {dataset: its configuration with the sheet's overrides}, only for the
 # datasets that have any ({} without a sheet: no per-dataset work anywhere).
 try:

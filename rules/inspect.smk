@@ -1,4 +1,4 @@
-from rnnfleet.joining import CHECKSUM_SUFFIX
+from rnnfleet.bars.joining import CHECKSUM_SUFFIX
 
 
 rule inspect:

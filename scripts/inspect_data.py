@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from rnnfleet.inspection import inspect_datasets
+from rnnfleet.bars.inspection import inspect_datasets
 from rnnfleet.runner.orphans import run_job_guard
 
 with run_job_guard("inspect"):

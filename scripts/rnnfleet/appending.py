@@ -10,7 +10,7 @@ Promises:
   - the previous arrays are of this format and were made by this code (the modules that read,
     featurise, measure and split, numpy's and pandas' versions: code_key) with these settings;
   - their files are the first of `files`, in the same order, each unchanged since (its size
-    and modification time, and its .CHECKSUM's, as rnnfleet.bar_cache checks them), and every
+    and modification time, and its .CHECKSUM's, as rnnfleet.bars.bar_cache checks them), and every
     bar of the new files is later than their last bar;
   - every feature is a built-in one and the target one of APPENDABLE_TARGETS: values that a
     bar's own and its previous bar's numbers decide (a user's feature may look further back);
@@ -55,8 +55,8 @@ from rnnfleet.targets import TARGETS
 
 def base_path_for(arrays_path: str | os.PathLike) -> Path:
     """Where the previous arrays are kept for the next job to append to: beside the bars
-    cache (rnnfleet.bar_cache), as Snakemake deletes a job's output before the job runs."""
-    from rnnfleet.bar_cache import cache_path_for
+    cache (rnnfleet.bars.bar_cache), as Snakemake deletes a job's output before the job runs."""
+    from rnnfleet.bars.bar_cache import cache_path_for
 
     cached = cache_path_for(arrays_path)
     return cached.with_name(f"{Path(arrays_path).stem}.arrays.npz")
@@ -90,7 +90,7 @@ def prepared_arrays(data_files: list[str], arrays_path: str, settings: dict) -> 
     """The dataset's arrays (see the module doc) with their settings hash, and the notes for
     the log. A DataError where the only bar the previous arrays lack was read from a cut last
     line and left out (refuse_cut_line_alone)."""
-    from rnnfleet.bar_cache import cache_path_for
+    from rnnfleet.bars.bar_cache import cache_path_for
 
     name = bars_label(data_files, settings.get("dataset", ""))
     previous, why = previous_arrays(base_path_for(arrays_path), data_files, settings)
@@ -107,12 +107,12 @@ def prepared_arrays(data_files: list[str], arrays_path: str, settings: dict) -> 
 
 
 def refuse_cut_line_alone(arrays: PreparedArrays, notes: list[str], previous_path: Path, name: str) -> None:
-    """A DataError naming the file when its cut last line (left out, rnnfleet.formats.CUT_LINE)
+    """A DataError naming the file when its cut last line (left out, rnnfleet.bars.formats.CUT_LINE)
     was the only bar new since the previous arrays (the same settings, rows and last bar):
     without it nothing is new, and a train job would train from scratch on the bars the model
     has seen ("no new bars") while the dry-run said "update". The previous model stays; the
     next run reads the file again once its line is complete."""
-    from rnnfleet.formats import CUT_LINE
+    from rnnfleet.bars.formats import CUT_LINE
 
     cut = [note for note in notes if CUT_LINE in note]
     if not cut or not previous_path.exists():
@@ -138,7 +138,7 @@ def previous_arrays(
 ) -> tuple[PreparedArrays | None, str]:
     """(the previous arrays kept at arrays_path, "") when new bars may be appended to them,
     else (None, why not; "" where there are none)."""
-    from rnnfleet.bar_cache import file_version, same_bytes
+    from rnnfleet.bars.bar_cache import file_version, same_bytes
 
     if not os.path.exists(arrays_path):
         return None, ""
@@ -176,9 +176,9 @@ def append_new_bars(
     (None, why they were not appended)."""
     import pandas as pd
 
+    from rnnfleet.bars.joining import check_one_minute_bars, file_sha256, join_bars
+    from rnnfleet.bars.quality import add_counts, bar_counts, check_measures, measures_of, measures_text
     from rnnfleet.data import file_facts, left_out_note
-    from rnnfleet.joining import check_one_minute_bars, file_sha256, join_bars
-    from rnnfleet.quality import add_counts, bar_counts, check_measures, measures_of, measures_text
 
     base = previous.append_base
     columns, read_format = settings.get("columns"), settings.get("read_format")

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rnnfleet.discovery import freqtrade_layout, period_files_layout
+from rnnfleet.bars.discovery import freqtrade_layout, period_files_layout
 from rnnfleet.errors import UserError
 
 WORKFLOW_FILES = ("Snakefile", "rules", "schemas", "scripts")
@@ -249,7 +249,7 @@ def run_init(args: argparse.Namespace) -> int:
 def layout_found(folder: Path) -> str:
     """How many datasets the new project folder finds, and how its first dataset's first file
     reads (a run reads each file the same way unless format: says otherwise), in one line."""
-    from rnnfleet.formats import read_bars
+    from rnnfleet.bars.formats import read_bars
 
     try:
         _, found = project_datasets(folder, "rnnfleet init")
@@ -401,7 +401,7 @@ def dataset_in_project(name: str, folder: Path, asked_by: str = "") -> tuple[str
 def project_datasets(folder: Path, asked_by: str) -> tuple[dict, dict[str, list[str]]]:
     """(the project folder's configuration with its defaults, {dataset: its bar files}) as a
     run there finds them; UserError in one line, starting with `asked_by`, otherwise."""
-    from rnnfleet.discovery import discover_datasets
+    from rnnfleet.bars.discovery import discover_datasets
     from rnnfleet.workflow.config_check import fill_schema_defaults, load_schema
 
     config, config_path = folder_config(folder)

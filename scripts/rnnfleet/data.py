@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnfleet.bars.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
+from rnnfleet.bars.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
+from rnnfleet.bars.quality import bar_counts, check_quality, measures_text
 from rnnfleet.errors import DataError, UserError
 from rnnfleet.features import BUILTIN_FEATURES, DEFAULT_FEATURES, VOLUME_FEATURES, compute_feature_matrix
-from rnnfleet.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
 from rnnfleet.gaps import SplitPoints, check_gap_windows, find_gaps
-from rnnfleet.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.plugins import imported_sha256
-from rnnfleet.quality import bar_counts, check_quality, measures_text
 from rnnfleet.targets import DEFAULT_TARGET, TARGETS
 
 DEFAULT_TEST_FRACTION = 0.15  # as the schema's preprocess.test_fraction
@@ -83,11 +83,11 @@ class PreparedArrays:
     gap_bars: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     val_end: int = -1  # -1: the end of the rows (no test part)
     test_start: int = -1
-    # The bars' data-quality row (rnnfleet.quality.check_quality): measures and the flags warned of.
+    # The bars' data-quality row (rnnfleet.bars.quality.check_quality): measures and the flags warned of.
     quality: dict = field(default_factory=dict)
     # How the bars were read, for the model file (forecasts read new bars the same way): the
     # `format:` settings (all keys; {} from an array file of an older rnnfleet), the zone the
-    # times were read in (rnnfleet.formats: e.g. "Asia/Tokyo", "UTC (assumed)") and the read line.
+    # times were read in (rnnfleet.bars.formats: e.g. "Asia/Tokyo", "UTC (assumed)") and the read line.
     read_format: dict = field(default_factory=dict)
     timezone: str = ""
     read_as: str = ""
@@ -512,13 +512,13 @@ def read_clean_bars(
 ):
     """The bars that preprocessing, inspection and prediction all start from: of each file
     (its .CHECKSUM verified where it has one) read_bars, then drop_non_finite; several files
-    joined in time order (rnnfleet.joining.join_bars). attrs["sources"]: one line per file,
+    joined in time order (rnnfleet.bars.joining.join_bars). attrs["sources"]: one line per file,
     how it was read and the time range it holds; attrs["read_as"]: how the file(s) were read;
     attrs["timezone"]: the zone(s) their times were read in. cache_path: for several files,
     where the bars of each file are kept and taken from while the file is unchanged
-    (rnnfleet.bar_cache); attrs["reading"] then says what was read and what was taken
+    (rnnfleet.bars.bar_cache); attrs["reading"] then says what was read and what was taken
     (dataset: its name in those lines)."""
-    from rnnfleet.bar_cache import BarCache, reading_key
+    from rnnfleet.bars.bar_cache import BarCache, reading_key
 
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     paths = list(map(str, paths))
@@ -553,7 +553,7 @@ def read_clean_bars(
 def read_files(paths: list[str], columns, max_bad_fraction, read_format, max_bad_fraction_setting, cache):
     """([(path, its bars table)], a source line per file, the lines of the files read rather
     than taken from the cache): read_clean_bars' reading, before the join."""
-    from rnnfleet.bar_cache import file_version
+    from rnnfleet.bars.bar_cache import file_version
 
     frames, sources, read_sources = [], [], []
     for path in paths:
@@ -738,17 +738,18 @@ def arrays_of(
 APPENDABLE_TARGETS = ("log_return", "abs_log_return", "direction")
 # Rows before the new ones computed again from the kept bars and compared with the stored ones.
 CHECK_ROWS = 32
-# The modules whose code decides an array file's numbers (an append needs the same).
+# The modules whose code decides an array file's numbers (an append needs the same), by
+# their path in the package.
 ARRAYS_CODE = (
     "data.py",
     "features.py",
     "targets.py",
-    "quality.py",
+    "bars/quality.py",
     "gaps.py",
-    "joining.py",
-    "formats.py",
+    "bars/joining.py",
+    "bars/formats.py",
     "appending.py",
-    "bar_cache.py",
+    "bars/bar_cache.py",
 )
 
 
@@ -788,9 +789,9 @@ def append_base(frame, features, target: str, warmup: int, seq_len: int, horizon
 
 
 def versioned(facts: dict) -> dict:
-    """A file's facts (file_facts) with its version (rnnfleet.bar_cache.file_version): with
+    """A file's facts (file_facts) with its version (rnnfleet.bars.bar_cache.file_version): with
     its SHA-256, what tells a later job whether the file changed."""
-    from rnnfleet.bar_cache import file_version
+    from rnnfleet.bars.bar_cache import file_version
 
     return {**facts, "version": file_version(facts["path"])}
 

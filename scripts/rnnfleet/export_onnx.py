@@ -61,7 +61,7 @@ from rnnfleet.targets import TARGETS
 INPUT_NAME = "bars"
 INPUT_COLUMNS = ("open", "high", "low", "close", "volume")
 OPSET = 17  # MetaTrader 5's bundled ONNX Runtime runs opsets up to 17 at least (docs/export.md)
-BAR_INTERVAL = "1min"  # rnnfleet trains on 1-minute bars (rnnfleet.joining)
+BAR_INTERVAL = "1min"  # rnnfleet trains on 1-minute bars (rnnfleet.bars.joining)
 CHECK_WINDOWS = 64  # windows of the model's own bars run through ONNX Runtime before a file is written
 # The largest difference allowed between ONNX Runtime and PyTorch, in units of each
 # quantity's own scale (the target's training std; for prices close x that std; for a

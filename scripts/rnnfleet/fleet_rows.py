@@ -90,7 +90,7 @@ def fleet_counts(rows: list[dict[str, str]]) -> FleetCounts | None:
 
 
 def quality_mark(row: dict[str, str]) -> str:
-    """' [data quality: flat_bars 100.0%]' for a dataset flagged by rnnfleet.quality, else ''."""
+    """' [data quality: flat_bars 100.0%]' for a dataset flagged by rnnfleet.bars.quality, else ''."""
     flags = (row.get("quality_flags") or "").strip()
     return f" [data quality: {flags}]" if flags else ""
 

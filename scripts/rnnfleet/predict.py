@@ -35,6 +35,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rnnfleet.bars.formats import (
+    DELIMITERS,
+    FORMAT_DEFAULTS,
+    FORMAT_PRESETS,
+    TIMEZONE_EPOCH,
+    TIMEZONE_IN_FILE,
+    is_time_zone,
+)
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.data import (
     MAX_BAD_FRACTION_KEY,
@@ -47,14 +55,6 @@ from rnnfleet.data import (
     sources_summary,
 )
 from rnnfleet.errors import UserError
-from rnnfleet.formats import (
-    DELIMITERS,
-    FORMAT_DEFAULTS,
-    FORMAT_PRESETS,
-    TIMEZONE_EPOCH,
-    TIMEZONE_IN_FILE,
-    is_time_zone,
-)
 from rnnfleet.heads import Heads, head_column_order
 from rnnfleet.intervals import COVERAGE, horizon_bands, nearest_coverage
 from rnnfleet.model import rebuild_model, vetted_plugins

@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnfleet.bars.joining import file_sha256
 from rnnfleet.errors import ERROR_PREFIX
-from rnnfleet.joining import file_sha256
 
 # The folder of the fleet's files under paths.models: a dataset name never starts with a
-# dot (rnnfleet.discovery.DATASET_NAME), so no dataset's model can clash with them.
+# dot (rnnfleet.bars.discovery.DATASET_NAME), so no dataset's model can clash with them.
 FLEET_FOLDER = ".fleet"
 MODEL_NAME = "pretrained.pt"
 LINEAGE_NAME = "pretrained.json"

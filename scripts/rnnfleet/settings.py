@@ -8,8 +8,8 @@ splits a dataset exactly as the preprocess job does.
 
 from __future__ import annotations
 
-from rnnfleet.formats import FORMAT_DEFAULTS, TIMEZONE_EPOCH, TIMEZONE_IN_FILE
-from rnnfleet.quality import fail_thresholds
+from rnnfleet.bars.formats import FORMAT_DEFAULTS, TIMEZONE_EPOCH, TIMEZONE_IN_FILE
+from rnnfleet.bars.quality import fail_thresholds
 
 # Train settings that change only how fast or where a model trains, not what it learns:
 # they are not params of the train rule, so changing one re-trains nothing.
@@ -89,7 +89,7 @@ def at_later_default(key: str, value) -> bool:
 def preprocess_settings(config: dict) -> dict:
     """What reading, cleaning, featurising and splitting a dataset depend on, as the keyword
     arguments of rnnfleet.data.prepare_dataset (and of the preprocess job). Of `quality:`
-    only the fail thresholds: the warn ones change no arrays (rnnfleet.quality)."""
+    only the fail thresholds: the warn ones change no arrays (rnnfleet.bars.quality)."""
     settings = {
         name: value
         for name, key in PREPROCESS_CONFIG_KEYS.items()

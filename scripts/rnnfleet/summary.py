@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from rnnfleet.bars.quality import QUALITY_COLUMNS, quality_flags
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import (
     DATA_ERROR_NOTE,
@@ -21,7 +22,6 @@ from rnnfleet.errors import (
 from rnnfleet.fleet import fleet_columns
 from rnnfleet.heads import head_column, head_column_order
 from rnnfleet.pretraining import COMPARE_COLUMNS, init_verdicts
-from rnnfleet.quality import QUALITY_COLUMNS, quality_flags
 
 SUMMARY_COLUMNS = (
     "dataset",
@@ -37,7 +37,7 @@ SUMMARY_COLUMNS = (
     "fleet_qvalue",
     "fleet_tests",
     "fleet_correction",
-    "quality_flags",  # the data-quality flags warned of (rnnfleet.quality): a score of degenerate data is suspect
+    "quality_flags",  # the data-quality flags warned of (rnnfleet.bars.quality): a score of degenerate data is suspect
     # The validation part, which chose the epoch: its skill flatters the model.
     "val_loss",
     "naive_val_loss",
@@ -103,7 +103,7 @@ SUMMARY_COLUMNS = (
     "peak_rss_mb",
     "device",
     "rows",
-    # The data-quality measures (rnnfleet.quality.QUALITY_COLUMNS), shares of the bars.
+    # The data-quality measures (rnnfleet.bars.quality.QUALITY_COLUMNS), shares of the bars.
     *(column for column in QUALITY_COLUMNS if column != "quality_flags"),
     "status",  # one of STATUSES
     "error",  # for a dataset that is not ok: the step, and the one line its log ends with

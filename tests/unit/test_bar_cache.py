@@ -1,4 +1,4 @@
-"""The bars cache of a dataset of several files (rnnfleet.bar_cache): files unchanged since they
+"""The bars cache of a dataset of several files (rnnfleet.bars.bar_cache): files unchanged since they
 were read are taken from it, new and changed files are read, and what comes back is what reading
 every file gives (the table, its notes, and the arrays made from it)."""
 
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import rnnfleet.data as data_module
-from rnnfleet.bar_cache import cache_path_for
+from rnnfleet.bars.bar_cache import cache_path_for
 from rnnfleet.data import prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.synthetic import synthetic_bars
 

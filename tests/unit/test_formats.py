@@ -33,9 +33,7 @@ from layouts import (
     write_yfinance,
 )
 
-from rnnfleet.data import DataError, features_for_bars, read_clean_bars
-from rnnfleet.features import DEFAULT_FEATURES
-from rnnfleet.formats import (
+from rnnfleet.bars.formats import (
     FORMAT_DEFAULTS,
     FORMAT_PRESETS,
     PRICE_SIDES,
@@ -47,6 +45,8 @@ from rnnfleet.formats import (
     text_encoding,
     unquoted,
 )
+from rnnfleet.data import DataError, features_for_bars, read_clean_bars
+from rnnfleet.features import DEFAULT_FEATURES
 
 
 def test_every_layout_reads_to_the_same_bars_and_times(every_layout):

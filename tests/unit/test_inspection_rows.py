@@ -9,7 +9,7 @@ import yaml
 from conftest import REPO
 from layouts import headered, reference_bars
 
-from rnnfleet import inspection
+from rnnfleet.bars import inspection
 from rnnfleet.settings import preprocess_settings
 
 

@@ -46,10 +46,14 @@ def package_imports() -> dict[str, set[str]]:
 FRONT_DOOR = ("cli.py",)
 
 
+# The core's stage folders, in the order data flows.
+CORE_STAGES = ("bars", "train")
+
+
 def core_modules() -> list[Path]:
-    """The package's top folder (less the front door) and its train/ package."""
+    """The package's top folder (less the front door) and its stage folders."""
     top = [path for path in PACKAGE.glob("*.py") if path.name not in FRONT_DOOR]
-    return sorted(top + list((PACKAGE / "train").glob("*.py")))
+    return sorted(top + [path for stage in CORE_STAGES for path in (PACKAGE / stage).glob("*.py")])
 
 
 def test_the_core_imports_nothing_of_the_runner_or_the_hooks():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from rnnfleet.formats import FORMAT_DEFAULTS
+from rnnfleet.bars.formats import FORMAT_DEFAULTS
 from rnnfleet.predict import add_format_options
 
 

@@ -1,4 +1,4 @@
-"""The data-quality flags (rnnfleet.quality): each measure, the warn and fail thresholds, where
+"""The data-quality flags (rnnfleet.bars.quality): each measure, the warn and fail thresholds, where
 they are stored (array file, metrics table) and how the report marks a flagged dataset."""
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
-from rnnfleet.errors import DataError
-from rnnfleet.quality import (
+from rnnfleet.bars.quality import (
     QUALITY_DEFAULTS,
     check_quality,
     fail_thresholds,
@@ -21,6 +19,8 @@ from rnnfleet.quality import (
     measure_quality,
     quality_flags,
 )
+from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
+from rnnfleet.errors import DataError
 from rnnfleet.summary import SUMMARY_COLUMNS, metrics_row
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.table_page import write_table_html

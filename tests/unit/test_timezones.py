@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rnnfleet.bars.formats import FORMAT_DEFAULTS, NAIVE_AS_UTC, TIMEZONE_ASSUMED, read_bars
+from rnnfleet.bars.joining import check_one_minute_bars
 from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.errors import UserError
-from rnnfleet.formats import FORMAT_DEFAULTS, NAIVE_AS_UTC, TIMEZONE_ASSUMED, read_bars
 from rnnfleet.gaps import find_gaps
-from rnnfleet.joining import check_one_minute_bars
 from rnnfleet.predict import other_zone_warning, reading_settings
 from rnnfleet.synthetic import synthetic_bars
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import REPO, TINY_CONFIG
 
-from rnnfleet.formats import read_bars
+from rnnfleet.bars.formats import read_bars
 
 FIXTURES = REPO / "tests" / "fixtures" / "freqtrade"
 FORMATS = {

@@ -10,7 +10,7 @@ import json
 from conftest import snakemake
 from layouts import HISTDATA_DATASET, ODD_CASES, ROWS
 
-from rnnfleet.formats import HISTDATA_LIKE_NOTE
+from rnnfleet.bars.formats import HISTDATA_LIKE_NOTE
 
 
 def test_inspect_tables_every_dataset_without_training(every_layout, layouts_run):

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from conftest import copy_of_run, pending_jobs, snakemake, write_config
 
+from rnnfleet.bars.discovery import dataset_name, discover_datasets
 from rnnfleet.data import load_arrays, read_clean_bars
-from rnnfleet.discovery import dataset_name, discover_datasets
 from rnnfleet.errors import DataError, UserError
 from rnnfleet.synthetic import synthetic_bars
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import REPO, decoded, planned_jobs, report_results, snakemake, summary_by_dataset, write_config
 
-from rnnfleet.formats import NAIVE_AS_UTC
+from rnnfleet.bars.formats import NAIVE_AS_UTC
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 
 # TOKYO: naive times in Asia/Tokyo (the sheet says so); PLAIN: naive times, no zone anywhere.

@@ -287,7 +287,7 @@ def scored_metrics(dataset: str, arrays: PreparedArrays, scored: Fit, model_hpar
         "epochs_run": trained.epochs_run,
         "train_seconds": trained.train_seconds,
         "rows": arrays.rows,
-        **arrays.quality,  # the data-quality flags (rnnfleet.quality)
+        **arrays.quality,  # the data-quality flags (rnnfleet.bars.quality)
         "train_windows": len(windows.train),
         "val_windows": len(windows.val),
         "setup_seconds": trained.setup_seconds,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from rnnfleet.formats import is_time_zone
+from rnnfleet.bars.formats import is_time_zone
 
 TYPE_NAMES = {
     "integer": "an integer",

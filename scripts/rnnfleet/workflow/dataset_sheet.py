@@ -18,7 +18,7 @@ Promises:
 - Datasets with the same overrides share one configuration object, so what is built from it
   (the jobs' settings) is built once per distinct set of overrides, not once per dataset.
 - No data file is opened: one stat per named path and one glob per glob, one stat per file
-  (its size and time make the dataset's fingerprint, as in rnnfleet.discovery).
+  (its size and time make the dataset's fingerprint, as in rnnfleet.bars.discovery).
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rnnfleet.discovery import (
+from rnnfleet.bars.discovery import (
     MAX_DATASET_NAME_BYTES,
     Datasets,
     check_data_dir,
     fingerprint_of,
     is_bar_file_name,
 )
+from rnnfleet.bars.joining import CHECKSUM_SUFFIX
 from rnnfleet.errors import UserError
-from rnnfleet.joining import CHECKSUM_SUFFIX
 from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS
 from rnnfleet.workflow.config_check import (
     allowed_values,

@@ -36,10 +36,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rnnfleet.bars.formats import is_number
 from rnnfleet.errors import one_line
 from rnnfleet.evaluation import BEATS
 from rnnfleet.fleet import BEATS_AFTER, as_number
-from rnnfleet.formats import is_number
 from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE
 from rnnfleet.summary import datasets_written_since
 

@@ -38,10 +38,10 @@ def zone_free_datasets(zones: dict[str, str], arrays_path_of, files_of=None) -> 
     """Of {dataset: its format.timezone}, the datasets whose zone is set (not auto) and
     whose array file records zone-free times (sorted). files_of(dataset): (its files, its
     `columns:`, its `format:`), for a dataset without an array file yet: zone-free when the
-    first lines of every file give epoch times or times with their zone (rnnfleet.formats.
+    first lines of every file give epoch times or times with their zone (rnnfleet.bars.formats.
     head_times_zone_free), so that its first run records the default zone as well and a zone
     removed later re-runs nothing either."""
-    from rnnfleet.formats import head_times_zone_free
+    from rnnfleet.bars.formats import head_times_zone_free
 
     def zone_free(dataset: str) -> bool:
         arrays_path = arrays_path_of(dataset)

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 
+from rnnfleet.bars.formats import COMPRESSED_SUFFIXES, READABLE_SUFFIXES, TEXT_SUFFIXES
+from rnnfleet.bars.joining import CHECKSUM_SUFFIX
 from rnnfleet.errors import UserError
-from rnnfleet.formats import COMPRESSED_SUFFIXES, READABLE_SUFFIXES, TEXT_SUFFIXES
-from rnnfleet.joining import CHECKSUM_SUFFIX
 
 # A dataset name becomes part of output paths: no path separators, no leading dot,
 # nothing a shell or a file system could misread.
@@ -73,7 +73,7 @@ EXPORTER_NAMES = (
 PERIOD_EXPORTERS = ("Dukascopy export",)
 
 
-# QuantConnect Lean's minute trade files (rnnfleet.formats.LEAN_PATH): one dataset per ticker
+# QuantConnect Lean's minute trade files (rnnfleet.bars.formats.LEAN_PATH): one dataset per ticker
 # where data_dir is a Lean data folder and neither `pattern` nor `datasets.files` finds files.
 LEAN_FILES = "*/*/minute/{dataset}/*_trade.zip"
 # The trees of period files that datasets.files serves, as `rnnfleet init` tries them on a
@@ -120,7 +120,7 @@ def exporters_dataset_name(file_name: str) -> tuple[str, str]:
 
 
 def is_bar_file_name(file_name: str) -> bool:
-    """A name rnnfleet reads (rnnfleet.formats.READABLE_SUFFIXES), not hidden."""
+    """A name rnnfleet reads (rnnfleet.bars.formats.READABLE_SUFFIXES), not hidden."""
     return not file_name.startswith(".") and file_name.lower().endswith(READABLE_SUFFIXES)
 
 

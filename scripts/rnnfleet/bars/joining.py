@@ -1,4 +1,4 @@
-"""A dataset of several files (rnnfleet.discovery): checksums, joining in time order, the log lines.
+"""A dataset of several files (rnnfleet.bars.discovery): checksums, joining in time order, the log lines.
 
 Promises:
 - verify_checksum: where `<file>.CHECKSUM` sits beside a data file (Binance Data Vision:
@@ -19,8 +19,8 @@ import os
 
 import numpy as np
 
+from rnnfleet.bars.formats import BAR_KEYS
 from rnnfleet.errors import DataError
-from rnnfleet.formats import BAR_KEYS
 
 CHECKSUM_SUFFIX = ".CHECKSUM"
 ONE_MINUTE_NS = 60 * 10**9

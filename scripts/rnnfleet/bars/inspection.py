@@ -5,7 +5,7 @@ for every dataset, how its file was read, its bars, first and last time, median 
 spacing, the zone its times were read in ("UTC (assumed)" beside the read line's "naive
 times read as UTC (set format.timezone)" when nothing gave one), gaps (preprocess.max_gap),
 rows dropped and why, the training, validation and test windows the current train.seq_len
-leaves, and its data-quality flags (rnnfleet.quality: the measures, and in quality_flags those
+leaves, and its data-quality flags (rnnfleet.bars.quality: the measures, and in quality_flags those
 warned of); a file that cannot be read, or whose quality fails a `quality:` threshold, gets its
 one-line problem instead, and nothing that goes wrong with one dataset stops the table of the
 others. Reading, cleaning, features, gaps and the split are the preprocess job's own code.
@@ -18,6 +18,9 @@ import sys
 
 import numpy as np
 
+from rnnfleet.bars.formats import NAIVE_AS_UTC, TIMEZONE_ASSUMED
+from rnnfleet.bars.joining import check_one_minute_bars
+from rnnfleet.bars.quality import QUALITY_COLUMNS, check_quality, measure_quality
 from rnnfleet.data import (
     bar_features,
     bars_label,
@@ -29,10 +32,7 @@ from rnnfleet.data import (
     split_settings,
 )
 from rnnfleet.errors import UserError, one_line
-from rnnfleet.formats import NAIVE_AS_UTC, TIMEZONE_ASSUMED
 from rnnfleet.gaps import duration_text, find_gaps, window_numbers
-from rnnfleet.joining import check_one_minute_bars
-from rnnfleet.quality import QUALITY_COLUMNS, check_quality, measure_quality
 
 INSPECT_COLUMNS = (
     "dataset",

@@ -49,8 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rnnfleet.bars.shared_folders import shared_folder_refusal
 from rnnfleet.errors import DataError, one_line
-from rnnfleet.shared_folders import shared_folder_refusal
 
 PRICE_KEYS = ("open", "high", "low", "close")
 DEFAULT_COLUMNS = {
@@ -1204,7 +1204,7 @@ def describe_layout(layout: Layout) -> str:
 
 
 def conflicting_timestamps(frame) -> int:
-    """Timestamps the frame holds more than once with different values (rnnfleet.quality
+    """Timestamps the frame holds more than once with different values (rnnfleet.bars.quality
     flags them)."""
     repeated = frame[frame["timestamp"].duplicated(keep=False)]
     if repeated.empty:
@@ -1216,7 +1216,7 @@ def conflicting_timestamps(frame) -> int:
 def sorted_unique_by_time(frame, notes: list[str]):
     """Rows in time order, exact duplicate timestamps dropped keeping the last;
     attrs["conflicting_duplicates"]: how many of those timestamps held different bars
-    (rnnfleet.quality flags them)."""
+    (rnnfleet.bars.quality flags them)."""
     if not frame["timestamp"].is_monotonic_increasing:
         frame = frame.sort_values("timestamp", kind="stable")
         notes.append("rows were not in time order and were sorted")

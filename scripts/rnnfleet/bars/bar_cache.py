@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.joining import CHECKSUM_SUFFIX, file_sha256
+from rnnfleet.bars.joining import CHECKSUM_SUFFIX, file_sha256
 
 CACHE_FOLDER = "bars"
 # The modules whose code reads a file into its bars (read_bars, drop_non_finite, the checksum).
-READER_FILES = ("formats.py", "joining.py", "data.py")
-# The bar columns a cached table can hold, in the reader's order (rnnfleet.formats.BAR_KEYS).
+READER_FILES = ("bars/formats.py", "bars/joining.py", "data.py")  # by their path in the package
+# The bar columns a cached table can hold, in the reader's order (rnnfleet.bars.formats.BAR_KEYS).
 VALUE_KEYS = ("open", "high", "low", "close", "volume")
 
 
@@ -60,7 +60,7 @@ def reading_key(columns: dict | None, read_format: dict | None, max_bad_fraction
 
     code = hashlib.sha256()
     for name in READER_FILES:
-        code.update((Path(__file__).parent / name).read_bytes())
+        code.update((Path(__file__).parents[1] / name).read_bytes())
     described = {
         "columns": columns,
         "format": read_format,
