@@ -4,14 +4,14 @@
     .venv/bin/python bench/bench_export.py --old-runtime /path/to/other-venv/bin/python   # + an older runtime
 
 Trains the default model (LSTM 2x64, seq 60, one horizon, one epoch: the weights do not
-change the cost) on `--rows` synthetic one-minute bars, exports it (rnnfleet.export_onnx,
+change the cost) on `--rows` synthetic one-minute bars, exports it (rnnfleet.forecast.export_onnx,
 which checks it against rnnfleet predict first), and times, each the median of `--reps`
 rounds that run each measurement in turn (the machine's load moves both sides alike), one
 torch thread and one ONNX Runtime thread:
 
 - `onnx`: InferenceSession.run on the last window, and on the last `--batch` windows at once;
 - `predict`: rnnfleet predict's forecasts of the same bars in this process, the model loaded
-  and the bars read (rnnfleet.predict.forecast_frame, --last 1 and --last batch: features,
+  and the bars read (rnnfleet.forecast.predict.forecast_frame, --last 1 and --last batch: features,
   normalisation, network, intervals, the table);
 - `command`: a fresh process each: `rnnfleet predict --last 1` on the bars file against
   examples/onnx/forecast.py (onnxruntime, numpy and pandas only) on the same file.
@@ -106,9 +106,9 @@ def main() -> None:
     import torch
 
     from rnnfleet.data import read_clean_bars
-    from rnnfleet.export_onnx import export_model, input_windows
+    from rnnfleet.forecast.export_onnx import export_model, input_windows
+    from rnnfleet.forecast.predict import forecast_frame
     from rnnfleet.model import rebuild_model
-    from rnnfleet.predict import forecast_frame
     from rnnfleet.train.modelfile import load_checkpoint
 
     torch.set_num_threads(1)

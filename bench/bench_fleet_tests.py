@@ -1,6 +1,6 @@
 """How often the per-dataset tests call a skill-less model better than its baseline.
 
-The fleet's correction (rnnfleet.fleet) adjusts each dataset's Diebold-Mariano p-value; the
+The fleet's correction (rnnfleet.scores.multiple_testing) adjusts each dataset's Diebold-Mariano p-value; the
 correction keeps its promise only if those p-values are not too small under the null. This
 simulates loss differentials with mean zero and the dependence of minute data: returns
 GARCH(1,1) with Student t(4) shocks, and a persistent AR(1) forecast against its mirror
@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-from rnnfleet import evaluation  # noqa: E402
+from rnnfleet.scores import test_period  # noqa: E402
 
 
 def garch_returns(rng: np.random.Generator, windows: int) -> np.ndarray:
@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> None:
     for series in range(args.series):
         actual, forecast = garch_returns(rng, args.windows), persistent_forecast(rng, args.windows)
         model, baseline = (forecast - actual) ** 2, (-forecast - actual) ** 2  # equal expected loss
-        statistic, p_value = evaluation.diebold_mariano(model, baseline, args.lag)
+        statistic, p_value = test_period.diebold_mariano(model, baseline, args.lag)
         one_sided.append(p_value / 2 if statistic < 0 else 1 - p_value / 2)
-        low, _ = evaluation.bootstrap_skill_interval(model, baseline, args.lag, args.resamples, series)
+        low, _ = test_period.bootstrap_skill_interval(model, baseline, args.lag, args.resamples, series)
         bootstrap_wins += low > 0
     one_sided = np.asarray(one_sided)
     print(f"{args.series} series of {args.windows} windows, lag {args.lag}: share called better than the baseline")

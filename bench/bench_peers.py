@@ -17,7 +17,7 @@ Lightning's default) and in bf16 (`neuralforecast-bf16`, precision "bf16-mixed")
 runs in both (`fp32`, and `snakemake` with train.amp auto: bf16 where the CPU computes it
 natively). The ratios at equal precision come first: the others mix the precision's speed-up
 into the comparison. Both test skills are
-computed on the same test windows against the same naive baseline (rnnfleet.evaluation).
+computed on the same test windows against the same naive baseline (rnnfleet.scores.test_period).
 The peer's wall time is its whole program (imports, processes, fits, forecasts), as
 rnnfleet's is its whole run (Snakemake, preprocessing, training, scores, table, figures).
 
@@ -150,12 +150,12 @@ def peer_skill(forecasts: list[float], test: dict) -> float:
     baseline of the log-return target (a zero return, 0 in scaled units)."""
     import numpy as np
 
-    from rnnfleet import evaluation
+    from rnnfleet.scores import test_period
 
     outputs = np.asarray(forecasts, np.float64)[test["rows"]]
-    losses = evaluation.window_losses(outputs, test["actual"], classification=False)
-    naive = evaluation.window_losses(np.zeros_like(outputs), test["actual"], classification=False)
-    return evaluation.skill(losses, naive)
+    losses = test_period.window_losses(outputs, test["actual"], classification=False)
+    naive = test_period.window_losses(np.zeros_like(outputs), test["actual"], classification=False)
+    return test_period.skill(losses, naive)
 
 
 def run_peer(args: argparse.Namespace, python: Path, arrays: Path, work: Path, tests: dict, precision: str) -> dict:

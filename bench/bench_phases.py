@@ -89,8 +89,10 @@ class PhaseClock:
 
 def wrap_job_phases(clock: PhaseClock) -> None:
     """The clocks of the breakdown: every function a preprocess and a train job spend time in."""
-    from rnnfleet import appending, data, evaluation, intervals, predict
+    from rnnfleet import appending, data
+    from rnnfleet.forecast import predict
     from rnnfleet.runner import jobs
+    from rnnfleet.scores import intervals, test_period
     from rnnfleet.train import evaluate as scoring
     from rnnfleet.train import fit as fitting
     from rnnfleet.train import loop as training
@@ -124,9 +126,9 @@ def wrap_job_phases(clock: PhaseClock) -> None:
         (intervals, "calibration_scores", "interval calibration"),
         (intervals, "head_calibration", "interval calibration"),
         (scoring, "score_test_period", "test scoring's own"),
-        (evaluation, "bootstrap_skill_interval", "bootstrap: test skill"),
+        (test_period, "bootstrap_skill_interval", "bootstrap: test skill"),
         (intervals, "bootstrap_skill_interval", "bootstrap: interval coverage"),
-        (evaluation, "diebold_mariano", "Diebold-Mariano"),
+        (test_period, "diebold_mariano", "Diebold-Mariano"),
         (scoring, "test_series", "test series"),
         (scoring, "pinball_scores", "pinball scores"),
         (fitting, "refit_on_all_rows", "refit"),
@@ -199,9 +201,9 @@ RUN_END_PHASES = (
 
 def wrap_run_end_phases(clock: PhaseClock) -> None:
     """The clocks of what a run's end makes once over every dataset (summarize, plots)."""
-    from rnnfleet import fleet_charts, loss_curves, plots, summary
+    from rnnfleet.report import charts, loss_curves, plots, summary
 
-    modules = {"summary": summary, "plots": plots, "loss_curves": loss_curves, "fleet_charts": fleet_charts}
+    modules = {"summary": summary, "plots": plots, "loss_curves": loss_curves, "fleet_charts": charts}
     for module, name, phase in RUN_END_PHASES:
         clock.wrap(modules[module], name, phase)
 
@@ -209,8 +211,8 @@ def wrap_run_end_phases(clock: PhaseClock) -> None:
 def run_end_seconds(config: dict, work: Path, clock: PhaseClock) -> dict[str, float]:
     """The table and the figures of every dataset in `work`, made once as a run's end makes
     them (the figures in one process): the seconds of each phase."""
-    from rnnfleet.plots import draw_report_figures
-    from rnnfleet.summary import write_summary
+    from rnnfleet.report.plots import draw_report_figures
+    from rnnfleet.report.summary import write_summary
 
     metrics = sorted(str(path) for path in (work / "metrics").glob("*.json"))
     results = work / "results"

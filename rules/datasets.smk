@@ -74,7 +74,7 @@ SUMMARY_HTML = f"{PATHS['results']}/metrics.html"
 SKILL_PLOT = f"{PATHS['results']}/skill.png"
 COVERAGE_PLOT = f"{PATHS['results']}/coverage.png"
 LOSS_CURVES = f"{PATHS['results']}/loss_curves"
-# SVG written without a plotting library (rnnfleet.svg_chart, rnnfleet.loss_curves.LOSS_CURVE_FORMAT):
+# SVG written without a plotting library (rnnfleet.report.svg_chart, rnnfleet.report.loss_curves.LOSS_CURVE_FORMAT):
 # small in a .zip report (bench/bench_report.py), sharp at any zoom, a few milliseconds a curve
 LOSS_CURVE_FORMAT = "svg"
 NOT_DONE = f"{PATHS['results']}/not_done.txt"  # see rnnfleet.workflow.after_failures
@@ -82,7 +82,7 @@ FORECASTS = (
     f"{PATHS['results']}/forecasts.csv"  # every dataset's forecast at its last bar
 )
 # The report's start page: the template, and the page made from it with the fleet's
-# verdicts (rnnfleet.start_page.write_start_page), which the report shows once it is there.
+# verdicts (rnnfleet.report.start_page.write_start_page), which the report shows once it is there.
 START_TEMPLATE = str(RNNFLEET_DIR / "report" / "workflow.rst")
 START_PAGE = f"{PATHS['results']}/report_start.rst"
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"

@@ -1,4 +1,4 @@
-# export.onnx: each model also as one ONNX file (rnnfleet.export_onnx, docs/export.md), made
+# export.onnx: each model also as one ONNX file (rnnfleet.forecast.export_onnx, docs/export.md), made
 # again when its model changes. A job of its own per dataset, after that dataset's training
 # only and below every training in priority: a failing export costs its own file alone.
 EXPORT = f"{PATHS['exports']}/{{dataset}}.onnx"

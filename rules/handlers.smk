@@ -26,7 +26,7 @@ from rnnfleet.workflow.recovery import (
     mark_run_working,
     stop_jobs_on_signals,
 )
-from rnnfleet.summary import print_run_summary
+from rnnfleet.report.summary import print_run_summary
 from rnnfleet.workflow.quiet_errors import QuietAfterErrorLine
 from rnnfleet.workflow.progress import metrics_of_planned_trainings, watch_trainings
 from rnnfleet.workflow.tracking import (

@@ -2,7 +2,7 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from rnnfleet.plots import draw_report_figures
+from rnnfleet.report.plots import draw_report_figures
 from rnnfleet.runner.orphans import run_job_guard
 
 with run_job_guard("report figures"):

@@ -2,8 +2,8 @@ import sys
 
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
+from rnnfleet.report.summary import write_summary
 from rnnfleet.runner.orphans import run_job_guard
-from rnnfleet.summary import write_summary
 
 with run_job_guard("summary"):
     write_summary(

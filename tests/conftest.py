@@ -49,7 +49,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def is_svg(data: bytes) -> bool:
-    """An SVG document (the loss curves, rnnfleet.svg_chart)."""
+    """An SVG document (the loss curves, rnnfleet.report.svg_chart)."""
     return data.startswith(b"<?xml") and b"<svg " in data[:1000]
 
 

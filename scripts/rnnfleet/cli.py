@@ -538,12 +538,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["predict"]:  # its own options and --help (rnnfleet.predict)
-        from rnnfleet.predict import main as predict_main
+    if argv[:1] == ["predict"]:  # its own options and --help (rnnfleet.forecast.predict)
+        from rnnfleet.forecast.predict import main as predict_main
 
         return predict_main(argv[1:], prog="rnnfleet predict", find_dataset=dataset_in_project)
-    if argv[:1] == ["export"]:  # its own options (rnnfleet.export_onnx; onnx is imported only there)
-        from rnnfleet.export_onnx import main as export_main
+    if argv[:1] == ["export"]:  # its own options (rnnfleet.forecast.export_onnx; onnx is imported only there)
+        from rnnfleet.forecast.export_onnx import main as export_main
 
         return export_main(
             argv[1:],

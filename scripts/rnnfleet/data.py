@@ -101,7 +101,7 @@ class PreparedArrays:
     row_times: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     # The features (before normalisation, float64) of the last seq_len bars, up to the file's
     # last bar (which has no target yet), and that bar's time: the window the fleet's
-    # forecast is made from (rnnfleet.predict.forecast_at_last_bar). Empty / -1 in array
+    # forecast is made from (rnnfleet.forecast.predict.forecast_at_last_bar). Empty / -1 in array
     # files written before they were kept.
     latest_features: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     latest_time: int = -1

@@ -12,7 +12,7 @@ Promises:
 - head_column_order() puts the forecast tables' columns of heads in one order (horizons
   numerically); head_column() names an earlier rnnfleet's such column as it is named now;
 - pairs() are the quantiles that bound a central interval (q and 1 - q): those intervals
-  are calibrated (rnnfleet.intervals) and scored on the test period.
+  are calibrated (rnnfleet.scores.intervals) and scored on the test period.
 """
 
 from __future__ import annotations

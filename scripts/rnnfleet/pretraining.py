@@ -564,7 +564,7 @@ FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE = (
 def first_horizon_losses(arrays, result, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """(the model's, the naive baseline's) loss on each test window, of the first horizon's
     point forecast; result: a fit's evaluation (rnnfleet.train.evaluate.Evaluated)."""
-    from rnnfleet.evaluation import window_losses
+    from rnnfleet.scores.test_period import window_losses
     from rnnfleet.targets import TARGETS
     from rnnfleet.train.evaluate import horizon_arrays, horizon_outputs
 
@@ -607,7 +607,7 @@ def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams:
     validation losses only; the test windows (the same for both) give the paired difference."""
     from dataclasses import replace
 
-    from rnnfleet.evaluation import bootstrap_block, diebold_mariano, skill
+    from rnnfleet.scores.test_period import bootstrap_block, diebold_mariano, skill
 
     fleet_result, scratch_result = fleet_fit.evaluated, scratch_fit.evaluated
     fleet_val, scratch_val = early_stopping_loss(fleet_fit), early_stopping_loss(scratch_fit)
@@ -640,10 +640,10 @@ def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams:
 
 def init_verdicts(rows: list[dict], method: str, fdr: float) -> list[dict]:
     """The table's rows with init_qvalue and init_verdict over the datasets compared (status
-    ok, an init_dm_pvalue): their p-values adjusted as fleet_verdict's (rnnfleet.fleet)."""
+    ok, an init_dm_pvalue): their p-values adjusted as fleet_verdict's (rnnfleet.scores.multiple_testing)."""
     import math
 
-    from rnnfleet.fleet import adjusted_p_values, as_number
+    from rnnfleet.scores.multiple_testing import adjusted_p_values, as_number
 
     p_values = [as_number(row.get("init_dm_pvalue")) if row.get("status", "ok") == "ok" else math.nan for row in rows]
     if all(math.isnan(value) for value in p_values):
@@ -661,10 +661,10 @@ def init_verdicts(rows: list[dict], method: str, fdr: float) -> list[dict]:
 
 
 def init_headline(rows: list[dict]) -> str:
-    """The report's first line with train.compare_init (rnnfleet.start_page.write_start_page): how
+    """The report's first line with train.compare_init (rnnfleet.report.start_page.write_start_page): how
     often the fleet's start beat scratch after the fleet's correction, was worse, how often
     one model for all beat both, and the fits' training time; '' without a comparison."""
-    from rnnfleet.fleet import as_number
+    from rnnfleet.scores.multiple_testing import as_number
 
     compared = [row for row in rows if row.get("init_verdict")]
     if not compared:

@@ -1,4 +1,4 @@
-"""Verdicts over the fleet (rnnfleet.fleet): Benjamini-Hochberg and Benjamini-Yekutieli
+"""Verdicts over the fleet (rnnfleet.scores.multiple_testing): Benjamini-Hochberg and Benjamini-Yekutieli
 against hand-computed q-values and the 1995 paper's example, the deflated Sharpe ratio
 against Bailey and Lopez de Prado's worked example, and the table's fleet columns."""
 
@@ -9,7 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from rnnfleet import evaluation, fleet, fleet_charts, fleet_rows, start_page, table_page
+from rnnfleet.report import charts, start_page, table_page
+from rnnfleet.report import rows as report_rows
+from rnnfleet.scores import multiple_testing, test_period
 
 # Benjamini and Hochberg (1995), section 4: 15 p-values of a clinical trial; at 0.05 the
 # procedure rejects the four smallest (Bonferroni: three).
@@ -18,27 +20,27 @@ BH_1995 += [0.4262, 0.5719, 0.6528, 0.7590, 1.0000]
 
 
 def test_benjamini_hochberg_rejects_the_four_of_the_1995_example():
-    q_values = fleet.adjusted_p_values(BH_1995, "bh")
+    q_values = multiple_testing.adjusted_p_values(BH_1995, "bh")
     assert [q <= 0.05 for q in q_values] == [True] * 4 + [False] * 11
 
 
 def test_adjusted_p_values_by_hand_in_the_order_given():
     # sorted 0.01, 0.03, 0.04, 0.20 -> m/j * p = 0.04, 0.06, 0.0533, 0.20 -> running minimum from the top
     p_values = [0.01, 0.04, 0.03, 0.20]
-    assert fleet.adjusted_p_values(p_values, "bh") == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.20])
+    assert multiple_testing.adjusted_p_values(p_values, "bh") == pytest.approx([0.04, 0.16 / 3, 0.16 / 3, 0.20])
     harmonic = 1 + 1 / 2 + 1 / 3 + 1 / 4
-    assert fleet.adjusted_p_values(p_values, "by") == pytest.approx(
+    assert multiple_testing.adjusted_p_values(p_values, "by") == pytest.approx(
         [0.04 * harmonic, 0.16 / 3 * harmonic, 0.16 / 3 * harmonic, 0.20 * harmonic]
     )
-    assert fleet.adjusted_p_values([0.9, 0.95], "by") == [1.0, 1.0]  # capped at 1
+    assert multiple_testing.adjusted_p_values([0.9, 0.95], "by") == [1.0, 1.0]  # capped at 1
 
 
 def test_a_missing_p_value_is_not_counted():
-    q_values = fleet.adjusted_p_values([math.nan, 0.01, 0.04], "bh")
+    q_values = multiple_testing.adjusted_p_values([math.nan, 0.01, 0.04], "bh")
     assert math.isnan(q_values[0]) and q_values[1:] == pytest.approx([0.02, 0.04])
-    assert all(math.isnan(q) for q in fleet.adjusted_p_values([math.nan], "bh"))
+    assert all(math.isnan(q) for q in multiple_testing.adjusted_p_values([math.nan], "bh"))
     with pytest.raises(ValueError, match="method"):
-        fleet.adjusted_p_values([0.1], "bonferroni")
+        multiple_testing.adjusted_p_values([0.1], "bonferroni")
 
 
 def test_the_procedure_keeps_the_share_of_false_calls_under_its_rate():
@@ -48,17 +50,17 @@ def test_the_procedure_keeps_the_share_of_false_calls_under_its_rate():
     shares = []
     for _ in range(200):
         p_values = np.concatenate([rng.uniform(size=900), rng.uniform(size=100) * 1e-3])
-        rejected = np.asarray(fleet.adjusted_p_values(p_values.tolist(), "bh")) <= 0.1
+        rejected = np.asarray(multiple_testing.adjusted_p_values(p_values.tolist(), "bh")) <= 0.1
         shares.append(rejected[:900].sum() / max(1, rejected.sum()))
     assert np.mean(shares) <= 0.1
     assert np.mean(shares) > 0.05  # not trivially zero: the procedure is not over-strict
 
 
 def test_fleet_verdict_goes_by_the_sign_of_the_statistic():
-    assert fleet.fleet_verdict(0.01, -3.0, 0.1) == fleet.BEATS_AFTER
-    assert fleet.fleet_verdict(0.01, 3.0, 0.1) == fleet.WORSE_AFTER
-    assert fleet.fleet_verdict(0.2, -3.0, 0.1) == fleet.NOT_DISTINGUISHABLE_AFTER
-    assert fleet.fleet_verdict(math.nan, -3.0, 0.1) == ""
+    assert multiple_testing.fleet_verdict(0.01, -3.0, 0.1) == multiple_testing.BEATS_AFTER
+    assert multiple_testing.fleet_verdict(0.01, 3.0, 0.1) == multiple_testing.WORSE_AFTER
+    assert multiple_testing.fleet_verdict(0.2, -3.0, 0.1) == multiple_testing.NOT_DISTINGUISHABLE_AFTER
+    assert multiple_testing.fleet_verdict(math.nan, -3.0, 0.1) == ""
 
 
 def test_deflated_sharpe_of_the_papers_example():
@@ -66,17 +68,17 @@ def test_deflated_sharpe_of_the_papers_example():
     of 2.5 over 1,250 daily returns (skew -3, kurtosis 10), the best of 100 trials whose
     annualised Sharpe ratios have variance 0.5: the expected best of 100 is 0.1132 per day
     (1.79 annualised) and the deflated Sharpe ratio 0.90."""
-    benchmark = fleet.expected_max_sharpe(100, 0.5 / 250)
+    benchmark = multiple_testing.expected_max_sharpe(100, 0.5 / 250)
     assert benchmark == pytest.approx(0.1132, abs=5e-4)
-    deflated = fleet.probabilistic_sharpe(2.5 / math.sqrt(250), benchmark, 1250, -3.0, 10.0)
+    deflated = multiple_testing.probabilistic_sharpe(2.5 / math.sqrt(250), benchmark, 1250, -3.0, 10.0)
     assert deflated == pytest.approx(0.9004, abs=2e-3)
 
 
 def test_expected_max_sharpe_is_the_mean_best_of_skill_less_trials():
     rng = np.random.default_rng(1)
     simulated = rng.standard_normal((20_000, 100)).max(axis=1).mean() * 0.2
-    assert fleet.expected_max_sharpe(100, 0.04) == pytest.approx(simulated, rel=0.02)
-    assert fleet.expected_max_sharpe(1, 0.04) == 0.0
+    assert multiple_testing.expected_max_sharpe(100, 0.04) == pytest.approx(simulated, rel=0.02)
+    assert multiple_testing.expected_max_sharpe(1, 0.04) == 0.0
 
 
 def test_the_best_sharpe_ratio_by_luck_is_that_of_the_best_of_skill_less_datasets():
@@ -85,21 +87,23 @@ def test_the_best_sharpe_ratio_by_luck_is_that_of_the_best_of_skill_less_dataset
     rng = np.random.default_rng(2)
     returns = rng.standard_normal((2000, 50, 200))
     best = (returns.mean(axis=2) / returns.std(axis=2, ddof=1)).max(axis=1).mean()
-    assert fleet.expected_max_sharpe(50, fleet.luck_variance([200.0] * 50)) == pytest.approx(best, rel=0.03)
-    assert fleet.luck_variance([]) == 0.0
+    assert multiple_testing.expected_max_sharpe(50, multiple_testing.luck_variance([200.0] * 50)) == pytest.approx(
+        best, rel=0.03
+    )
+    assert multiple_testing.luck_variance([]) == 0.0
 
 
 def test_probabilistic_sharpe_at_the_benchmark_is_one_half():
-    assert fleet.probabilistic_sharpe(0.1, 0.1, 500, 0.0, 3.0) == pytest.approx(0.5)
-    assert math.isnan(fleet.probabilistic_sharpe(0.1, 0.0, 1, 0.0, 3.0))
+    assert multiple_testing.probabilistic_sharpe(0.1, 0.1, 500, 0.0, 3.0) == pytest.approx(0.5)
+    assert math.isnan(multiple_testing.probabilistic_sharpe(0.1, 0.0, 1, 0.0, 3.0))
 
 
 def test_sharpe_moments_by_hand():
-    moments = fleet.sharpe_moments(np.array([1.0, 2.0, 3.0, 4.0]))
+    moments = multiple_testing.sharpe_moments(np.array([1.0, 2.0, 3.0, 4.0]))
     assert moments["sharpe"] == pytest.approx(2.5 / np.std([1, 2, 3, 4], ddof=1))
     assert moments["skew"] == pytest.approx(0.0)
     assert moments["kurtosis"] == pytest.approx(1.64)  # (2 * 1.5**4 + 2 * 0.5**4) / 4 / 1.25**2
-    assert math.isnan(fleet.sharpe_moments(np.array([1.0, 1.0]))["sharpe"])
+    assert math.isnan(multiple_testing.sharpe_moments(np.array([1.0, 1.0]))["sharpe"])
 
 
 def test_fleet_columns_count_only_the_datasets_with_a_test():
@@ -111,16 +115,16 @@ def test_fleet_columns_count_only_the_datasets_with_a_test():
     ]
     for row in rows[:2]:
         row.update(test_sharpe_trades=400, test_trade_skew=0.0, test_trade_kurtosis=3.0)
-    filled = fleet.fleet_columns(rows, "bh", 0.1)
+    filled = multiple_testing.fleet_columns(rows, "bh", 0.1)
     assert [row["fleet_tests"] for row in filled] == [2, 2, 2, 2]
     assert filled[0]["fleet_qvalue"] == pytest.approx(0.002)
-    assert filled[0]["fleet_verdict"] == fleet.BEATS_AFTER
-    assert filled[1]["fleet_verdict"] == fleet.NOT_DISTINGUISHABLE_AFTER
+    assert filled[0]["fleet_verdict"] == multiple_testing.BEATS_AFTER
+    assert filled[1]["fleet_verdict"] == multiple_testing.NOT_DISTINGUISHABLE_AFTER
     assert filled[2]["fleet_qvalue"] == filled[2]["fleet_verdict"] == filled[3]["fleet_verdict"] == ""
-    by_luck = fleet.expected_max_sharpe(2, 1 / 399)
+    by_luck = multiple_testing.expected_max_sharpe(2, 1 / 399)
     assert filled[0]["fleet_sharpe_by_luck"] == pytest.approx(by_luck)
     assert filled[0]["test_sharpe_deflated_prob"] == pytest.approx(
-        fleet.probabilistic_sharpe(0.2, by_luck, 400, 0.0, 3.0)
+        multiple_testing.probabilistic_sharpe(0.2, by_luck, 400, 0.0, 3.0)
     )
     assert "test_sharpe_deflated_prob" not in filled[2]
 
@@ -132,40 +136,40 @@ def fleet_table_rows() -> list[dict[str, str]]:
     """Three rows as the plots job reads them: a winner after the correction, one that beats
     its baseline alone only (ranked above the winner by skill) and one not distinguishable."""
     rows = [
-        {"dataset": "LUCKY", "test_skill": "0.09", "test_verdict": evaluation.BEATS, "test_dm_pvalue": "0.03",
+        {"dataset": "LUCKY", "test_skill": "0.09", "test_verdict": test_period.BEATS, "test_dm_pvalue": "0.03",
          "test_dm_stat": "-2.2"},
-        {"dataset": "REAL", "test_skill": "0.05", "test_verdict": evaluation.BEATS, "test_dm_pvalue": "0.0001",
+        {"dataset": "REAL", "test_skill": "0.05", "test_verdict": test_period.BEATS, "test_dm_pvalue": "0.0001",
          "test_dm_stat": "-3.9"},
-        {"dataset": "FLAT", "test_skill": "0.01", "test_verdict": evaluation.NOT_DISTINGUISHABLE,
+        {"dataset": "FLAT", "test_skill": "0.01", "test_verdict": test_period.NOT_DISTINGUISHABLE,
          "test_dm_pvalue": "0.6", "test_dm_stat": "-0.5"},
     ]  # fmt: skip
     for row in rows:
         row.update(test_skill_low="-0.1", test_skill_high="0.2", status="ok")
-    return [{key: str(value) for key, value in row.items()} for row in fleet.fleet_columns(rows, "bh", 0.1)]
+    return [{key: str(value) for key, value in row.items()} for row in multiple_testing.fleet_columns(rows, "bh", 0.1)]
 
 
 def test_the_winners_after_the_correction_rank_first_apart_from_the_rest(tmp_path):
     rows = fleet_table_rows()  # q-values: REAL 3 * 0.0001, LUCKY 3 / 2 * 0.03 = 0.045, FLAT 0.6
     assert [row["fleet_verdict"] for row in rows] == [
-        fleet.BEATS_AFTER,
-        fleet.BEATS_AFTER,
-        fleet.NOT_DISTINGUISHABLE_AFTER,
+        multiple_testing.BEATS_AFTER,
+        multiple_testing.BEATS_AFTER,
+        multiple_testing.NOT_DISTINGUISHABLE_AFTER,
     ]
-    rows[0]["fleet_verdict"] = fleet.NOT_DISTINGUISHABLE_AFTER  # as at a stricter rate
-    assert [row["dataset"] for row in fleet_rows.best_first(rows)] == ["REAL", "LUCKY", "FLAT"]
-    assert [fleet_rows.verdict_class(row) for row in rows] == ["lucky", "winner", "unclear"]
+    rows[0]["fleet_verdict"] = multiple_testing.NOT_DISTINGUISHABLE_AFTER  # as at a stricter rate
+    assert [row["dataset"] for row in report_rows.best_first(rows)] == ["REAL", "LUCKY", "FLAT"]
+    assert [report_rows.verdict_class(row) for row in rows] == ["lucky", "winner", "unclear"]
     table_page.write_table_html(rows, list(rows[0]), tmp_path / "table.html")
     lines = [line for line in (tmp_path / "table.html").read_text().splitlines() if line.startswith("<tr class")]
     assert [line.split('"')[1] for line in lines] == ["winner", "divider", "lucky", "unclear"]
     assert "Above: the 1 that beat the baseline after the fleet correction" in lines[1]
-    fleet_charts.draw_skill_overview(rows, tmp_path / "skill.png")
+    charts.draw_skill_overview(rows, tmp_path / "skill.png")
     assert (tmp_path / "skill.png").stat().st_size > 1000
 
 
 def test_the_headline_counts_the_winners_before_and_after_and_those_luck_gives(tmp_path):
     rows = fleet_table_rows()
-    rows[0]["fleet_verdict"] = fleet.NOT_DISTINGUISHABLE_AFTER
-    counts = fleet_rows.fleet_counts(rows)
+    rows[0]["fleet_verdict"] = multiple_testing.NOT_DISTINGUISHABLE_AFTER
+    counts = report_rows.fleet_counts(rows)
     assert (counts.tested, counts.alone, counts.after, counts.method, counts.rate) == (
         3, 2, 1, "Benjamini-Hochberg", 0.1
     )  # fmt: skip
@@ -182,7 +186,7 @@ def test_the_headline_counts_the_winners_before_and_after_and_those_luck_gives(t
         in start
     )
     assert start.index("**The fleet.**") < start.index("More.")
-    assert fleet_rows.fleet_counts([{"dataset": "A", "val_skill": "0.1"}]) is None
+    assert report_rows.fleet_counts([{"dataset": "A", "val_skill": "0.1"}]) is None
 
 
 def test_a_large_fleets_skill_chart_is_a_distribution_with_the_winners_named(tmp_path, monkeypatch):
@@ -200,18 +204,18 @@ def test_a_large_fleets_skill_chart_is_a_distribution_with_the_winners_named(tmp
     for row in rows:
         skill = 0.1 if row["dataset"].startswith("REAL") else rng.normal(0, 0.01)
         row.update(test_skill=skill, test_skill_low=skill - 0.02, test_skill_high=skill + 0.02)
-        row["test_verdict"] = evaluation.verdict(row["test_skill_low"], row["test_skill_high"])
-    table = [{key: str(value) for key, value in row.items()} for row in fleet.fleet_columns(rows, "bh", 0.1)]
+        row["test_verdict"] = test_period.verdict(row["test_skill_low"], row["test_skill_high"])
+    table = [{key: str(value) for key, value in row.items()} for row in multiple_testing.fleet_columns(rows, "bh", 0.1)]
     texts = []
     monkeypatch.setattr("matplotlib.axes.Axes.text", lambda axes, *args, **kwargs: texts.append(args[2]))
     forest = []
     monkeypatch.setattr("matplotlib.axes.Axes.errorbar", lambda axes, *args, **kwargs: forest.append(args))
-    fleet_charts.draw_skill_overview(table, tmp_path / "skill.png")
+    charts.draw_skill_overview(table, tmp_path / "skill.png")
     assert (tmp_path / "skill.png").stat().st_size > 1000 and forest == []  # a histogram: no bars
     (listed,) = texts
-    winners = sum(row["fleet_verdict"] == fleet.BEATS_AFTER for row in table)
+    winners = sum(row["fleet_verdict"] == multiple_testing.BEATS_AFTER for row in table)
     assert winners >= 20 and listed.startswith("Winners after the fleet correction:\nREAL")
-    assert listed.count("\n") == fleet_charts.MAX_NAMED_WINNERS + 1 and f"... and {winners - 15} more" in listed
+    assert listed.count("\n") == charts.MAX_NAMED_WINNERS + 1 and f"... and {winners - 15} more" in listed
 
 
 def test_the_fleets_numbers_count_what_the_table_says():
@@ -250,7 +254,7 @@ def test_the_fleets_numbers_say_how_the_forecast_intervals_held():
 
 
 def test_a_forecasts_row_says_why_a_dataset_has_no_forecast_and_names_only_model_files_that_are_there(tmp_path):
-    from rnnfleet.summary import forecast_row
+    from rnnfleet.report.summary import forecast_row
 
     pattern = str(tmp_path / "{dataset}.pt")
     for name in "ABC":
@@ -275,7 +279,7 @@ def test_a_forecasts_row_from_an_earlier_rnnfleets_metrics_has_todays_column_nam
     """docs/outputs.md, "Renamed columns": a model trained before the forecast tables shared
     one vocabulary (its metrics name the heads' columns after the target's forecast column,
     and lack the target's name and the interval's coverage) still gives today's columns."""
-    from rnnfleet.summary import forecast_row, write_forecasts
+    from rnnfleet.report.summary import forecast_row, write_forecasts
 
     heads = {f"forecast_log_return_h{h}{suffix}": h for h in (1, 15, 5) for suffix in ("", "_q95", "_low_90", "_q5")}
     row = {

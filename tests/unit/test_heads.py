@@ -1,4 +1,4 @@
-"""Several horizons and quantiles (rnnfleet.heads, rnnfleet.intervals, rnnfleet.train.evaluate): the
+"""Several horizons and quantiles (rnnfleet.heads, rnnfleet.scores.intervals, rnnfleet.train.evaluate): the
 pinball loss, non-crossing quantiles and conformalised quantile intervals against
 hand-computed cases, the binomial interval of a coverage, the targets of several horizons,
 and the settings that keep a project without heads exactly as it was."""
@@ -12,11 +12,11 @@ import pytest
 import torch
 from conftest import TINY_ROWS, schema_defaults
 
-from rnnfleet import intervals
 from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
+from rnnfleet.forecast.predict import forecast_at_last_bar
 from rnnfleet.heads import Heads, heads_of_settings, pinball, pinball_losses
-from rnnfleet.predict import forecast_at_last_bar
+from rnnfleet.scores import intervals
 from rnnfleet.settings import preprocess_settings, train_hyper_parameters
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.targets import TARGETS

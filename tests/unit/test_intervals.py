@@ -1,4 +1,4 @@
-"""Forecast intervals by split-conformal calibration (rnnfleet.intervals): the finite-sample
+"""Forecast intervals by split-conformal calibration (rnnfleet.scores.intervals): the finite-sample
 rank by hand, the coverage it promises on exchangeable errors, and how the test period's
 coverage is scored."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from rnnfleet import intervals
+from rnnfleet.scores import intervals
 
 
 def test_the_half_width_is_the_ceil_n_plus_one_c_th_smallest_score():

@@ -47,7 +47,7 @@ FRONT_DOOR = ("cli.py",)
 
 
 # The core's stage folders, in the order data flows.
-CORE_STAGES = ("bars", "train")
+CORE_STAGES = ("bars", "train", "scores", "forecast", "report")
 
 
 def core_modules() -> list[Path]:
@@ -91,7 +91,7 @@ def test_the_fit_reaches_neither_predict_nor_the_runner():
         for imported in graph[todo.pop()] - reached:
             reached.add(imported)
             todo.append(imported)
-    assert sorted(name for name in reached if name.startswith(("rnnfleet.predict", "rnnfleet.runner"))) == []
+    assert sorted(name for name in reached if name.startswith(("rnnfleet.forecast.predict", "rnnfleet.runner"))) == []
 
 
 def test_the_core_reads_without_sockets_locks_or_snakemake():
@@ -131,7 +131,8 @@ def test_the_layout_check_sees_a_circle_and_an_outer_import(tmp_path, monkeypatc
         test_the_core_imports_nothing_of_the_runner_or_the_hooks()
     (package / "train").mkdir()
     (package / "train" / "fit.py").write_text("from rnnfleet.b import x\n")  # b reaches predict through a function
-    (package / "b.py").write_text("def f():\n    from rnnfleet.predict import forecast_at_last_bar\n")
-    (package / "predict.py").write_text("")
-    with pytest.raises(AssertionError, match=r"rnnfleet.predict"):
+    (package / "b.py").write_text("def f():\n    from rnnfleet.forecast.predict import forecast_at_last_bar\n")
+    (package / "forecast").mkdir()
+    (package / "forecast" / "predict.py").write_text("")
+    with pytest.raises(AssertionError, match=r"rnnfleet.forecast.predict"):
         test_the_fit_reaches_neither_predict_nor_the_runner()

@@ -1,4 +1,4 @@
-"""The report's figures drawn in this process (rnnfleet.plots and the modules it calls): each loss curve fitted to its own
+"""The report's figures drawn in this process (rnnfleet.report.plots and the modules it calls): each loss curve fitted to its own
 data, many drawn in parallel exactly as one process draws them, and datasets without a model.
 The report of a real run: tests/workflow/test_report.py.
 """
@@ -13,10 +13,10 @@ import pytest
 from conftest import PNG_SIGNATURE, REPO, SVG_NAMESPACE, svg_texts
 
 import rnnfleet.checkpoint
-import rnnfleet.loss_curves
-from rnnfleet import svg_chart
-from rnnfleet.loss_curves import MIN_CURVES_PER_PROCESS, draw_loss_curves, loss_curve_panels
-from rnnfleet.plots import draw_report_figures
+import rnnfleet.report.loss_curves
+from rnnfleet.report import svg_chart
+from rnnfleet.report.loss_curves import MIN_CURVES_PER_PROCESS, draw_loss_curves, loss_curve_panels
+from rnnfleet.report.plots import draw_report_figures
 
 
 def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_gives(tmp_path):
@@ -50,26 +50,26 @@ def test_each_loss_curve_spans_its_own_data_and_is_the_one_a_figure_of_its_own_g
 def test_many_loss_curves_are_drawn_in_parallel_as_one_process_draws_them(tmp_path, monkeypatch):
     workers = []
 
-    class CountingPool(rnnfleet.loss_curves.ProcessPoolExecutor):
+    class CountingPool(rnnfleet.report.loss_curves.ProcessPoolExecutor):
         def __init__(self, max_workers):
             workers.append(max_workers)
             super().__init__(max_workers=max_workers)
 
-    monkeypatch.setattr(rnnfleet.loss_curves, "ProcessPoolExecutor", CountingPool)
-    monkeypatch.setattr(rnnfleet.loss_curves.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(rnnfleet.report.loss_curves, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(rnnfleet.report.loss_curves.os, "cpu_count", lambda: 2)
     metrics_paths = []
     for index in range(2 * MIN_CURVES_PER_PROCESS):
         metrics = {"dataset": f"D{index}", "naive_val_loss": 1.0, "skill": 0.1, "best_epoch": 1, "val_loss": 0.9}
         metrics["history"] = [{"epoch": e, "train_loss": 1 / e + index, "val_loss": 0.9, "seconds": 1} for e in (1, 2)]
         (tmp_path / f"D{index}.json").write_text(json.dumps(metrics))
         metrics_paths.append(str(tmp_path / f"D{index}.json"))
-    drawn = rnnfleet.loss_curves.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4)
+    drawn = rnnfleet.report.loss_curves.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4)
     assert workers == [2]  # capped by the CPUs
     assert sorted(path.name for path in drawn) == sorted(f"D{index}.svg" for index in range(len(metrics_paths)))
     draw_loss_curves(metrics_paths, tmp_path / "one")
     for path in drawn:
         assert path.read_bytes() == (tmp_path / "one" / path.name).read_bytes()
-    assert rnnfleet.loss_curves.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4) == []
+    assert rnnfleet.report.loss_curves.refresh_loss_curves(metrics_paths, tmp_path / "parallel", processes=4) == []
 
 
 def test_an_earlier_rnnfleets_png_curve_is_replaced_by_an_svg_one(tmp_path):
@@ -78,7 +78,7 @@ def test_an_earlier_rnnfleets_png_curve_is_replaced_by_an_svg_one(tmp_path):
     (tmp_path / "D.json").write_text(json.dumps(metrics))
     (tmp_path / "curves").mkdir()
     (tmp_path / "curves" / "D.png").write_bytes(PNG_SIGNATURE)  # newer than its metrics, but a PNG
-    (svg,) = rnnfleet.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves")
+    (svg,) = rnnfleet.report.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves")
     assert [path.name for path in (tmp_path / "curves").iterdir()] == ["D.svg"]
     assert svg.read_bytes().startswith(b"<?xml") and svg_texts(svg)[0] == "D: validation skill +0.1000"
 
@@ -89,11 +89,11 @@ def test_loss_curves_are_not_synced_to_the_disk_and_an_empty_one_is_drawn_again(
     (tmp_path / "D.json").write_text(json.dumps(metrics))
     synced = []
     monkeypatch.setattr(rnnfleet.checkpoint.os, "fsync", synced.append)
-    (curve,) = rnnfleet.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves")
+    (curve,) = rnnfleet.report.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves")
     assert synced == [] and curve.stat().st_size > 0
-    assert rnnfleet.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves") == []
+    assert rnnfleet.report.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves") == []
     curve.write_bytes(b"")  # what a power cut after the rename may leave of a file not synced
-    assert rnnfleet.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves") == [curve]
+    assert rnnfleet.report.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves") == [curve]
     assert curve.read_bytes().startswith(b"<?xml")
 
 

@@ -21,9 +21,9 @@ from rnnfleet.bars.quality import (
 )
 from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.errors import DataError
-from rnnfleet.summary import SUMMARY_COLUMNS, metrics_row
+from rnnfleet.report.summary import SUMMARY_COLUMNS, metrics_row
+from rnnfleet.report.table_page import write_table_html
 from rnnfleet.synthetic import synthetic_bars
-from rnnfleet.table_page import write_table_html
 
 ROWS = 400
 

@@ -1,5 +1,5 @@
 """Honest scores: the three-part split and its embargo, the test-period statistics
-(rnnfleet.evaluation) against hand-computed cases, no test bar reaching training, refused
+(rnnfleet.scores.test_period) against hand-computed cases, no test bar reaching training, refused
 old array and model files, the forest chart."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import torch
 import yaml
 from conftest import REPO
 
-from rnnfleet import evaluation
 from rnnfleet.data import DataError, prepare_dataset, split_and_normalise, split_points
 from rnnfleet.errors import UserError
 from rnnfleet.gaps import window_numbers
+from rnnfleet.scores import test_period
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
 from rnnfleet.train.loop import LoopSettings
@@ -78,47 +78,47 @@ def test_fractions_that_leave_nothing_to_train_are_refused_naming_both_keys():
 
 
 def test_skill_is_one_minus_the_loss_ratio():
-    assert evaluation.skill(np.array([1.0, 1.0]), np.array([2.0, 2.0])) == 0.5
-    assert evaluation.skill(np.array([3.0]), np.array([2.0])) == -0.5
-    assert math.isnan(evaluation.skill(np.array([1.0]), np.array([0.0])))
+    assert test_period.skill(np.array([1.0, 1.0]), np.array([2.0, 2.0])) == 0.5
+    assert test_period.skill(np.array([3.0]), np.array([2.0])) == -0.5
+    assert math.isnan(test_period.skill(np.array([1.0]), np.array([0.0])))
 
 
 def test_window_losses_are_squared_error_and_log_loss():
-    np.testing.assert_allclose(evaluation.window_losses(np.array([1.0, -2.0]), np.array([0.5, 1.0]), False), [0.25, 9])
+    np.testing.assert_allclose(test_period.window_losses(np.array([1.0, -2.0]), np.array([0.5, 1.0]), False), [0.25, 9])
     # logit 0 -> p = 0.5 -> log 2 either way; logit log(3) -> p = 0.75: -log(0.75) for a 1, -log(0.25) for a 0
     logits, labels = np.array([0.0, 0.0, math.log(3), math.log(3)]), np.array([1.0, 0.0, 1.0, 0.0])
     expected = [math.log(2), math.log(2), -math.log(0.75), -math.log(0.25)]
-    np.testing.assert_allclose(evaluation.window_losses(logits, labels, True), expected)
+    np.testing.assert_allclose(test_period.window_losses(logits, labels, True), expected)
 
 
 def test_diebold_mariano_by_hand():
     model, baseline = np.array([1.0, 2.0, 3.0, 4.0]), np.zeros(4)  # d = 1, 2, 3, 4; mean 2.5
     # lag 0: gamma_0 = (2.25 + 0.25 + 0.25 + 2.25) / 4 = 1.25; statistic 2.5 / sqrt(1.25 / 4)
-    statistic, p_value = evaluation.diebold_mariano(model, baseline, lag=0)
+    statistic, p_value = test_period.diebold_mariano(model, baseline, lag=0)
     assert statistic == pytest.approx(2.5 / math.sqrt(1.25 / 4))
     assert p_value == pytest.approx(math.erfc(statistic / math.sqrt(2)))
     # lag 1: gamma_1 = (-1.5 * -0.5 + -0.5 * 0.5 + 0.5 * 1.5) / 4 = 0.3125, Bartlett weight 1/2:
     # variance 1.25 + 2 * 0.5 * 0.3125 = 1.5625; statistic 2.5 / sqrt(1.5625 / 4) = 4
-    assert evaluation.diebold_mariano(model, baseline, lag=1)[0] == pytest.approx(4.0)
-    statistic, p_value = evaluation.diebold_mariano(np.array([1.0, 3.0]), np.array([3.0, 1.0]), lag=0)
+    assert test_period.diebold_mariano(model, baseline, lag=1)[0] == pytest.approx(4.0)
+    statistic, p_value = test_period.diebold_mariano(np.array([1.0, 3.0]), np.array([3.0, 1.0]), lag=0)
     assert statistic == 0 and p_value == 1
-    assert all(math.isnan(value) for value in evaluation.diebold_mariano(np.ones(5), np.zeros(5), lag=2))
+    assert all(math.isnan(value) for value in test_period.diebold_mariano(np.ones(5), np.zeros(5), lag=2))
 
 
 def test_the_block_is_shortened_on_short_test_periods_to_give_ten_blocks():
-    assert [evaluation.bootstrap_block(60, windows) for windows in (6000, 600, 300, 25, 5)] == [60, 60, 30, 2, 1]
+    assert [test_period.bootstrap_block(60, windows) for windows in (6000, 600, 300, 25, 5)] == [60, 60, 30, 2, 1]
 
 
 def test_block_sums_are_circular():
-    np.testing.assert_array_equal(evaluation.block_sums(np.array([1.0, 2.0, 3.0, 4.0]), 3), [6, 9, 8, 7])
+    np.testing.assert_array_equal(test_period.block_sums(np.array([1.0, 2.0, 3.0, 4.0]), 3), [6, 9, 8, 7])
 
 
 def test_bootstrap_with_one_block_of_the_whole_period_gives_the_skill_itself():
     rng = np.random.default_rng(1)
     model, baseline = rng.random(50), rng.random(50) + 0.5
     # Every resample is the whole series rotated: the same sums, the same skill.
-    low, high = evaluation.bootstrap_skill_interval(model, baseline, block=50, resamples=200, seed=3)
-    assert low == pytest.approx(evaluation.skill(model, baseline)) and high == pytest.approx(low)
+    low, high = test_period.bootstrap_skill_interval(model, baseline, block=50, resamples=200, seed=3)
+    assert low == pytest.approx(test_period.skill(model, baseline)) and high == pytest.approx(low)
 
 
 def test_bootstrap_interval_is_deterministic_and_tells_signal_from_noise():
@@ -127,22 +127,22 @@ def test_bootstrap_interval_is_deterministic_and_tells_signal_from_noise():
     baseline = actual**2  # the zero forecast
     signal = (0.5 * actual + 0.5 * rng.standard_normal(2000) - actual) ** 2  # expected skill 1 - 0.5 = 0.5
     noise = (0.05 * rng.standard_normal(2000) - actual) ** 2  # a forecast of pure noise
-    first = evaluation.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=0)
-    assert first == evaluation.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=0)
-    assert first != evaluation.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=1)
+    first = test_period.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=0)
+    assert first == test_period.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=0)
+    assert first != test_period.bootstrap_skill_interval(signal, baseline, block=20, resamples=500, seed=1)
     assert 0.4 < first[0] < first[1] < 0.6
-    low, high = evaluation.bootstrap_skill_interval(noise, baseline, block=20, resamples=500, seed=0)
-    assert low < 0 < high and evaluation.verdict(low, high) == evaluation.NOT_DISTINGUISHABLE
-    assert evaluation.verdict(*first) == evaluation.BEATS and evaluation.verdict(-0.2, -0.1) == evaluation.WORSE
+    low, high = test_period.bootstrap_skill_interval(noise, baseline, block=20, resamples=500, seed=0)
+    assert low < 0 < high and test_period.verdict(low, high) == test_period.NOT_DISTINGUISHABLE
+    assert test_period.verdict(*first) == test_period.BEATS and test_period.verdict(-0.2, -0.1) == test_period.WORSE
 
 
 def test_hit_rate_and_sign_trading_by_hand():
     forecasts, actual = np.array([1.0, -1.0, 2.0, 0.5]), np.array([0.1, 0.2, -0.3, 0.0])
-    assert evaluation.hit_rate(forecasts, actual) == pytest.approx(1 / 3)  # the flat bar counts for neither
+    assert test_period.hit_rate(forecasts, actual) == pytest.approx(1 / 3)  # the flat bar counts for neither
     # long 0.001 and short -0.002: +10 and +20 bps gross, 1 bps cost each; no trade on a 0 forecast
-    trades = evaluation.sign_trading_bps(np.array([1.0, -1.0, 0.0]), np.array([0.001, -0.002, 0.005]), 1.0)
+    trades = test_period.sign_trading_bps(np.array([1.0, -1.0, 0.0]), np.array([0.001, -0.002, 0.005]), 1.0)
     assert trades == pytest.approx((9 + 19) / 2)
-    assert math.isnan(evaluation.sign_trading_bps(np.zeros(3), np.ones(3), 1.0))
+    assert math.isnan(test_period.sign_trading_bps(np.zeros(3), np.ones(3), 1.0))
 
 
 # --- no test bar reaches training ---------------------------------------------------------
@@ -258,14 +258,14 @@ def test_a_model_file_of_format_2_is_refused_saying_to_re_train(tmp_path):
 
 
 def test_the_forest_chart_draws_an_estimate_outside_its_interval_and_falls_back_to_validation(tmp_path):
-    from rnnfleet.fleet_charts import draw_skill_overview
-    from rnnfleet.fleet_rows import best_first
+    from rnnfleet.report.charts import draw_skill_overview
+    from rnnfleet.report.rows import best_first
 
     rows = [
         {"dataset": "A", "val_skill": "0.1", "test_skill": "0.05", "test_skill_low": "0.0500000001",
-         "test_skill_high": "0.05", "test_verdict": evaluation.BEATS},
+         "test_skill_high": "0.05", "test_verdict": test_period.BEATS},
         {"dataset": "B", "val_skill": "0.3", "test_skill": "-0.01", "test_skill_low": "-0.02",
-         "test_skill_high": "0.01", "test_verdict": evaluation.NOT_DISTINGUISHABLE},
+         "test_skill_high": "0.01", "test_verdict": test_period.NOT_DISTINGUISHABLE},
         {"dataset": "C", "val_skill": "", "test_skill": "", "status": "failed"},
     ]  # fmt: skip
     assert [row["dataset"] for row in best_first(rows)] == ["A", "B", "C"]  # by test skill, not validation

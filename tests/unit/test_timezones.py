@@ -12,8 +12,8 @@ from rnnfleet.bars.formats import FORMAT_DEFAULTS, NAIVE_AS_UTC, TIMEZONE_ASSUME
 from rnnfleet.bars.joining import check_one_minute_bars
 from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.errors import UserError
+from rnnfleet.forecast.predict import other_zone_warning, reading_settings
 from rnnfleet.gaps import find_gaps
-from rnnfleet.predict import other_zone_warning, reading_settings
 from rnnfleet.synthetic import synthetic_bars
 
 NEW_YORK = {"timezone": "America/New_York"}

@@ -122,7 +122,7 @@ def test_without_onnx_rnnfleet_imports_and_runs_and_export_says_what_to_install(
     its modules import, and the export refuses in one line naming what to install."""
     code = (
         "import sys; sys.modules['onnx'] = sys.modules['onnxruntime'] = None\n"
-        "import rnnfleet.cli, rnnfleet.predict, rnnfleet.export_onnx\n"
+        "import rnnfleet.cli, rnnfleet.forecast.predict, rnnfleet.forecast.export_onnx\n"
         "sys.exit(rnnfleet.cli.main(['export', 'A_1m']))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}

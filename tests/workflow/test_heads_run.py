@@ -140,7 +140,15 @@ def test_the_loss_curve_shows_the_test_period_of_every_horizon_with_its_skill(ru
 
 def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverage_of_its_own(run, tmp_path):
     folder = run["folder"]
-    command = [sys.executable, "-m", "rnnfleet.predict", "--model", "models/AR_1m.pt", "--csv", "data/AR_1m.csv"]
+    command = [
+        sys.executable,
+        "-m",
+        "rnnfleet.forecast.predict",
+        "--model",
+        "models/AR_1m.pt",
+        "--csv",
+        "data/AR_1m.csv",
+    ]
     env = {"PYTHONPATH": str(REPO / "scripts"), "PATH": "/usr/bin:/bin"}
     subprocess.run([*command, "--out", str(tmp_path / "f.csv"), "--last", "3"], cwd=folder, env=env, check=True)
     predicted = pd.read_csv(tmp_path / "f.csv")

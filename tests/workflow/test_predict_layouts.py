@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 from layouts import HISTDATA_DATASET, file_of
 
-from rnnfleet.predict import forecast_csv
+from rnnfleet.forecast.predict import forecast_csv
 
 
 def test_forecasts_read_the_same_layouts(every_layout, layouts_run, tmp_path):

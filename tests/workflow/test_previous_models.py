@@ -24,8 +24,8 @@ from conftest import (
 )
 
 from rnnfleet.faults import TRAIN_CRASH
+from rnnfleet.forecast.predict import forecast_csv
 from rnnfleet.model import load_model
-from rnnfleet.predict import forecast_csv
 from rnnfleet.workflow.previous_models import BACKUP_DIR
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)

@@ -28,7 +28,7 @@ from conftest import (
     write_config,
 )
 
-import rnnfleet.table_page
+import rnnfleet.report.table_page
 from rnnfleet.hooks import PATCHES_OFF_VARIABLE
 
 DATASETS = ["AAA_1m", "BBB_1m"]
@@ -136,10 +136,10 @@ def test_a_zip_report_holds_the_start_page_and_every_result_and_opens_in_a_brows
 
 def test_the_table_shows_a_page_of_rows_and_searches_and_sorts_them_all(tmp_path):
     browser = chromium_or_skip()
-    page_rows = rnnfleet.table_page.TABLE_PAGE_ROWS
+    page_rows = rnnfleet.report.table_page.TABLE_PAGE_ROWS
     names = [f"D{number:05d}_1m" for number in range(2 * page_rows + 100)]
     rows = [{"dataset": name, "test_skill": f"{-number / 1e4:.4f}"} for number, name in enumerate(names)]
-    rnnfleet.table_page.write_table_html(rows, ["dataset", "test_skill"], tmp_path / "table.html")
+    rnnfleet.report.table_page.write_table_html(rows, ["dataset", "test_skill"], tmp_path / "table.html")
     program = [sys.executable, str(REPO / "tests" / "programs" / "table_in_browser.py"), browser]
     opened = subprocess.run([*program, str(tmp_path / "table.html")], capture_output=True, text=True, timeout=120)
     assert opened.returncode == 0, opened.stderr[-3000:]

@@ -53,7 +53,7 @@ def rnnfleet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def predict_module(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
     return subprocess.run(
-        [sys.executable, "-m", "rnnfleet.predict", *args], capture_output=True, text=True, env=env, cwd=cwd
+        [sys.executable, "-m", "rnnfleet.forecast.predict", *args], capture_output=True, text=True, env=env, cwd=cwd
     )
 
 

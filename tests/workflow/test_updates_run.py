@@ -27,8 +27,8 @@ from conftest import (
 )
 
 from rnnfleet.data import ARRAYS_FORMAT, DataError, load_arrays
+from rnnfleet.forecast.predict import forecast_csv
 from rnnfleet.model import load_model
-from rnnfleet.predict import forecast_csv
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.targets import TARGETS
 from rnnfleet.train.loop import AMP_DTYPES, evaluate_windows, usable_windows, window_view

@@ -24,8 +24,8 @@ from conftest import (
 )
 
 from rnnfleet.data import load_arrays
+from rnnfleet.forecast.predict import main as predict_main
 from rnnfleet.model import load_model
-from rnnfleet.predict import main as predict_main
 from rnnfleet.train.loop import window_view
 
 DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}

@@ -19,8 +19,8 @@ import torch
 from conftest import REPO, add_datasets, copy_of_run, pending_jobs, snakemake, write_config
 
 from rnnfleet.errors import last_marked_line
+from rnnfleet.forecast.predict import forecast_columns
 from rnnfleet.model import load_model
-from rnnfleet.predict import forecast_columns
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -53,8 +53,16 @@ def sha256_file(path: Path) -> str:
 
 
 def forecast_in(folder: Path, model_path: str, *extra: str, out: str = "forecast.csv") -> subprocess.CompletedProcess:
-    """python -m rnnfleet.predict run in `folder` (the user's project folder) on its first dataset."""
-    command = [sys.executable, "-m", "rnnfleet.predict", "--model", model_path, "--csv", f"data/{DATASETS[0]}.csv"]
+    """python -m rnnfleet.forecast.predict run in `folder` (the user's project folder) on its first dataset."""
+    command = [
+        sys.executable,
+        "-m",
+        "rnnfleet.forecast.predict",
+        "--model",
+        model_path,
+        "--csv",
+        f"data/{DATASETS[0]}.csv",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
     return subprocess.run(
         [*command, "--out", out, "--last", "2", *extra], cwd=folder, capture_output=True, text=True, env=env
@@ -240,7 +248,10 @@ def assert_refused(stderr: str, plugin: Path | str, reason: str) -> None:
     line = stderr.strip()
     assert "\n" not in line and "Traceback" not in line, stderr
     assert f"{MODEL_FILE}: refused to import plug-in file {plugin}: {reason}" in line
-    assert f"nothing was imported. If you trust that file, name it: python -m rnnfleet.predict --trust {plugin}" in line
+    assert (
+        f"nothing was imported. If you trust that file, name it: python -m rnnfleet.forecast.predict --trust {plugin}"
+        in line
+    )
 
 
 @pytest.mark.parametrize("kind", ["builder", "feature"])

@@ -77,12 +77,12 @@ def predict_job(
     times_zone_free: bool = False,
     **forecast_kwargs,
 ) -> None:
-    """The predict rule's job: rnnfleet.predict.forecast_csv of the model file on the recent
+    """The predict rule's job: rnnfleet.forecast.predict.forecast_csv of the model file on the recent
     bars (one file, or the dataset's files), the forecasts written atomically, with `threads`
     torch threads. times_zone_free: the dataset's times are zone-free, so its bars are read
     with format.timezone at its default, as its params say (rules/datasets.smk, zone_checked).
     forecast_kwargs: last, max_bad_fraction, trusted_plugins (the rule's params)."""
-    from rnnfleet.predict import forecast_csv  # torch loads with it
+    from rnnfleet.forecast.predict import forecast_csv  # torch loads with it
     from rnnfleet.settings import without_unused_zone
 
     with run_job_guard(dataset):
@@ -99,10 +99,10 @@ def predict_job(
 def export_job(
     dataset: str, model_path: str, bar_files: list[str], onnx_path: str, threads: int, **export_kwargs
 ) -> None:
-    """The export_onnx rule's job: rnnfleet.export_onnx.export_one of the model file, checked
+    """The export_onnx rule's job: rnnfleet.forecast.export_onnx.export_one of the model file, checked
     on its bars, to onnx_path (its one line in the log either way; exit status 1 when nothing
     was written). export_kwargs: max_bad_fraction, trusted_plugins (the rule's params)."""
-    from rnnfleet.export_onnx import export_one  # torch and onnx load with it
+    from rnnfleet.forecast.export_onnx import export_one  # torch and onnx load with it
 
     with run_job_guard(dataset):
         configure_threads(threads)
@@ -247,7 +247,7 @@ def train_one(
     pretrained_path (train.init fleet): the fleet's pretrained model it may start from; absent
     when the pretrain job failed (the job then runs without it: rnnfleet.hooks.past_failed_inputs),
     and this one trains from scratch with the error line of pretrain_log_path. Returns the metrics."""
-    from rnnfleet.predict import forecast_at_last_bar  # torch loads with these: a preprocess job never does
+    from rnnfleet.forecast.predict import forecast_at_last_bar  # torch loads with these: a preprocess job never does
     from rnnfleet.train.fit import fit_dataset
 
     startup_seconds = time.time() - process_started_at if process_started_at else None  # ~0 when warm

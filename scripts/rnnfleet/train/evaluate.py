@@ -10,7 +10,7 @@ train_and_evaluate() is the two steps in order. The model file stores the calibr
 score_test_period() turns an Evaluated into the metrics entries of the test period: the
 point forecast's loss and skill against the naive baseline with a block-bootstrap interval,
 verdict and Diebold-Mariano test; the target's own extra measures; how the calibrated
-intervals held (rnnfleet.intervals); with quantile heads the pinball loss against the
+intervals held (rnnfleet.scores.intervals); with quantile heads the pinball loss against the
 baseline's quantiles (the training part's empirical ones); and the points of the report's
 forecast-vs-actual chart. A model of several horizons
 is scored at each one alone (the first horizon's entries are the unsuffixed ones, every
@@ -26,9 +26,9 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from rnnfleet import evaluation, fleet, intervals
 from rnnfleet.data import PreparedArrays
 from rnnfleet.heads import Heads, pinball_losses
+from rnnfleet.scores import intervals, multiple_testing, test_period
 from rnnfleet.targets import TARGETS, Target
 from rnnfleet.train.loop import (
     LoopSettings,
@@ -82,10 +82,10 @@ class Evaluated:
     test_numbers: np.ndarray
     test_outputs: np.ndarray
     # The best model's sorted absolute errors on the validation windows, in the scaled
-    # target's units: its forecast intervals' calibration (rnnfleet.intervals). Empty for
+    # target's units: its forecast intervals' calibration (rnnfleet.scores.intervals). Empty for
     # classification targets and fits without a validation part. With heads, one row per
     # horizon (horizons, n); with quantiles, the conformity scores of each quantile pair
-    # (horizons, pairs, n) (rnnfleet.intervals.pair_scores).
+    # (horizons, pairs, n) (rnnfleet.scores.intervals.pair_scores).
     calibration: np.ndarray
     test_scores: dict = field(default_factory=dict)  # score_test_period's ({}: no test part, or not scored)
 
@@ -190,12 +190,12 @@ def first_point_losses(
 ) -> tuple[float, float]:
     """(model, baseline) mean loss of the first horizon's point forecast over windows whose
     outputs (outputs_of's) and targets these are, in the target's own loss, computed as the
-    test period's (rnnfleet.evaluation.window_losses)."""
+    test period's (rnnfleet.scores.test_period.window_losses)."""
     point = outputs if heads.single else outputs[:, 0, heads.point]
     naive = naive_value if heads.single else np.asarray(naive_value)[0, heads.point]
     actual = targets.reshape(len(targets), -1)[:, 0]
-    losses = evaluation.window_losses(point, actual, target.classification)
-    naive_losses = evaluation.window_losses(np.full(len(actual), naive, np.float64), actual, target.classification)
+    losses = test_period.window_losses(point, actual, target.classification)
+    naive_losses = test_period.window_losses(np.full(len(actual), naive, np.float64), actual, target.classification)
     return float(losses.mean()), float(naive_losses.mean())
 
 
@@ -208,7 +208,7 @@ def score_test_period(
     bootstrap: int,
     seed: int = 0,
 ) -> dict:
-    """The scores of the trained model on the test windows (rnnfleet.evaluation), as
+    """The scores of the trained model on the test windows (rnnfleet.scores.test_period), as
     metrics entries: test loss, the naive baseline's, test skill with its block-bootstrap
     interval and verdict, the Diebold-Mariano test against the baseline; return targets
     also hit rate and sign trading net of cost_bps, |return| and volatility targets skill
@@ -253,7 +253,7 @@ def horizon_arrays(arrays: PreparedArrays, k: int) -> PreparedArrays:
 class HorizonOutputs:
     """What a trained model's evaluation (Evaluated) gives one of its horizons to
     score: the test windows, their point forecasts and the baseline's (scaled), the
-    horizon's calibration (rnnfleet.intervals.horizon_bands) and, with quantile heads, the
+    horizon's calibration (rnnfleet.scores.intervals.horizon_bands) and, with quantile heads, the
     quantile forecasts (windows, quantiles) and the baseline's quantiles (quantiles,)."""
 
     numbers: np.ndarray
@@ -287,11 +287,11 @@ def horizon_scores(arrays, result: HorizonOutputs, seq_len, cost_bps, block_bars
     target = TARGETS[arrays.target]
     ends = numbers + (seq_len - 1)
     actual = arrays.targets[ends].astype(np.float64)
-    losses = evaluation.window_losses(outputs, actual, target.classification)
-    naive_losses = evaluation.window_losses(np.full_like(outputs, result.naive), actual, target.classification)
-    block = evaluation.bootstrap_block(block_bars, len(numbers))
-    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
-    statistic, p_value = evaluation.diebold_mariano(losses, naive_losses, block)
+    losses = test_period.window_losses(outputs, actual, target.classification)
+    naive_losses = test_period.window_losses(np.full_like(outputs, result.naive), actual, target.classification)
+    block = test_period.bootstrap_block(block_bars, len(numbers))
+    low, high = test_period.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
+    statistic, p_value = test_period.diebold_mariano(losses, naive_losses, block)
     bands = intervals.horizon_bands(
         outputs,
         result.quantiles,
@@ -304,10 +304,10 @@ def horizon_scores(arrays, result: HorizonOutputs, seq_len, cost_bps, block_bars
     scores = {
         "test_loss": float(losses.mean()),
         "naive_test_loss": float(naive_losses.mean()),
-        "test_skill": evaluation.skill(losses, naive_losses),
+        "test_skill": test_period.skill(losses, naive_losses),
         "test_skill_low": low,
         "test_skill_high": high,
-        "test_verdict": evaluation.verdict(low, high),
+        "test_verdict": test_period.verdict(low, high),
         "test_dm_stat": statistic,
         "test_dm_pvalue": p_value,
         "test_windows": len(numbers),
@@ -321,12 +321,14 @@ def horizon_scores(arrays, result: HorizonOutputs, seq_len, cost_bps, block_bars
     if target.measures == "return":
         forecasts = target.to_units(outputs, arrays.target_mean, arrays.target_std)
         returns = target.to_units(actual, arrays.target_mean, arrays.target_std)
-        scores["test_hit_rate"] = evaluation.hit_rate(forecasts, returns)
-        scores["test_trade_bps"] = evaluation.sign_trading_bps(forecasts, returns, cost_bps)
+        scores["test_hit_rate"] = test_period.hit_rate(forecasts, returns)
+        scores["test_trade_bps"] = test_period.sign_trading_bps(forecasts, returns, cost_bps)
         # Sharpe ratio of trades that do not overlap (one every `horizon` windows): the
-        # fleet's deflated Sharpe ratio needs independent returns (rnnfleet.fleet).
+        # fleet's deflated Sharpe ratio needs independent returns (rnnfleet.scores.multiple_testing).
         spaced = slice(None, None, arrays.horizon)
-        moments = fleet.sharpe_moments(evaluation.sign_trade_returns(forecasts[spaced], returns[spaced], cost_bps))
+        moments = multiple_testing.sharpe_moments(
+            test_period.sign_trade_returns(forecasts[spaced], returns[spaced], cost_bps)
+        )
         scores.update(
             test_sharpe=moments["sharpe"],
             test_sharpe_trades=moments["trades"],
@@ -335,8 +337,8 @@ def horizon_scores(arrays, result: HorizonOutputs, seq_len, cost_bps, block_bars
         )
     elif target.measures == "size":
         persistence = arrays.targets[ends - arrays.horizon].astype(np.float64)  # known at the window's end
-        persistence_losses = evaluation.window_losses(persistence, actual, classification=False)
-        scores["test_persistence_skill"] = evaluation.skill(losses, persistence_losses)
+        persistence_losses = test_period.window_losses(persistence, actual, classification=False)
+        scores["test_persistence_skill"] = test_period.skill(losses, persistence_losses)
     else:
         scores["test_accuracy"] = float(np.mean((outputs > 0) == (actual > 0.5)))
     return scores
@@ -350,12 +352,12 @@ def pinball_scores(result: HorizonOutputs, actual: np.ndarray, block: int, boots
     losses = pinball_losses(result.quantiles, actual, quantiles)
     naive = np.broadcast_to(result.naive_quantiles, (len(actual), len(quantiles)))
     naive_losses = pinball_losses(naive, actual, quantiles)
-    low, high = evaluation.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
+    low, high = test_period.bootstrap_skill_interval(losses, naive_losses, block, bootstrap, seed)
     return {
         "quantiles": list(result.heads.quantiles),
         "test_pinball_loss": float(losses.mean()),
         "naive_test_pinball_loss": float(naive_losses.mean()),
-        "test_pinball_skill": evaluation.skill(losses, naive_losses),
+        "test_pinball_skill": test_period.skill(losses, naive_losses),
         "test_pinball_skill_low": low,
         "test_pinball_skill_high": high,
     }

@@ -8,7 +8,7 @@ What it promises: fit_dataset() takes the dataset's arrays, the previous model f
 contents (or why there is none) and complete settings (the schema's defaults filled in, as
 the workflow's config is) and returns the model file's contents, the metrics, the model
 they hold and the lines that end the job's log. It makes no forecast: the forecast at the
-last bar is the caller's to ask rnnfleet.predict for, after the fit (rnnfleet.runner.jobs).
+last bar is the caller's to ask rnnfleet.forecast.predict for, after the fit (rnnfleet.runner.jobs).
 It claims no device and takes no lock, and reads and writes no file but the walk-forward
 folds' (`evaluate.folds`: each finished fold saved under .snakemake/rnnfleet-folds and read
 back by a retried job, rnnfleet.train.walkforward): rnnfleet.runner.jobs does the rest

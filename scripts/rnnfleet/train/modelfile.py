@@ -95,7 +95,7 @@ def build_checkpoint(
             "seq_len": int(train_hparams["seq_len"]),
             "columns": dict(columns or {}),
         },
-        # How the training bars were read: forecasts read new bars the same way (rnnfleet.predict).
+        # How the training bars were read: forecasts read new bars the same way (rnnfleet.forecast.predict).
         # Absent from a model trained on an array file of an older rnnfleet.
         **(
             {"read": {"format": arrays.read_format, "timezone": arrays.timezone, "read_as": arrays.read_as}}
@@ -122,7 +122,7 @@ def calibration_record(evaluated) -> dict:
     """The model file's `calibration` entry from the scored model's evaluation
     (rnnfleet.train.evaluate.Evaluated): its calibration (a refit has no
     held-out windows of its own and keeps those of the model that was scored): `scores`
-    (rnnfleet.intervals.head_calibration) and, with quantile heads, the quantile `pairs`
+    (rnnfleet.scores.intervals.head_calibration) and, with quantile heads, the quantile `pairs`
     they belong to."""
     import numpy as np
     import torch

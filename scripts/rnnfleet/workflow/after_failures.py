@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
-from rnnfleet.fleet_charts import draw_coverage_overview, draw_skill_overview
-from rnnfleet.loss_curves import refresh_loss_curves
-from rnnfleet.start_page import write_start_page
-from rnnfleet.summary import (
+from rnnfleet.report.charts import draw_coverage_overview, draw_skill_overview
+from rnnfleet.report.loss_curves import refresh_loss_curves
+from rnnfleet.report.start_page import write_start_page
+from rnnfleet.report.summary import (
     failure_report,
     metrics_row,
     outcome_row,
@@ -50,7 +50,7 @@ from rnnfleet.summary import (
     write_forecasts,
     write_table,
 )
-from rnnfleet.table_page import write_table_html
+from rnnfleet.report.table_page import write_table_html
 from rnnfleet.workflow.previous_models import KEPT_STATUS
 
 

@@ -21,8 +21,8 @@ import math
 
 import numpy as np
 
-from rnnfleet.evaluation import bootstrap_skill_interval
 from rnnfleet.heads import Heads
+from rnnfleet.scores.test_period import bootstrap_skill_interval
 from rnnfleet.targets import Target
 
 # The coverage the metrics, the table and the forecasts report; a forecast may ask another

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rnnfleet.fleet_charts import draw_coverage_overview, draw_skill_overview
-from rnnfleet.fleet_rows import read_table
-from rnnfleet.loss_curves import refresh_loss_curves
-from rnnfleet.start_page import write_start_page
-from rnnfleet.table_page import write_table_html
+from rnnfleet.report.charts import draw_coverage_overview, draw_skill_overview
+from rnnfleet.report.loss_curves import refresh_loss_curves
+from rnnfleet.report.rows import read_table
+from rnnfleet.report.start_page import write_start_page
+from rnnfleet.report.table_page import write_table_html
 
 
 def draw_report_figures(

@@ -19,9 +19,9 @@ from rnnfleet.errors import (
     last_marked_line,
     room_left,
 )
-from rnnfleet.fleet import fleet_columns
 from rnnfleet.heads import head_column, head_column_order
 from rnnfleet.pretraining import COMPARE_COLUMNS, init_verdicts
+from rnnfleet.scores.multiple_testing import fleet_columns
 
 SUMMARY_COLUMNS = (
     "dataset",
@@ -30,8 +30,8 @@ SUMMARY_COLUMNS = (
     "test_skill",  # 1 - test_loss / naive_test_loss
     "test_skill_low",  # its 95% block-bootstrap interval
     "test_skill_high",
-    "test_verdict",  # beats / not distinguishable from / worse than the baseline (rnnfleet.evaluation)
-    # Over the datasets of the table (rnnfleet.fleet, the `fleet:` settings): test_dm_pvalue
+    "test_verdict",  # beats / not distinguishable from / worse than the baseline (rnnfleet.scores.test_period)
+    # Over the datasets of the table (rnnfleet.scores.multiple_testing, the `fleet:` settings): test_dm_pvalue
     # adjusted for their number, the verdict that holds for the fleet, how many were tested
     "fleet_verdict",
     "fleet_qvalue",
@@ -56,14 +56,14 @@ SUMMARY_COLUMNS = (
     "test_dm_pvalue",
     "test_hit_rate",  # return targets: sign hit rate, mean net return per trade of trading the sign
     "test_trade_bps",
-    "test_sharpe",  # per trade, of non-overlapping trades; deflated for the fleet's size (rnnfleet.fleet)
+    "test_sharpe",  # per trade, of non-overlapping trades; deflated for the fleet's size (rnnfleet.scores.multiple_testing)
     "test_sharpe_deflated_prob",  # a probability: that its true Sharpe ratio beats fleet_sharpe_by_luck
     "fleet_sharpe_by_luck",  # the best Sharpe ratio that many datasets with no skill would show
     "test_sharpe_trades",
     "test_trade_skew",
     "test_trade_kurtosis",
     "interval_coverage",  # the forecast interval's nominal coverage (90%, or the nearest quantile pair's)
-    "test_coverage",  # how often it held on the test period (rnnfleet.intervals),
+    "test_coverage",  # how often it held on the test period (rnnfleet.scores.intervals),
     "test_coverage_low",  # its 95% block-bootstrap interval, and the interval's mean width
     "test_coverage_high",
     "test_coverage_binomial_low",  # its 95% binomial interval (independent windows assumed: too narrow where misses cluster)
@@ -109,8 +109,8 @@ SUMMARY_COLUMNS = (
     "error",  # for a dataset that is not ok: the step, and the one line its log ends with
 )
 # The fleet's forecasts (results/forecasts.csv): one row per dataset, the forecast its model
-# made at the last bar of its files (rnnfleet.predict.forecast_at_last_bar), or why there is none.
-# The same vocabulary as rnnfleet predict's CSV (rnnfleet.predict.FORECAST_COLUMNS).
+# made at the last bar of its files (rnnfleet.forecast.predict.forecast_at_last_bar), or why there is none.
+# The same vocabulary as rnnfleet predict's CSV (rnnfleet.forecast.predict.FORECAST_COLUMNS).
 FORECAST_COLUMNS = (
     "dataset",
     "status",
@@ -120,7 +120,7 @@ FORECAST_COLUMNS = (
     "target",  # what is forecast: log_return, ...
     "forecast",  # in the target's units
     "forecast_close",  # log_return: the close it implies
-    "coverage",  # of its interval (0.9, or the nearest quantile pair's), in the target's units (rnnfleet.intervals)
+    "coverage",  # of its interval (0.9, or the nearest quantile pair's), in the target's units (rnnfleet.scores.intervals)
     "forecast_low",
     "forecast_high",
     "forecast_close_low",  # log_return: the closes the interval implies
@@ -304,7 +304,7 @@ def forecast_row(row: dict, model_pattern: str) -> dict:
 def write_forecasts(rows: list[dict], model_pattern: str, forecasts_path: str | os.PathLike) -> None:
     """results/forecasts.csv: every dataset of the table, its forecast or why it has none;
     after FORECAST_COLUMNS, the columns of each horizon and quantile of the models that have
-    them (rnnfleet.predict.head_columns)."""
+    them (rnnfleet.forecast.predict.head_columns)."""
     forecasts = [forecast_row(row, model_pattern) for row in rows]
     text = io.StringIO()
     columns = [*FORECAST_COLUMNS, *extra_columns(forecasts, FORECAST_COLUMNS)]

@@ -1,4 +1,4 @@
-"""Each trained dataset's loss curves and test-period forecasts as one SVG (rnnfleet.svg_chart),
+"""Each trained dataset's loss curves and test-period forecasts as one SVG (rnnfleet.report.svg_chart),
 drawn only for new or re-trained datasets (refresh_loss_curves), in several processes when
 there are enough of them to pay for one."""
 
@@ -12,7 +12,7 @@ from itertools import repeat
 from pathlib import Path
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.svg_chart import Band, Line, Mark, Panel, chart_svg
+from rnnfleet.report.svg_chart import Band, Line, Mark, Panel, chart_svg
 
 # The loss curves' format (rules/datasets.smk's LOSS_CURVE_FORMAT), and those of earlier
 # rnnfleets, whose curves are replaced.

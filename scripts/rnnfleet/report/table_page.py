@@ -9,9 +9,7 @@ import math
 import os
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.evaluation import BEATS, NOT_DISTINGUISHABLE, WORSE
-from rnnfleet.fleet import as_number
-from rnnfleet.fleet_rows import (
+from rnnfleet.report.rows import (
     VERDICT_CLASSES,
     best_first,
     flagged_count_text,
@@ -20,7 +18,9 @@ from rnnfleet.fleet_rows import (
     quality_mark,
     verdict_class,
 )
-from rnnfleet.start_page import fleet_headline, fleet_numbers
+from rnnfleet.report.start_page import fleet_headline, fleet_numbers
+from rnnfleet.scores.multiple_testing import as_number
+from rnnfleet.scores.test_period import BEATS, NOT_DISTINGUISHABLE, WORSE
 
 # The summary table's page lists this many datasets that are not done above the table.
 MAX_LISTED_FAILURES = 50

@@ -9,10 +9,10 @@ from collections import Counter
 from pathlib import Path
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.fleet import as_number
-from rnnfleet.fleet_rows import FleetCounts, fleet_counts, quality_mark
-from rnnfleet.intervals import COVERAGE
 from rnnfleet.pretraining import init_headline
+from rnnfleet.report.rows import FleetCounts, fleet_counts, quality_mark
+from rnnfleet.scores.intervals import COVERAGE
+from rnnfleet.scores.multiple_testing import as_number
 
 
 def plain_name(name: str) -> str:
@@ -57,7 +57,7 @@ def fleet_numbers(rows: list[dict[str, str]], name_markup=plain_name, shown: int
 
 def coverage_text(rows: list[dict[str, str]], name_markup=plain_name) -> str:
     """' The 90% forecast intervals held ...': how the intervals did on the test period
-    (rnnfleet.intervals), '' where no dataset has them."""
+    (rnnfleet.scores.intervals), '' where no dataset has them."""
     covered = [row for row in rows if not math.isnan(as_number(row.get("test_coverage")))]
     if not covered:
         return ""

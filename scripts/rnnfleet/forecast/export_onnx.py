@@ -17,7 +17,7 @@ Promises:
   naming it, and no file is written;
 - before a file is written, ONNX Runtime runs it on windows of bars, fed as a platform feeds
   them (the bars' own float64 values), and its outputs are compared with rnnfleet predict's
-  forecasts (rnnfleet.predict.forecast_frame) on the same bars; a difference beyond TOLERANCE
+  forecasts (rnnfleet.forecast.predict.forecast_frame) on the same bars; a difference beyond TOLERANCE
   writes nothing, removes an earlier file at that path (it belongs to an older model) and
   says so.
 
@@ -43,11 +43,7 @@ import torch
 from torch import nn
 
 from rnnfleet.errors import UserError, one_line
-from rnnfleet.heads import Heads
-from rnnfleet.intervals import COVERAGE, half_width, nearest_coverage
-from rnnfleet.model import DEFAULT_BUILDER
-from rnnfleet.plugins import describe, is_file_reference, resolve
-from rnnfleet.predict import (
+from rnnfleet.forecast.predict import (
     checkpoint_heads,
     forecast_frame,
     head_columns,
@@ -56,6 +52,10 @@ from rnnfleet.predict import (
     place_in_project,
     training_read,
 )
+from rnnfleet.heads import Heads
+from rnnfleet.model import DEFAULT_BUILDER
+from rnnfleet.plugins import describe, is_file_reference, resolve
+from rnnfleet.scores.intervals import COVERAGE, half_width, nearest_coverage
 from rnnfleet.targets import TARGETS
 
 INPUT_NAME = "bars"
@@ -233,7 +233,7 @@ def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float 
 
 def interval_margins(checkpoint: dict, heads: Heads, target, coverage: float) -> tuple[list[int], np.ndarray]:
     """(the intervals kept: indices into heads.pairs(), or [0] for point heads; their margins
-    (horizons, intervals)), as rnnfleet.intervals.horizon_bands computes them from the model
+    (horizons, intervals)), as rnnfleet.scores.intervals.horizon_bands computes them from the model
     file's calibration scores: point heads one interval at `coverage`, quantile heads one per
     quantile pair; an interval with too few scores at some horizon is left out."""
     scores = checkpoint.get("calibration", {}).get("scores")
@@ -650,7 +650,7 @@ def export_one(
     NaN or inf dropped up to max_bad_fraction) to out (check_out_path, in the project folder
     `project`); one line on stderr either way. True when written."""
     from rnnfleet.data import read_clean_bars
-    from rnnfleet.predict import reading_settings
+    from rnnfleet.forecast.predict import reading_settings
     from rnnfleet.train.modelfile import load_checkpoint
 
     try:
@@ -680,7 +680,7 @@ def describe_file(path: str) -> int:
 
 def main(
     argv: list[str] | None = None,
-    prog: str = "python -m rnnfleet.export_onnx",
+    prog: str = "python -m rnnfleet.forecast.export_onnx",
     find_dataset: Callable[[str, Path], tuple[str, list[str]]] | None = None,
     project_models: Callable[[Path], tuple[list[str], Path]] | None = None,
 ) -> int:

@@ -1,7 +1,7 @@
 """Forecasts from a saved model file and a CSV of recent bars.
 
 Command line (`rnnfleet predict`, installed by `pip install -e .`; or, without installing,
-`PYTHONPATH=scripts python -m rnnfleet.predict`):
+`PYTHONPATH=scripts python -m rnnfleet.forecast.predict`):
 
     rnnfleet predict --model models/EURUSD_1m.pt --csv recent.csv --out forecasts.csv [--last 100] [--trust my/model.py ...]
         [--timezone ZONE --preset ... --header ... --delimiter ... --positions ... --timestamp-unit ... --timestamp-format ...]
@@ -56,15 +56,15 @@ from rnnfleet.data import (
 )
 from rnnfleet.errors import UserError
 from rnnfleet.heads import Heads, head_column_order
-from rnnfleet.intervals import COVERAGE, horizon_bands, nearest_coverage
 from rnnfleet.model import rebuild_model, vetted_plugins
 from rnnfleet.plugins import NO_SOURCES
+from rnnfleet.scores.intervals import COVERAGE, horizon_bands, nearest_coverage
 from rnnfleet.targets import TARGETS
 from rnnfleet.train.loop import EVAL_BATCH, outputs_of, window_view
 from rnnfleet.train.modelfile import load_checkpoint
 
 # The forecast tables' vocabulary, the same in this command's CSV, the predict rule's
-# predictions/<dataset>.csv and the fleet's results/forecasts.csv (rnnfleet.summary): the bar
+# predictions/<dataset>.csv and the fleet's results/forecasts.csv (rnnfleet.report.summary): the bar
 # (`time`, UTC; `close`), `horizon` (bars ahead), `target` (what is forecast, in its units),
 # `forecast` and, for log_return, `forecast_close`; the interval `forecast_low`,
 # `forecast_high` at `coverage` (and the closes they imply); per horizon of a model of heads
@@ -104,7 +104,7 @@ def predict_scaled(
 def horizon_forecasts(checkpoint: dict, scaled: np.ndarray, coverage: float = COVERAGE) -> list[dict]:
     """Per horizon of the model file's model, from its raw outputs (predict_scaled), in the
     target's units: {"horizon", "forecast" (the point forecast), "quantiles" ({q: values}),
-    "bands" ([(coverage, low, high)]: its calibrated intervals, rnnfleet.intervals)}."""
+    "bands" ([(coverage, low, high)]: its calibrated intervals, rnnfleet.scores.intervals)}."""
     heads, target = checkpoint_heads(checkpoint), TARGETS[checkpoint["features"]["target"]]
     normalisation = checkpoint["normalisation"]
     horizons = len(heads.horizons)
@@ -289,7 +289,7 @@ def forecast_csv(
     coverage: float = COVERAGE,
 ):
     """Load the model file and the bars, write the forecasts CSV atomically; returns them.
-    coverage: of the forecasts' interval (rnnfleet.intervals), where the model file has one.
+    coverage: of the forecasts' interval (rnnfleet.scores.intervals), where the model file has one.
     read_note: a line saying how the bars are read, printed once they are; checkpoint: the
     model file's contents where the caller has loaded it already.
 
@@ -410,7 +410,7 @@ def positive_int(text: str) -> int:
 
 def main(
     argv: list[str] | None = None,
-    prog: str = "python -m rnnfleet.predict",
+    prog: str = "python -m rnnfleet.forecast.predict",
     find_dataset: Callable[[str, Path], tuple[str, list[str]]] | None = None,
 ) -> int:
     """find_dataset(name, project folder) -> (model file, bar files): how --dataset is

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rnnfleet.checkpoint import atomic_write
-from rnnfleet.evaluation import BEATS, NOT_DISTINGUISHABLE, WORSE
-from rnnfleet.fleet import as_number
-from rnnfleet.fleet_rows import (
+from rnnfleet.report.rows import (
     CLASS_STYLES,
     VERDICT_CLASSES,
     best_first,
@@ -22,7 +20,9 @@ from rnnfleet.fleet_rows import (
     quality_mark,
     verdict_class,
 )
-from rnnfleet.intervals import COVERAGE
+from rnnfleet.scores.intervals import COVERAGE
+from rnnfleet.scores.multiple_testing import as_number
+from rnnfleet.scores.test_period import BEATS, NOT_DISTINGUISHABLE, WORSE
 
 # Above this many datasets the overview drops the names (they are in the summary table).
 MAX_NAMED_BARS = 60

@@ -1,6 +1,6 @@
 """Verdicts over the whole fleet: plain functions on the datasets' scores (no torch).
 
-Each dataset's test period is tested against its baseline alone (rnnfleet.evaluation). Over
+Each dataset's test period is tested against its baseline alone (rnnfleet.scores.test_period). Over
 hundreds of datasets some of those tests succeed by luck, and the lucky ones top a ranking
 by skill. Two corrections:
 

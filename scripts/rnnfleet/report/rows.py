@@ -10,8 +10,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from rnnfleet.evaluation import BEATS, CONFIDENCE, NOT_DISTINGUISHABLE, WORSE
-from rnnfleet.fleet import BEATS_AFTER, as_number
+from rnnfleet.scores.multiple_testing import BEATS_AFTER, as_number
+from rnnfleet.scores.test_period import BEATS, CONFIDENCE, NOT_DISTINGUISHABLE, WORSE
 
 
 def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str, str]]]:
@@ -24,7 +24,7 @@ def read_table(table_path: str | os.PathLike) -> tuple[list[str], list[dict[str,
 
 def best_first(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     """Rows by test skill, highest first, those that beat the baseline after the fleet
-    correction (rnnfleet.fleet) ahead of all others; then rows with only a validation skill
+    correction (rnnfleet.scores.multiple_testing) ahead of all others; then rows with only a validation skill
     (no test period), by that; rows without either last."""
 
     def order(row: dict[str, str]) -> tuple[int, float]:
@@ -50,7 +50,7 @@ LUCKY_SHARE = (1 - CONFIDENCE) / 2
 
 @dataclass(frozen=True)
 class FleetCounts:
-    """What the fleet's verdicts say, from the table's rows (rnnfleet.fleet.fleet_columns)."""
+    """What the fleet's verdicts say, from the table's rows (rnnfleet.scores.multiple_testing.fleet_columns)."""
 
     tested: int  # datasets with a test score: the correction was over them
     alone: int  # beat the baseline alone: the 95% interval of the test skill above 0

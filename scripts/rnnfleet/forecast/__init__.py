@@ -1,0 +1,1 @@
+"""Forecasts from model files: predict's library and command, the ONNX export."""

@@ -1,0 +1,1 @@
+"""Scores on the test period: skill and its interval, forecast intervals, multiple testing across the fleet."""
