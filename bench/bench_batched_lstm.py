@@ -3,7 +3,7 @@
     python bench/bench_batched_lstm.py --ks 1,4,16,64 --seconds 3         # on a CUDA machine
     python bench/bench_batched_lstm.py --device cpu --ks 1,2 --seconds 1  # smoke test, CPU
 
-The model is rnnfleet's default (rnnfleet.model.SequenceRegressor: LSTM, 5 inputs, 64 units,
+The model is rnnfleet's default (rnnfleet.train.models.SequenceRegressor: LSTM, 5 inputs, 64 units,
 2 layers, dropout 0.1, a linear head on the last step), trained with Adam on MSE over
 batches of 128 windows of 60 bars, bf16 autocast where the device computes it natively
 (rnnfleet.precision), as rnnfleet trains it. Each model has its own 2,048 random windows,
@@ -40,8 +40,8 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from rnnfleet.model import SequenceRegressor  # noqa: E402
 from rnnfleet.precision import resolve_amp  # noqa: E402
+from rnnfleet.train.models import SequenceRegressor  # noqa: E402
 
 INPUTS, HIDDEN, LAYERS, DROPOUT = 5, 64, 2, 0.1
 SEQ_LEN, BATCH, WINDOWS = 60, 128, 2048

@@ -67,7 +67,7 @@ def trained_model(folder: Path, rows: int) -> tuple[Path, Path]:
     """(model file, bars CSV): the default model trained one epoch on synthetic bars."""
     import torch
 
-    from rnnfleet.data import prepare_dataset
+    from rnnfleet.prep.prepare import prepare_dataset
     from rnnfleet.synthetic import synthetic_bars
     from rnnfleet.train.evaluate import train_and_evaluate
     from rnnfleet.train.loop import LoopSettings
@@ -105,11 +105,11 @@ def main() -> None:
     import onnxruntime
     import torch
 
-    from rnnfleet.data import read_clean_bars
     from rnnfleet.forecast.export_onnx import export_model, input_windows
     from rnnfleet.forecast.predict import forecast_frame
-    from rnnfleet.model import rebuild_model
+    from rnnfleet.prep.prepare import read_clean_bars
     from rnnfleet.train.modelfile import load_checkpoint
+    from rnnfleet.train.models import rebuild_model
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="rnnfleet-bench-export-") as work:

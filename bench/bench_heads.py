@@ -57,7 +57,7 @@ def epoch_seconds(scripts: str, csv_path: str, variant: str, epochs: int, amp: s
     sys.path.insert(0, scripts)
     import torch
 
-    from rnnfleet.data import prepare_dataset
+    from rnnfleet.prep.prepare import prepare_dataset
     from rnnfleet.train.evaluate import train_and_evaluate
 
     torch.set_num_threads(1)

@@ -124,7 +124,7 @@ def export_arrays(prep: Path, folder: Path, seq_len: int) -> dict[str, dict]:
     and targets, for scoring the peer's forecasts."""
     import numpy as np
 
-    from rnnfleet.data import load_arrays
+    from rnnfleet.prep.arrays_file import load_arrays
     from rnnfleet.train.loop import usable_windows
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -89,8 +89,9 @@ class PhaseClock:
 
 def wrap_job_phases(clock: PhaseClock) -> None:
     """The clocks of the breakdown: every function a preprocess and a train job spend time in."""
-    from rnnfleet import appending, data
     from rnnfleet.forecast import predict
+    from rnnfleet.prep import incremental as appending
+    from rnnfleet.prep import prepare
     from rnnfleet.runner import jobs
     from rnnfleet.scores import intervals, test_period
     from rnnfleet.train import evaluate as scoring
@@ -101,13 +102,13 @@ def wrap_job_phases(clock: PhaseClock) -> None:
         (jobs, "preprocess_one", PREPROCESS_JOB + ": the rest (settings hash, file checks, log)"),
         (appending, "prepared_arrays", "appending or not: the previous arrays checked"),
         (appending, "prepare_dataset", "prepare_dataset's own (columns, latest window)"),
-        (data, "read_clean_bars", "read and clean the bars"),
-        (data, "check_one_minute_bars", "one-minute check"),
-        (data, "check_quality", "quality flags"),
-        (data, "find_gaps", "gaps"),
-        (data, "compute_features", "features and targets"),
-        (data, "split_and_normalise", "split and normalise"),
-        (data, "row_digests", "row digests"),
+        (prepare, "read_clean_bars", "read and clean the bars"),
+        (prepare, "check_one_minute_bars", "one-minute check"),
+        (prepare, "check_quality", "quality flags"),
+        (prepare, "find_gaps", "gaps"),
+        (prepare, "compute_features", "features and targets"),
+        (prepare, "split_and_normalise", "split and normalise"),
+        (prepare, "row_digests", "row digests"),
         (jobs, "save_arrays", "array file written"),
         (jobs, "train_one", TRAIN_JOB + ": the rest (threads, device, log lines)"),
         (jobs, "load_arrays", "array file read"),
@@ -328,7 +329,7 @@ def run_workload(workload: str, args, root: Path, clock: PhaseClock) -> dict:
 def figure_write_ms(folder: Path, writes: int = 60) -> dict[str, float]:
     """Median milliseconds of atomic_write of a loss curve's size (30 KB), synced to the disk
     (model, metrics and array files) and not (the report's figures), interleaved."""
-    from rnnfleet.checkpoint import atomic_write
+    from rnnfleet.atomic_files import atomic_write
 
     payload, seconds = os.urandom(30_000), {"synced": [], "not synced": []}
     folder.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ Writes the same bars as a headered CSV, a headerless Binance-style CSV (12 colum
 ms) and a Parquet file with three extra columns, then measures, each in a fresh process:
 - baseline: what a user would write, `pandas.read_csv` / `pandas.read_parquet` of the whole
   file with its time column parsed;
-- read: rnnfleet's reading alone (`rnnfleet.data.read_bars`: sniff, six columns, UTC times,
+- read: rnnfleet's reading alone (`rnnfleet.bars.formats.read_bars`: sniff, six columns, UTC times,
   sorted), the same work as the baseline;
 - preprocess: the whole preprocess job (`preprocess_one`: read, clean, gaps, features,
   split, normalisation, array file). Prints seconds, peak resident memory above the process's state
@@ -48,7 +48,7 @@ def measure_one(kind: str, path: str, out_dir: str) -> dict:
     import pandas as pd  # noqa: F401  (imported before the baseline memory is taken)
     import pyarrow.parquet  # noqa: F401
 
-    from rnnfleet.data import read_bars
+    from rnnfleet.bars.formats import read_bars
     from rnnfleet.runner.jobs import preprocess_one
 
     before = reset_peak()

@@ -1,4 +1,4 @@
-"""A head start from the fleet (train.init fleet, rnnfleet.pretraining): does pretraining on the
+"""A head start from the fleet (train.init fleet, rnnfleet.train.pretraining): does pretraining on the
 whole fleet and fine-tuning each dataset's model beat training each from scratch, and at what
 cost, on two generated fleets side by side in one run:
 
@@ -14,7 +14,7 @@ cost, on two generated fleets side by side in one run:
 Per fleet, in this process on one CPU thread (one torch thread, as a train job), the same
 arrays, model and settings (LSTM 1x16, seq 30, batch 128, at most --epochs epochs, patience 3):
 - scratch: each dataset trained from random weights (rnnfleet.train.evaluate.train_and_evaluate);
-- fleet: rnnfleet.pretraining.pretrain on the array files, then each dataset trained from its
+- fleet: rnnfleet.train.pretraining.pretrain on the array files, then each dataset trained from its
   weights with a fresh optimizer (train.finetune_lr = train.lr), as a train job does;
 - one model for all: the pretrained model's own test skill on each dataset (a forward pass).
 Test skill is rnnfleet.train.evaluate.score_test_period's (1 - test MSE / the naive forecast's) on
@@ -143,11 +143,12 @@ def sign_flip_pvalue(differences: np.ndarray, rng: np.random.Generator, draws: i
 def one_fleet(kind: str, args, folder: Path) -> dict:
     import torch
 
-    from rnnfleet.data import prepare_dataset, save_arrays
-    from rnnfleet.model import build_model
-    from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
+    from rnnfleet.prep.arrays_file import save_arrays
+    from rnnfleet.prep.prepare import prepare_dataset
     from rnnfleet.train.evaluate import train_and_evaluate
     from rnnfleet.train.loop import LoopSettings, StartState, usable_windows, window_outputs, window_view
+    from rnnfleet.train.models import build_model
+    from rnnfleet.train.pretraining import pretrain, pretrain_settings, settings_fingerprint
 
     rng = fleet_rng(kind, args)
     device = torch.device("cpu")
@@ -226,7 +227,7 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
     import yaml
     from bench_update import snakemake
 
-    from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE
+    from rnnfleet.train.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE
 
     folder.mkdir(parents=True)
     write_fleet_bars(kind, args, folder / "data", fleet_rng(kind, args))
@@ -299,7 +300,8 @@ def quiet(*_args) -> None:
 
 def generated_arrays(rows: int, rng: np.random.Generator):
     """PreparedArrays of random features and targets, split as preprocess splits (no CSV read)."""
-    from rnnfleet.data import PreparedArrays, split_points
+    from rnnfleet.prep.arrays import PreparedArrays
+    from rnnfleet.prep.split import split_points
 
     split = split_points(rows, SEQ_LEN, 1, 0.15, 0.15)
     return PreparedArrays(
@@ -326,8 +328,8 @@ def peak_memory(datasets: int, rows: int) -> dict:
 
     import torch
 
-    from rnnfleet.data import save_arrays
-    from rnnfleet.pretraining import pretrain, pretrain_settings, settings_fingerprint
+    from rnnfleet.prep.arrays_file import save_arrays
+    from rnnfleet.train.pretraining import pretrain, pretrain_settings, settings_fingerprint
 
     rng = np.random.default_rng(0)
     train = {"seq_len": SEQ_LEN, "batch_size": 512, "epochs": 1, "lr": 2e-3, "patience": 1, "seed": 0, "amp": "off"}

@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from rnnfleet.model import SequenceRegressor  # noqa: E402
 from rnnfleet.runner.device import tune_cpu_allocator  # noqa: E402
+from rnnfleet.train.models import SequenceRegressor  # noqa: E402
 
 CANDIDATES = ("baseline", "contiguous-windows", "seq-first", "fused-adam", "mkldnn-off", "sync-every-step", "compile")
 ROWS, FEATURES, SEQ_LEN, BATCH = 1440, 5, 60, 128

@@ -27,7 +27,7 @@ def main():
         tune_cpu_allocator()
     import torch
 
-    from rnnfleet.model import SequenceRegressor
+    from rnnfleet.train.models import SequenceRegressor
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from snakemake.logging import logger
 
-from rnnfleet.checkpoint import folder_write_problem
+from rnnfleet.atomic_files import folder_write_problem
 
 from rnnfleet.train.modelfile import model_file_problem
 from rnnfleet.errors import WRITE_CAUSES

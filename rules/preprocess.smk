@@ -1,4 +1,4 @@
-from rnnfleet.data import ARRAYS_FORMAT
+from rnnfleet.prep.arrays_file import ARRAYS_FORMAT
 
 
 rule preprocess:
@@ -19,7 +19,7 @@ rule preprocess:
         **JOB_SETTINGS_PARAM,
         files_fingerprint=files_fingerprint,
         files_json=files_json,
-        # An array file of another layout is made again, once (rnnfleet.data.load_arrays).
+        # An array file of another layout is made again, once (rnnfleet.prep.arrays_file.load_arrays).
         arrays_format=ARRAYS_FORMAT,
     shell:
         job_command(

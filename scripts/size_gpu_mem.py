@@ -49,7 +49,7 @@ def read_config(path: str | Path) -> dict:
 
 def prepared_arrays(config: dict, csv_path: str | Path):
     """The dataset exactly as its preprocess job prepares it (the same settings object)."""
-    from rnnfleet.data import prepare_dataset
+    from rnnfleet.prep.prepare import prepare_dataset
 
     return prepare_dataset(csv_path, **preprocess_settings(config))[0]
 

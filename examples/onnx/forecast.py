@@ -23,7 +23,7 @@ PLAIN_POSITIONS = {"open": 1, "high": 2, "low": 3, "close": 4, "volume": 5}
 def read_bars(paths: list[str], columns: list[str]) -> tuple[np.ndarray, str]:
     """(bars (rows, 5) float64 in `columns` order, oldest first; how they were read)."""
     try:
-        from rnnfleet.data import read_clean_bars
+        from rnnfleet.prep.prepare import read_clean_bars
     except ImportError:
         return read_csv_bars(paths[0], columns)
     bars = read_clean_bars(paths if len(paths) > 1 else paths[0], None, 0.01)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from rnnfleet.errors import UserError
-from rnnfleet.targets import TARGETS
+from rnnfleet.prep.targets import TARGETS
 
 if TYPE_CHECKING:
     import torch
@@ -83,7 +83,7 @@ class Heads:
 
 def heads_of_settings(train: dict, target) -> Heads:
     """The heads a training with these `train:` settings has, for this target
-    (rnnfleet.targets.Target): train.horizons (or train.horizon) and train.quantiles.
+    (rnnfleet.prep.targets.Target): train.horizons (or train.horizon) and train.quantiles.
     UserError naming the key for quantiles of a classification target."""
     horizons = list(train.get("horizons") or []) or [int(train["horizon"])]
     quantiles = list(train.get("quantiles") or [])
@@ -144,6 +144,6 @@ def head_column_order(name: str) -> tuple:
 
 
 def with_outputs(model_hparams: dict, heads: Heads) -> dict:
-    """The model's settings asking the builder for one output per head (rnnfleet.model);
+    """The model's settings asking the builder for one output per head (rnnfleet.train.models);
     unchanged for a single forecast."""
     return model_hparams if heads.single else {**model_hparams, "outputs": heads.count}

@@ -35,7 +35,7 @@ class PluginRefused(UserError):
     """A model file names a plug-in file the user has not trusted; nothing was imported."""
 
 
-# The built-in model builder (rnnfleet.model.BUILDERS): model.builder's default.
+# The built-in model builder (rnnfleet.train.models.BUILDERS): model.builder's default.
 DEFAULT_BUILDER = "rnn"
 
 

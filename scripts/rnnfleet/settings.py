@@ -17,7 +17,7 @@ RUNTIME_ONLY_TRAIN_KEYS = ("threads", "gpu_mem", "device", "warm_workers")
 
 
 # The config key of each preprocess setting, by its name as a keyword argument of
-# rnnfleet.data.prepare_dataset (and as a param of the preprocess rule).
+# rnnfleet.prep.prepare.prepare_dataset (and as a param of the preprocess rule).
 PREPROCESS_CONFIG_KEYS = {
     "columns": "columns",
     "read_format": "format",
@@ -48,7 +48,7 @@ def preprocess_config_keys(config: dict) -> dict[str, str]:
 # Settings added after projects were made without them, and their defaults: at the default
 # they are left out of the rules' params, the array files' settings hash and a model's
 # fingerprint, so that a project made before they existed re-runs and updates as before.
-# The parts' caps at their default (rnnfleet.data.DEFAULT_MAX_PART_BARS) are left out too: a
+# The parts' caps at their default (rnnfleet.prep.split.DEFAULT_MAX_PART_BARS) are left out too: a
 # project whose history is below them keeps its arrays; one above them updates onto the capped
 # parts the next time its arrays are made (its fingerprint is unchanged).
 LATER_KEYS = {
@@ -58,7 +58,7 @@ LATER_KEYS = {
     "preprocess.test_max_bars": 10_080,
     "train.horizons": [],
     "train.quantiles": [],
-    "train.init": "scratch",  # the fleet's head start (rnnfleet.pretraining)
+    "train.init": "scratch",  # the fleet's head start (rnnfleet.train.pretraining)
     "train.finetune_lr": None,
     "train.compare_init": False,
 }
@@ -88,7 +88,7 @@ def at_later_default(key: str, value) -> bool:
 
 def preprocess_settings(config: dict) -> dict:
     """What reading, cleaning, featurising and splitting a dataset depend on, as the keyword
-    arguments of rnnfleet.data.prepare_dataset (and of the preprocess job). Of `quality:`
+    arguments of rnnfleet.prep.prepare.prepare_dataset (and of the preprocess job). Of `quality:`
     only the fail thresholds: the warn ones change no arrays (rnnfleet.bars.quality)."""
     settings = {
         name: value

@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import rnnfleet.data as data_module
+import rnnfleet.prep.prepare as data_module
 from rnnfleet.bars.bar_cache import cache_path_for
-from rnnfleet.data import prepare_dataset, read_clean_bars, save_arrays
+from rnnfleet.prep.arrays_file import save_arrays
+from rnnfleet.prep.prepare import prepare_dataset, read_clean_bars
 from rnnfleet.synthetic import synthetic_bars
 
 DAY = 300  # bars of one "day" file
@@ -57,7 +58,7 @@ def overlapping_file(folder: Path, history: pd.DataFrame) -> str:
 
 def without_reading_lines(attrs: dict) -> dict:
     """attrs less what tells how the bars were read, and less each file's SHA-256: the cache
-    records it, a read without the cache does not hash the files (rnnfleet.data.file_facts)."""
+    records it, a read without the cache does not hash the files (rnnfleet.prep.prepare.file_facts)."""
     kept = {key: value for key, value in attrs.items() if key not in READING_ATTRS}
     if "files" in kept:
         kept["files"] = [without_digest(facts) for facts in kept["files"]]
@@ -81,7 +82,7 @@ def assert_same_read(cached: pd.DataFrame, full: pd.DataFrame) -> None:
 
 @pytest.fixture
 def counted_reads(monkeypatch) -> list[str]:
-    """The files the reader opened (rnnfleet.data.read_bars calls)."""
+    """The files the reader opened (rnnfleet.prep.prepare.read_bars calls)."""
     opened: list[str] = []
     real = data_module.read_bars
 

@@ -6,16 +6,8 @@ import numpy as np
 import pytest
 from conftest import TINY_ROWS
 
-from rnnfleet.data import (
-    ARRAYS_FORMAT,
-    DataError,
-    compute_features,
-    load_arrays,
-    prepare_dataset,
-    read_clean_bars,
-    save_arrays,
-    split_and_normalise,
-)
+from rnnfleet.prep.arrays_file import ARRAYS_FORMAT, load_arrays, save_arrays
+from rnnfleet.prep.prepare import DataError, compute_features, prepare_dataset, read_clean_bars, split_and_normalise
 from rnnfleet.synthetic import write_synthetic_csv
 
 
@@ -96,7 +88,7 @@ def test_array_file_with_pickled_objects_is_refused(tmp_path):
 def test_each_feature_row_keeps_its_bars_time_and_the_test_chart_the_forecasts_times(tmp_path):
     import pandas as pd
 
-    from rnnfleet.targets import TARGETS
+    from rnnfleet.prep.targets import TARGETS
     from rnnfleet.train.evaluate import test_series
 
     csv_path = write_synthetic_csv(tmp_path / "A_1m.csv", TINY_ROWS, 1)
@@ -114,7 +106,7 @@ def test_each_feature_row_keeps_its_bars_time_and_the_test_chart_the_forecasts_t
 
 
 def test_parts_of_a_fixed_size_keep_their_size_whatever_the_history_and_need_the_fewest_rows():
-    from rnnfleet.data import embargo_rows, long_enough, part_sizes, rows_needed, split_points
+    from rnnfleet.prep.split import embargo_rows, long_enough, part_sizes, rows_needed, split_points
 
     embargo = embargo_rows(30, 1, 1)
     for rows in (5_000, 10_000, 50_000):
@@ -135,7 +127,7 @@ def test_at_the_defaults_the_validation_and_test_parts_stop_growing_past_one_wee
     import yaml
     from conftest import REPO
 
-    from rnnfleet.data import DEFAULT_MAX_PART_BARS, part_sizes, split_points
+    from rnnfleet.prep.split import DEFAULT_MAX_PART_BARS, part_sizes, split_points
     from rnnfleet.settings import LATER_KEYS, preprocess_settings
 
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["properties"]["preprocess"]

@@ -45,8 +45,8 @@ from rnnfleet.bars.formats import (
     text_encoding,
     unquoted,
 )
-from rnnfleet.data import DataError, features_for_bars, read_clean_bars
-from rnnfleet.features import DEFAULT_FEATURES
+from rnnfleet.prep.features import DEFAULT_FEATURES
+from rnnfleet.prep.prepare import DataError, features_for_bars, read_clean_bars
 
 
 def test_every_layout_reads_to_the_same_bars_and_times(every_layout):
@@ -318,7 +318,7 @@ def test_parquet_with_the_times_as_its_saved_index_reads_as_with_a_time_column(t
 
 
 def test_words_in_a_parquet_price_column_and_a_short_row_are_one_line_data_errors(tmp_path):
-    from rnnfleet.data import drop_non_finite
+    from rnnfleet.prep.prepare import drop_non_finite
 
     bars = reference_bars(20)
     frame = pd.DataFrame({"timestamp": bars["timestamp"], **numbers(bars)})
@@ -385,7 +385,7 @@ def test_joining_a_file_without_volume_drops_volume_with_a_note(tmp_path):
 
 
 def test_a_plug_in_feature_reading_volume_of_a_file_without_it_is_a_data_error_naming_both(tmp_path, monkeypatch):
-    from rnnfleet.features import compute_feature_matrix
+    from rnnfleet.prep.features import compute_feature_matrix
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "feat.py").write_text("def turnover(bars):\n    return bars['volume'] * bars['close']\n")

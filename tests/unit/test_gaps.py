@@ -10,7 +10,7 @@ import torch
 import yaml
 from conftest import REPO
 
-from rnnfleet.gaps import usable_window_ends
+from rnnfleet.prep.gaps import usable_window_ends
 
 
 def test_a_bad_max_gap_is_a_config_error_naming_the_key():
@@ -51,7 +51,7 @@ class RecordingModel(torch.nn.Module):
 
 @pytest.mark.slow
 def test_the_loop_shows_the_model_no_window_that_spans_a_gap(monkeypatch):
-    from rnnfleet.data import PreparedArrays
+    from rnnfleet.prep.arrays import PreparedArrays
     from rnnfleet.train import loop as training
 
     rows, seq_len, horizon, gap_bars = 200, 8, 2, np.array([40, 41, 120])

@@ -12,14 +12,14 @@ import pytest
 import torch
 from conftest import TINY_ROWS, schema_defaults
 
-from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
 from rnnfleet.forecast.predict import forecast_at_last_bar
 from rnnfleet.heads import Heads, heads_of_settings, pinball, pinball_losses
+from rnnfleet.prep.prepare import prepare_dataset
+from rnnfleet.prep.targets import TARGETS
 from rnnfleet.scores import intervals
 from rnnfleet.settings import preprocess_settings, train_hyper_parameters
 from rnnfleet.synthetic import write_synthetic_csv
-from rnnfleet.targets import TARGETS
 from rnnfleet.train.evaluate import train_and_evaluate
 from rnnfleet.train.fit import Settings, fit_dataset
 from rnnfleet.train.loop import LoopSettings, usable_windows, window_outputs, window_view

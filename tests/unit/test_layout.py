@@ -42,12 +42,22 @@ def package_imports() -> dict[str, set[str]]:
     }
 
 
+def reached_from(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others."""
+    reached, todo = set(), [start]
+    while todo:
+        for imported in graph[todo.pop()] - reached:
+            reached.add(imported)
+            todo.append(imported)
+    return reached
+
+
 # The `rnnfleet` command is the front door to all three parts, not part of the core.
 FRONT_DOOR = ("cli.py",)
 
 
 # The core's stage folders, in the order data flows.
-CORE_STAGES = ("bars", "train", "scores", "forecast", "report")
+CORE_STAGES = ("bars", "prep", "train", "scores", "forecast", "report")
 
 
 def core_modules() -> list[Path]:
@@ -86,11 +96,7 @@ def test_the_fit_reaches_neither_predict_nor_the_runner():
     # the forecast at the last bar is asked for by the train job after the fit (rnnfleet.runner.jobs)
     graph = package_imports()
     assert "rnnfleet.train.fit" in graph
-    reached, todo = set(), ["rnnfleet.train.fit"]
-    while todo:
-        for imported in graph[todo.pop()] - reached:
-            reached.add(imported)
-            todo.append(imported)
+    reached = reached_from(graph, "rnnfleet.train.fit")
     assert sorted(name for name in reached if name.startswith(("rnnfleet.forecast.predict", "rnnfleet.runner"))) == []
 
 
@@ -136,3 +142,12 @@ def test_the_layout_check_sees_a_circle_and_an_outer_import(tmp_path, monkeypatc
     (package / "forecast" / "predict.py").write_text("")
     with pytest.raises(AssertionError, match=r"rnnfleet.forecast.predict"):
         test_the_fit_reaches_neither_predict_nor_the_runner()
+
+
+def test_the_training_loop_reaches_no_bar_reader():
+    """The train path reads arrays, never bar files: nothing the loop imports, at the top or
+    inside a function, reaches bars/ or the preparation of arrays from bars (PreparedArrays
+    lives in prep/arrays.py, apart from the readers)."""
+    reached = reached_from(package_imports(), "rnnfleet.train.loop")
+    assert "rnnfleet.prep.arrays" in reached
+    assert sorted(name for name in reached if name.startswith(("rnnfleet.bars", "rnnfleet.prep.prepare"))) == []

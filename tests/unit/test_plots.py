@@ -12,7 +12,7 @@ from xml.etree import ElementTree
 import pytest
 from conftest import PNG_SIGNATURE, REPO, SVG_NAMESPACE, svg_texts
 
-import rnnfleet.checkpoint
+import rnnfleet.atomic_files
 import rnnfleet.report.loss_curves
 from rnnfleet.report import svg_chart
 from rnnfleet.report.loss_curves import MIN_CURVES_PER_PROCESS, draw_loss_curves, loss_curve_panels
@@ -88,7 +88,7 @@ def test_loss_curves_are_not_synced_to_the_disk_and_an_empty_one_is_drawn_again(
     metrics["history"] = [{"epoch": 1, "train_loss": 1.0, "val_loss": 0.9, "seconds": 1}]
     (tmp_path / "D.json").write_text(json.dumps(metrics))
     synced = []
-    monkeypatch.setattr(rnnfleet.checkpoint.os, "fsync", synced.append)
+    monkeypatch.setattr(rnnfleet.atomic_files.os, "fsync", synced.append)
     (curve,) = rnnfleet.report.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves")
     assert synced == [] and curve.stat().st_size > 0
     assert rnnfleet.report.loss_curves.refresh_loss_curves([str(tmp_path / "D.json")], tmp_path / "curves") == []

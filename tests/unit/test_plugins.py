@@ -13,15 +13,15 @@ import torch
 import yaml
 from conftest import REPO
 
-from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
-from rnnfleet.features import BUILTIN_FEATURES, compute_feature_matrix
-from rnnfleet.model import BUILDERS, SequenceRegressor, build_model
 from rnnfleet.plugins import PluginRefused, imported_sha256, model_file_sources, resolve, sha256_of
+from rnnfleet.prep.features import BUILTIN_FEATURES, compute_feature_matrix
+from rnnfleet.prep.prepare import prepare_dataset
+from rnnfleet.prep.targets import TARGETS
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
-from rnnfleet.targets import TARGETS
 from rnnfleet.train.evaluate import train_and_evaluate
 from rnnfleet.train.loop import LoopSettings
+from rnnfleet.train.models import BUILDERS, SequenceRegressor, build_model
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}

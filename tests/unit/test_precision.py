@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rnnfleet import precision
-from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import UserError
+from rnnfleet.prep.prepare import prepare_dataset
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.train.evaluate import train_and_evaluate
 from rnnfleet.train.loop import LoopSettings

@@ -1,4 +1,4 @@
-"""rnnfleet.pretraining without snakemake: row slices of an array file, the frozen membership."""
+"""rnnfleet.train.pretraining without snakemake: row slices of an array file, the frozen membership."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import returns_with_planted_signal, write_bars_of_returns
 
-from rnnfleet.pretraining import frozen_membership, npz_rows
+from rnnfleet.train.pretraining import frozen_membership, npz_rows
 
 
 def test_npz_rows_reads_the_same_rows_as_loading_the_whole_array(tmp_path):
@@ -33,9 +33,11 @@ def test_the_datasets_served_stay_frozen_while_the_settings_are_unchanged(tmp_pa
 
 
 def test_pooled_pieces_give_exactly_their_windows_and_none_across_two(tmp_path):
-    from rnnfleet.data import PreparedArrays, save_arrays, split_points
-    from rnnfleet.pretraining import FleetRows, Piece, fleet_arrays, read_head
+    from rnnfleet.prep.arrays import PreparedArrays
+    from rnnfleet.prep.arrays_file import save_arrays
+    from rnnfleet.prep.split import split_points
     from rnnfleet.train.loop import usable_windows
+    from rnnfleet.train.pretraining import FleetRows, Piece, fleet_arrays, read_head
 
     seq_len, rows = 8, 300
     split = split_points(rows, seq_len, 1, 0.15, 0.15)
@@ -92,8 +94,8 @@ def planted_window_skill(state_dict: dict, model_hparams: dict, arrays, ends: np
     import torch
 
     from rnnfleet.heads import with_outputs
-    from rnnfleet.model import build_model
     from rnnfleet.train.loop import SINGLE, window_outputs, window_view
+    from rnnfleet.train.models import build_model
 
     model = build_model(with_outputs(model_hparams, SINGLE), arrays.features.shape[1], SEQ_LEN)
     model.load_state_dict(state_dict)
@@ -114,8 +116,9 @@ def test_the_pretrained_model_never_learns_a_signal_planted_after_the_cutoff(tmp
     the pretraining of both when each dataset is read up to its own cutoff (0.52)."""
     import torch
 
-    from rnnfleet.data import load_arrays, prepare_dataset, save_arrays
-    from rnnfleet.pretraining import pretrain, pretrain_settings
+    from rnnfleet.prep.arrays_file import load_arrays, save_arrays
+    from rnnfleet.prep.prepare import prepare_dataset
+    from rnnfleet.train.pretraining import pretrain, pretrain_settings
 
     paths = {}
     for number, (name, rows) in enumerate({"SHORT": 400, "LONG": 900}.items()):
@@ -172,8 +175,9 @@ def test_the_datasets_served_are_every_one_present_whenever_the_pretraining_is_r
 def test_an_array_file_that_does_not_read_is_left_out_and_the_others_pretrain(tmp_path):
     import torch
 
-    from rnnfleet.data import prepare_dataset, save_arrays
-    from rnnfleet.pretraining import pretrain, pretrain_settings
+    from rnnfleet.prep.arrays_file import save_arrays
+    from rnnfleet.prep.prepare import prepare_dataset
+    from rnnfleet.train.pretraining import pretrain, pretrain_settings
 
     paths = {}
     for number, name in enumerate(("A", "B")):

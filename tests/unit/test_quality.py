@@ -19,8 +19,9 @@ from rnnfleet.bars.quality import (
     measure_quality,
     quality_flags,
 )
-from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.errors import DataError
+from rnnfleet.prep.arrays_file import load_arrays, save_arrays
+from rnnfleet.prep.prepare import prepare_dataset, read_clean_bars
 from rnnfleet.report.summary import SUMMARY_COLUMNS, metrics_row
 from rnnfleet.report.table_page import write_table_html
 from rnnfleet.synthetic import synthetic_bars

@@ -13,9 +13,10 @@ import torch
 import yaml
 from conftest import REPO
 
-from rnnfleet.data import DataError, prepare_dataset, split_and_normalise, split_points
 from rnnfleet.errors import UserError
-from rnnfleet.gaps import window_numbers
+from rnnfleet.prep.gaps import window_numbers
+from rnnfleet.prep.prepare import DataError, prepare_dataset, split_and_normalise
+from rnnfleet.prep.split import split_points
 from rnnfleet.scores import test_period
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
@@ -200,7 +201,7 @@ def test_perturbing_test_period_bars_changes_no_trained_weight(tmp_path):
 def test_the_test_series_for_the_report_is_the_test_period_in_the_targets_units(tmp_path):
     """At most TEST_SERIES_POINTS test windows, evenly spread from the first to the last, with
     the actual target and the forecast in the target's units (the report's lower panel)."""
-    from rnnfleet.targets import TARGETS
+    from rnnfleet.prep.targets import TARGETS
     from rnnfleet.train.evaluate import TEST_SERIES_POINTS
 
     torch.set_num_threads(1)
@@ -232,7 +233,7 @@ def test_the_test_series_for_the_report_is_the_test_period_in_the_targets_units(
 
 
 def test_an_array_file_without_a_test_period_says_to_delete_it(tmp_path):
-    from rnnfleet.data import load_arrays, save_arrays
+    from rnnfleet.prep.arrays_file import load_arrays, save_arrays
 
     arrays, _ = prepare_dataset(write_synthetic_csv(tmp_path / "A_1m.csv", 400, 1), 16, 1, 0.2)
     save_arrays(arrays, tmp_path / "new.npz")

@@ -10,7 +10,13 @@ from rnnfleet.hooks import snakemake_hooks
 from rnnfleet.settings import PREPROCESS_CONFIG_KEYS, TRAIN_PARAM_CONFIG_KEYS
 from rnnfleet.workflow.settings_changes import Change, report_lines, settings_changes
 
-MODEL = {"builder": "rnnfleet.model:build_rnn", "cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
+MODEL = {
+    "builder": "rnnfleet.train.models:build_rnn",
+    "cell": "lstm",
+    "hidden_size": 8,
+    "num_layers": 1,
+    "dropout": 0.0,
+}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "patience": 2}
 COLUMNS = {"time": "time", "close": "close"}
 EVALUATE = {"cost_bps": 1.0, "block_bars": 0, "bootstrap": 1000}
@@ -57,7 +63,7 @@ def test_a_key_the_record_does_not_have_is_named_as_not_set_before():
 def test_another_builder_names_its_own_keys_and_the_builtin_keys_it_drops():
     mine = {"builder": "mine.py:build", "hidden": 16}
     found = changes(train_params(), train_params(model=mine))
-    assert Change("model.builder", "rnnfleet.model:build_rnn", "mine.py:build") in found
+    assert Change("model.builder", "rnnfleet.train.models:build_rnn", "mine.py:build") in found
     assert Change("model.hidden", "(not set)", "16") in found
     assert Change("model.cell", "lstm", "(not set)") in found
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rnnfleet.data import PreparedArrays
+from rnnfleet.prep.arrays import PreparedArrays
 from rnnfleet.runner.sizing import GIB, Footprint, arrays_for_steps, declared_gb, plan
 
 

@@ -10,10 +10,11 @@ import pytest
 
 from rnnfleet.bars.formats import FORMAT_DEFAULTS, NAIVE_AS_UTC, TIMEZONE_ASSUMED, read_bars
 from rnnfleet.bars.joining import check_one_minute_bars
-from rnnfleet.data import load_arrays, prepare_dataset, read_clean_bars, save_arrays
 from rnnfleet.errors import UserError
 from rnnfleet.forecast.predict import other_zone_warning, reading_settings
-from rnnfleet.gaps import find_gaps
+from rnnfleet.prep.arrays_file import load_arrays, save_arrays
+from rnnfleet.prep.gaps import find_gaps
+from rnnfleet.prep.prepare import prepare_dataset, read_clean_bars
 from rnnfleet.synthetic import synthetic_bars
 
 NEW_YORK = {"timezone": "America/New_York"}

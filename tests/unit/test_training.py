@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from rnnfleet.checkpoint import atomic_write
-from rnnfleet.data import prepare_dataset
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.errors import UserError
-from rnnfleet.model import load_model
 from rnnfleet.precision import cpu_computes_bf16_natively
+from rnnfleet.prep.prepare import prepare_dataset
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.train.evaluate import train_and_evaluate
 from rnnfleet.train.loop import LoopSettings, window_view
 from rnnfleet.train.modelfile import ModelFileError, build_checkpoint, load_checkpoint, save_checkpoint
+from rnnfleet.train.models import load_model
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 20, "batch_size": 64, "epochs": 6, "lr": 0.003, "patience": 3, "seed": 0}
@@ -96,7 +96,7 @@ def test_atomic_write_gives_normal_file_permissions(tmp_path):
 
 def test_atomic_write_syncs_the_file_and_its_folder_unless_told_it_need_not(tmp_path, monkeypatch):
     synced = []
-    monkeypatch.setattr("rnnfleet.checkpoint.os.fsync", synced.append)
+    monkeypatch.setattr("rnnfleet.atomic_files.os.fsync", synced.append)
     with atomic_write(tmp_path / "model.pt") as handle:
         handle.write(b"weights")
     assert len(synced) == 2  # the file, then the folder that holds its new name

@@ -12,7 +12,8 @@ import pytest
 import torch
 from conftest import schema_defaults
 
-from rnnfleet.data import prepare_dataset, row_digests, save_arrays
+from rnnfleet.prep.arrays_file import save_arrays
+from rnnfleet.prep.prepare import prepare_dataset, row_digests
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.train.evaluate import train_and_evaluate
 from rnnfleet.train.loop import LoopSettings, StartState

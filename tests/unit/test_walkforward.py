@@ -14,9 +14,10 @@ import torch
 import yaml
 from conftest import REPO
 
-from rnnfleet.data import embargo_rows, prepare_dataset
 from rnnfleet.errors import SettingsError
-from rnnfleet.gaps import window_numbers
+from rnnfleet.prep.gaps import window_numbers
+from rnnfleet.prep.prepare import prepare_dataset
+from rnnfleet.prep.split import embargo_rows
 from rnnfleet.synthetic import write_synthetic_csv
 from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
 from rnnfleet.train.loop import LoopSettings, all_rows_train, refit_on_all_rows

@@ -9,10 +9,10 @@ import tracemalloc
 import pytest
 from conftest import TINY_ROWS, add_datasets, snakemake, summary_by_dataset, write_config
 
-from rnnfleet.data import prepare_dataset
 from rnnfleet.errors import DATA_ERROR_NOTE
-from rnnfleet.model import load_model
+from rnnfleet.prep.prepare import prepare_dataset
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
+from rnnfleet.train.models import load_model
 
 CUT_LINE = "the last line has no line end (the file may have been cut while it was written)"
 GOOD = ["GOOD_1m", "Zürich_1m", "ES=F@cme,x+y_1m"]  # names with unicode and allowed punctuation work end to end

@@ -22,8 +22,8 @@ from conftest import REPO, add_datasets, pending_jobs, python_for, summary_by_da
 
 from rnnfleet.errors import DATA_ERROR_NOTE
 from rnnfleet.faults import PAUSE_AT, PAUSE_FILE, RESUME
-from rnnfleet.model import load_model
 from rnnfleet.synthetic import write_synthetic_csv
+from rnnfleet.train.models import load_model
 
 GOOD = ["A_1m", "B_1m", "C_1m", "D_1m"]  # one is replaced and one deleted during the run
 UNREADABLE = "UNREADABLE_1m"  # mode 000

@@ -19,7 +19,7 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.data import load_arrays
+from rnnfleet.prep.arrays_file import load_arrays
 from rnnfleet.synthetic import synthetic_bars
 
 HEADER = "dataset\tfiles\tformat.timezone\ttarget\tmodel.hidden_size\n"

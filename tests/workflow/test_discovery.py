@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 from conftest import PROGRAMS, REPO, TINY_ROWS, add_datasets, pending_jobs, snakemake, write_config
 
-from rnnfleet.data import load_arrays
+from rnnfleet.prep.arrays_file import load_arrays
 
 # Runs `snakemake --list-rules` (parse only: Snakefile, config, discovery) in-process with
 # os.scandir / os.listdir / os.stat / os.lstat counting the calls that reach data_dir.

@@ -10,7 +10,7 @@ import pytest
 from conftest import pending_jobs, snakemake
 from layouts import ODD_CASES, preprocess_log
 
-from rnnfleet.data import load_arrays
+from rnnfleet.prep.arrays_file import load_arrays
 
 
 def test_every_layout_gives_identical_arrays_through_snakemake(every_layout, layouts_run):

@@ -8,7 +8,7 @@ import json
 
 from layouts import SEQ_LEN, preprocess_log
 
-from rnnfleet.data import load_arrays
+from rnnfleet.prep.arrays_file import load_arrays
 
 
 def test_no_window_spans_a_weekend_gap(layouts_run):

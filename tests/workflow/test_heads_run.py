@@ -21,12 +21,12 @@ import torch
 import yaml
 from conftest import REPO, planned_rules, snakemake, svg_texts, write_bars_of_returns, write_config
 
-from rnnfleet.data import load_arrays
 from rnnfleet.heads import Heads
-from rnnfleet.model import load_model
+from rnnfleet.prep.arrays_file import load_arrays
 from rnnfleet.synthetic import ar_garch_returns
 from rnnfleet.train.loop import AMP_DTYPES, usable_windows, window_outputs, window_view
 from rnnfleet.train.modelfile import load_checkpoint
+from rnnfleet.train.models import load_model
 
 pytestmark = pytest.mark.long  # a minute: started first (tests/conftest.py)
 

@@ -34,11 +34,11 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.checkpoint import write_json
+from rnnfleet.atomic_files import write_json
 from rnnfleet.faults import TRAIN_CRASH
-from rnnfleet.model import load_model
 from rnnfleet.runner.orphans import RunGone, run_job_guard
 from rnnfleet.train.modelfile import load_checkpoint
+from rnnfleet.train.models import load_model
 from rnnfleet.workflow.recovery import RUN_VARIABLE, RUNS_DIR
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)

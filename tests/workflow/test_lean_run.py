@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from conftest import snakemake, write_config
 
-from rnnfleet.data import read_clean_bars
+from rnnfleet.prep.prepare import read_clean_bars
 from rnnfleet.synthetic import synthetic_bars
 
 DAYS = ("20240102", "20240103")  # winter: New York is UTC-5

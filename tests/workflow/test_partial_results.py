@@ -25,11 +25,11 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.checkpoint import atomic_write
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.errors import WRITE_CAUSES, WriteError, job_guard
 from rnnfleet.faults import FULL_DISK, TRAIN_CRASH
-from rnnfleet.model import load_model
 from rnnfleet.train.modelfile import save_checkpoint
+from rnnfleet.train.models import load_model
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 

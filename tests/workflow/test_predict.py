@@ -14,8 +14,8 @@ import pytest
 import torch
 from conftest import REPO, TINY_ROWS, write_config
 
-from rnnfleet.data import prepare_dataset
 from rnnfleet.forecast.predict import FORECAST_COLUMNS, forecast_at_last_bar, main
+from rnnfleet.prep.prepare import prepare_dataset
 from rnnfleet.scores import intervals
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.train.evaluate import train_and_evaluate

@@ -1,5 +1,5 @@
 """train.init fleet through the real snakemake: one pretrain job before the fine-tunes, its
-cutoff across datasets, what re-runs it and what does not (rules/pretrain.smk, rnnfleet.pretraining)."""
+cutoff across datasets, what re-runs it and what does not (rules/pretrain.smk, rnnfleet.train.pretraining)."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.data import load_arrays
 from rnnfleet.faults import PRETRAIN_CRASH
-from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
+from rnnfleet.prep.arrays_file import load_arrays
 from rnnfleet.train.modelfile import load_checkpoint
+from rnnfleet.train.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
 
 # SHORT's training part ends first: its first embargo bar is the fleet's cutoff. LONG's bars
 # from PLANTED_ROW on follow each other (a return repeats the one before): inside SHORT's

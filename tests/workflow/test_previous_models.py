@@ -25,7 +25,7 @@ from conftest import (
 
 from rnnfleet.faults import TRAIN_CRASH
 from rnnfleet.forecast.predict import forecast_csv
-from rnnfleet.model import load_model
+from rnnfleet.train.models import load_model
 from rnnfleet.workflow.previous_models import BACKUP_DIR
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)

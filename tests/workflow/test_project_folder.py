@@ -18,7 +18,7 @@ import yaml
 from conftest import REPO, TINY_CONFIG, add_datasets, pending_jobs, schema_keys, snakemake, write_config
 
 from rnnfleet.cli import project_config
-from rnnfleet.model import load_model
+from rnnfleet.train.models import load_model
 from rnnfleet.workflow.config_check import config_problems, model_section, typed_as_yaml
 
 SCHEMA = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())

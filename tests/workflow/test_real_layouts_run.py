@@ -25,8 +25,8 @@ from layouts import (
     write_real_layouts,
 )
 
-from rnnfleet.data import load_arrays
 from rnnfleet.errors import DATA_ERROR_NOTE
+from rnnfleet.prep.arrays_file import load_arrays
 from rnnfleet.train.modelfile import load_checkpoint
 
 WITHOUT_VOLUME = [dataset for dataset, (*_, has_volume) in REAL_LAYOUTS.items() if not has_volume]

@@ -12,7 +12,7 @@ from conftest import JOB_PATHS, add_datasets, job_path_of, snakemake, start_paus
 
 from rnnfleet.faults import OOM_ATTEMPTS
 from rnnfleet.hooks import PATCHES_OFF_VARIABLE
-from rnnfleet.model import load_model
+from rnnfleet.train.models import load_model
 
 
 def train_log(workdir) -> str:

@@ -32,7 +32,7 @@ def test_sizing_reads_a_dataset_exactly_as_its_preprocess_job(tmp_path):
 
     from conftest import snakemake, write_config
 
-    from rnnfleet.data import load_arrays
+    from rnnfleet.prep.arrays_file import load_arrays
     from rnnfleet.synthetic import write_synthetic_csv
 
     plain = write_synthetic_csv(tmp_path / "plain.csv", 400, 3)

@@ -16,8 +16,9 @@ import pytest
 from conftest import copy_of_run, pending_jobs, snakemake, write_config
 
 from rnnfleet.bars.discovery import dataset_name, discover_datasets
-from rnnfleet.data import load_arrays, read_clean_bars
 from rnnfleet.errors import DataError, UserError
+from rnnfleet.prep.arrays_file import load_arrays
+from rnnfleet.prep.prepare import read_clean_bars
 from rnnfleet.synthetic import synthetic_bars
 
 BARS_PER_DAY = 240  # short "days" keep the trainings quick; the layout is Binance's
@@ -167,7 +168,7 @@ def test_joined_files_keep_an_overlap_once_and_refuse_a_conflict(tmp_path):
 
 
 def test_a_file_of_five_minute_bars_fails_naming_the_step(tmp_path):
-    from rnnfleet.data import prepare_dataset
+    from rnnfleet.prep.prepare import prepare_dataset
 
     bars = symbol_bars("FIVE", 1)
     bars["timestamp"] = START + pd.to_timedelta(np.arange(len(bars)) * 5, unit="min")

@@ -26,12 +26,13 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.data import ARRAYS_FORMAT, DataError, load_arrays
 from rnnfleet.forecast.predict import forecast_csv
-from rnnfleet.model import load_model
+from rnnfleet.prep.arrays_file import ARRAYS_FORMAT, load_arrays
+from rnnfleet.prep.prepare import DataError
+from rnnfleet.prep.targets import TARGETS
 from rnnfleet.synthetic import synthetic_bars
-from rnnfleet.targets import TARGETS
 from rnnfleet.train.loop import AMP_DTYPES, evaluate_windows, usable_windows, window_view
+from rnnfleet.train.models import load_model
 from rnnfleet.train.updating import with_normalisation
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)

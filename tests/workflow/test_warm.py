@@ -264,8 +264,11 @@ def test_a_code_change_in_any_part_of_the_package_gives_another_server(tmp_path)
 
     package = Path(rnnfleet.__file__).parent
     modules = [
-        package / "data.py",
-        *(package / part / "__init__.py" for part in ("runner", "hooks", "train", "workflow")),
+        package / "prep" / "prepare.py",
+        *(
+            package / part / "__init__.py"
+            for part in ("bars", "prep", "train", "scores", "forecast", "report", "runner", "hooks", "workflow")
+        ),
     ]
     for module in modules:
         before = warm_client.server_key()

@@ -23,10 +23,10 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.data import load_arrays
 from rnnfleet.forecast.predict import main as predict_main
-from rnnfleet.model import load_model
+from rnnfleet.prep.arrays_file import load_arrays
 from rnnfleet.train.loop import window_view
+from rnnfleet.train.models import load_model
 
 DATASETS = {"BTCUSDT_1m", "EURUSD_1m", "SPY_1m"}
 EXPECTED_DEVICE_TYPE = "cuda" if torch.cuda.is_available() else "cpu"  # train.device: auto

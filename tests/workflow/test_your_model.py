@@ -20,7 +20,7 @@ from conftest import REPO, add_datasets, copy_of_run, pending_jobs, snakemake, w
 
 from rnnfleet.errors import last_marked_line
 from rnnfleet.forecast.predict import forecast_columns
-from rnnfleet.model import load_model
+from rnnfleet.train.models import load_model
 
 pytestmark = pytest.mark.long  # minutes: started first (tests/conftest.py)
 
@@ -123,7 +123,7 @@ def test_your_model_forecasts(model_run):
 
 
 def test_editing_your_model_file_retrains_what_uses_it_and_rnnfleet_code_does_not(model_run_copy):
-    for package_file in ("model.py", "train/loop.py"):
+    for package_file in ("train/models.py", "train/loop.py"):
         os.utime(REPO / "scripts" / "rnnfleet" / package_file)  # rnnfleet's own code is not an input
     assert pending_jobs(snakemake(model_run_copy, "-n", *MODEL_ARGS).stdout, "train") == {}
     edit(model_run_copy / "examples" / "tcn_gru.py")

@@ -28,7 +28,7 @@ from rnnfleet.bars.joining import CHECKSUM_SUFFIX, file_sha256
 
 CACHE_FOLDER = "bars"
 # The modules whose code reads a file into its bars (read_bars, drop_non_finite, the checksum).
-READER_FILES = ("bars/formats.py", "bars/joining.py", "data.py")  # by their path in the package
+READER_FILES = ("bars/formats.py", "bars/joining.py", "prep/prepare.py")  # by their path in the package
 # The bar columns a cached table can hold, in the reader's order (rnnfleet.bars.formats.BAR_KEYS).
 VALUE_KEYS = ("open", "high", "low", "close", "volume")
 
@@ -169,7 +169,7 @@ class BarCache:
 
     def save(self) -> None:
         """Write the cache (atomically) when anything was read or dropped."""
-        from rnnfleet.checkpoint import atomic_write
+        from rnnfleet.atomic_files import atomic_write
 
         if not self.changed:
             return

@@ -30,7 +30,7 @@ from rnnfleet.errors import UserError
 # nothing a shell or a file system could misread.
 DATASET_NAME = r"[\w][\w.+=@,-]*"
 # The longest file name made from a dataset name is the hidden temporary file beside its
-# metrics (rnnfleet.checkpoint.atomic_write): .<name>.json.<8 random characters>.partial.
+# metrics (rnnfleet.atomic_files.atomic_write): .<name>.json.<8 random characters>.partial.
 # File systems allow 255 bytes per name.
 MAX_DATASET_NAME_BYTES = 255 - len("..json.12345678.partial")
 PLACEHOLDER = "{dataset}"

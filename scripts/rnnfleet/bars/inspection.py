@@ -21,18 +21,17 @@ import numpy as np
 from rnnfleet.bars.formats import NAIVE_AS_UTC, TIMEZONE_ASSUMED
 from rnnfleet.bars.joining import check_one_minute_bars
 from rnnfleet.bars.quality import QUALITY_COLUMNS, check_quality, measure_quality
-from rnnfleet.data import (
+from rnnfleet.errors import UserError, one_line
+from rnnfleet.prep.gaps import duration_text, find_gaps, window_numbers
+from rnnfleet.prep.prepare import (
     bar_features,
     bars_label,
     features_for_bars,
     left_out_note,
     longest_horizon,
     read_clean_bars,
-    split_points,
-    split_settings,
 )
-from rnnfleet.errors import UserError, one_line
-from rnnfleet.gaps import duration_text, find_gaps, window_numbers
+from rnnfleet.prep.split import split_points, split_settings
 
 INSPECT_COLUMNS = (
     "dataset",
@@ -124,7 +123,7 @@ def inspect_datasets(
     dataset_settings, dataset_quality = dataset_settings or {}, dataset_quality or {}
     import pandas as pd
 
-    from rnnfleet.checkpoint import atomic_write
+    from rnnfleet.atomic_files import atomic_write
 
     rows = []
     for number, (dataset, path) in enumerate(files.items(), 1):

@@ -8,7 +8,7 @@ Promises:
   whose OHLC contradict each other (high < low, or open or close outside [low, high]), of
   timestamps the file held twice with different bars (identical duplicates are harmless),
   and of the minutes inside the series (steps up to preprocess.max_gap: a longer step is a
-  gap, rnnfleet.gaps) that have no bar; plus the median step between bars.
+  gap, rnnfleet.prep.gaps) that have no bar; plus the median step between bars.
 - judge_quality(measures, thresholds): a flag whose measure is above `quality.<flag>.fail`
   fails, else above `quality.<flag>.warn` warns (1 never: no share is above it); a level a
   flag's thresholds leave out is not judged.
@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rnnfleet.errors import DataError
-from rnnfleet.gaps import duration_text, max_gap_nanoseconds
+from rnnfleet.prep.gaps import duration_text, max_gap_nanoseconds
 
 # Each flag, with the words a warning or failure line uses for it.
 FLAG_WORDS = {

@@ -53,10 +53,10 @@ from rnnfleet.forecast.predict import (
     training_read,
 )
 from rnnfleet.heads import Heads
-from rnnfleet.model import DEFAULT_BUILDER
 from rnnfleet.plugins import describe, is_file_reference, resolve
+from rnnfleet.prep.targets import TARGETS
 from rnnfleet.scores.intervals import COVERAGE, half_width, nearest_coverage
-from rnnfleet.targets import TARGETS
+from rnnfleet.train.models import DEFAULT_BUILDER
 
 INPUT_NAME = "bars"
 INPUT_COLUMNS = ("open", "high", "low", "close", "volume")
@@ -202,7 +202,7 @@ def graph_feature(reference: str, sources: Mapping[str, bytes]) -> Callable:
 
 
 def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float = COVERAGE) -> ExportPlan:
-    """The plan of a model file's graph (sources: its vetted plug-ins, rnnfleet.model.vetted_plugins);
+    """The plan of a model file's graph (sources: its vetted plug-ins, rnnfleet.train.models.vetted_plugins);
     ExportRefused for a feature that cannot be computed from OHLCV in a graph."""
     recorded, normalisation = checkpoint["features"], checkpoint["normalisation"]
     heads, target = checkpoint_heads(checkpoint), TARGETS[recorded["target"]]
@@ -273,7 +273,7 @@ class ForecastGraph(nn.Module):
     # Target.to_units and Target.within_range in tensor operations (theirs call numpy, which a
     # trace cannot follow).
     def to_units(self, outputs: torch.Tensor) -> torch.Tensor:
-        """Outputs (batch, horizons, ...) in the target's units (rnnfleet.targets.Target.to_units)."""
+        """Outputs (batch, horizons, ...) in the target's units (rnnfleet.prep.targets.Target.to_units)."""
         if TARGETS[self.plan.target].classification:
             return torch.sigmoid(outputs)
         shape = (1, -1) + (1,) * (outputs.dim() - 2)
@@ -290,7 +290,7 @@ class ForecastGraph(nn.Module):
             values = feature(columns)
             parts.append(values.unsqueeze(-1) if values.dim() == 2 else values)
         features = torch.cat(parts, dim=-1)[:, -plan.seq_len :]
-        # As rnnfleet.data.normalise: in float64 from the stored float32 statistics, then float32.
+        # As rnnfleet.prep.normalise.normalise: in float64 from the stored float32 statistics, then float32.
         windows = ((features - self.feature_mean.double()) / self.feature_std.double()).float()
         raw = self.network(windows).float()
         outputs = raw.reshape(-1, len(heads.horizons), max(1, len(heads.quantiles)))
@@ -567,9 +567,9 @@ def export_model(
     exported or a difference beyond TOLERANCE: then nothing is at out_path afterwards."""
     import onnx
 
-    from rnnfleet.checkpoint import atomic_write
-    from rnnfleet.model import rebuild_model, vetted_plugins
+    from rnnfleet.atomic_files import atomic_write
     from rnnfleet.train.modelfile import load_checkpoint
+    from rnnfleet.train.models import rebuild_model, vetted_plugins
 
     out_path = Path(out_path)
     checkpoint = checkpoint if checkpoint is not None else load_checkpoint(model_path)
@@ -649,8 +649,8 @@ def export_one(
     """Export one model file, checked on its bars (read as its training bars were; rows with
     NaN or inf dropped up to max_bad_fraction) to out (check_out_path, in the project folder
     `project`); one line on stderr either way. True when written."""
-    from rnnfleet.data import read_clean_bars
     from rnnfleet.forecast.predict import reading_settings
+    from rnnfleet.prep.prepare import read_clean_bars
     from rnnfleet.train.modelfile import load_checkpoint
 
     try:

@@ -11,7 +11,7 @@ file records (its time zone above all: a model with time features fed times read
 zone forecasts from the wrong hour), said in one line; files with a header with the column
 names it records. The format options fill in what the record leaves at auto (another layout,
 say); one that contradicts the record is refused unless --override-format is given.
-Each output row is the forecast made at one bar of the model's target (rnnfleet.targets)
+Each output row is the forecast made at one bar of the model's target (rnnfleet.prep.targets)
 from that bar to `horizon` bars later, in the target's own units (for the close log return
 also the close it implies). The last row forecasts beyond the data.
 
@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.bars.formats import (
     DELIMITERS,
     FORMAT_DEFAULTS,
@@ -43,25 +44,24 @@ from rnnfleet.bars.formats import (
     TIMEZONE_IN_FILE,
     is_time_zone,
 )
-from rnnfleet.checkpoint import atomic_write
-from rnnfleet.data import (
+from rnnfleet.errors import UserError
+from rnnfleet.heads import Heads, head_column_order
+from rnnfleet.plugins import NO_SOURCES
+from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.prep.normalise import normalise
+from rnnfleet.prep.prepare import (
     MAX_BAD_FRACTION_KEY,
     DataError,
-    PreparedArrays,
     bar_features,
     bars_label,
-    normalise,
     read_clean_bars,
     sources_summary,
 )
-from rnnfleet.errors import UserError
-from rnnfleet.heads import Heads, head_column_order
-from rnnfleet.model import rebuild_model, vetted_plugins
-from rnnfleet.plugins import NO_SOURCES
+from rnnfleet.prep.targets import TARGETS
 from rnnfleet.scores.intervals import COVERAGE, horizon_bands, nearest_coverage
-from rnnfleet.targets import TARGETS
 from rnnfleet.train.loop import EVAL_BATCH, outputs_of, window_view
 from rnnfleet.train.modelfile import load_checkpoint
+from rnnfleet.train.models import rebuild_model, vetted_plugins
 
 # The forecast tables' vocabulary, the same in this command's CSV, the predict rule's
 # predictions/<dataset>.csv and the fleet's results/forecasts.csv (rnnfleet.report.summary): the bar
@@ -226,7 +226,7 @@ def forecast_frame(
     (only the last `last` of them when given), from bars as read_clean_bars returns them,
     the interval nearest `coverage` where the model file is calibrated (interval_columns)
     and a model of heads' columns (head_columns).
-    A user's feature file runs only from plugin_sources (rnnfleet.model.vetted_plugins)."""
+    A user's feature file runs only from plugin_sources (rnnfleet.train.models.vetted_plugins)."""
     import pandas as pd
 
     recorded = checkpoint["features"]
@@ -295,7 +295,7 @@ def forecast_csv(
 
     A plug-in file the model file names is imported only when it is one of trusted_plugins
     or lies inside the working folder with the content recorded at training; else
-    PluginRefused (one line) and nothing is imported (rnnfleet.model.vetted_plugins). The bars are read as preprocessing reads them (read_format: the `format:` config; None
+    PluginRefused (one line) and nothing is imported (rnnfleet.train.models.vetted_plugins). The bars are read as preprocessing reads them (read_format: the `format:` config; None
     sniffs the layout), with the column names the model file recorded. Rows with NaN or inf
     are dropped up to max_bad_fraction of the file (as preprocessing does), else refused
     with a line naming max_bad_fraction_setting (the config key, or the command's option).

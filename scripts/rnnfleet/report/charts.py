@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rnnfleet.checkpoint import atomic_write
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.report.rows import (
     CLASS_STYLES,
     VERDICT_CLASSES,

@@ -11,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from pathlib import Path
 
-from rnnfleet.checkpoint import atomic_write
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.report.svg_chart import Band, Line, Mark, Panel, chart_svg
 
 # The loss curves' format (rules/datasets.smk's LOSS_CURVE_FORMAT), and those of earlier

@@ -8,11 +8,11 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from rnnfleet.checkpoint import atomic_write
-from rnnfleet.pretraining import init_headline
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.report.rows import FleetCounts, fleet_counts, quality_mark
 from rnnfleet.scores.intervals import COVERAGE
 from rnnfleet.scores.multiple_testing import as_number
+from rnnfleet.train.pretraining import init_headline
 
 
 def plain_name(name: str) -> str:
@@ -105,7 +105,7 @@ def write_start_page(template_path: str | os.PathLike, rows: list[dict[str, str]
     headline = f"**The fleet.** {fleet_numbers(rows, rst_literal)}"
     if counts:
         headline += f" {fleet_headline(counts, rst_literal)}"
-    if comparison := init_headline(rows):  # train.compare_init (rnnfleet.pretraining) leads
+    if comparison := init_headline(rows):  # train.compare_init (rnnfleet.train.pretraining) leads
         headline = f"{comparison}\n\n{headline}"
     template = template.replace(HEADLINE_MARKER, headline, 1)
     with atomic_write(path) as handle:

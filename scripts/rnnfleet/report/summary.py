@@ -9,8 +9,8 @@ import json
 import os
 import sys
 
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.bars.quality import QUALITY_COLUMNS, quality_flags
-from rnnfleet.checkpoint import atomic_write
 from rnnfleet.errors import (
     DATA_ERROR_NOTE,
     ERROR_PREFIX,
@@ -20,8 +20,8 @@ from rnnfleet.errors import (
     room_left,
 )
 from rnnfleet.heads import head_column, head_column_order
-from rnnfleet.pretraining import COMPARE_COLUMNS, init_verdicts
 from rnnfleet.scores.multiple_testing import fleet_columns
+from rnnfleet.train.pretraining import COMPARE_COLUMNS, init_verdicts
 
 SUMMARY_COLUMNS = (
     "dataset",
@@ -82,14 +82,14 @@ SUMMARY_COLUMNS = (
     "folds_scored",
     "product",  # which model the model file holds: scored, or refit on all rows (evaluate.production)
     "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.train.updating)
-    "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.pretraining)
+    "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.train.pretraining)
     "init_note",
     "init_pretrained_sha256",  # the pretrained model file its full fit was given (from its lineage)
     *COMPARE_COLUMNS,  # train.compare_init: the fleet's start against scratch
     "model",  # which model, features and target the dataset trained with
     "features",
     "target",
-    "baseline",  # the naive forecast naive_val_loss is the loss of (rnnfleet.targets)
+    "baseline",  # the naive forecast naive_val_loss is the loss of (rnnfleet.prep.targets)
     "loss",  # what val_loss and test_loss measure: MSE of the scaled target, or log loss
     "early_stopping",  # the column whose lowest value chose the best epoch: val_loss, val_pinball, val_mean_loss
     "objective",  # the training loss in words (the loss curve's axis)
@@ -413,7 +413,7 @@ def run_summary(rows: list[dict], trained_now: set[str], table_path: str, foreca
     now = [row for row in rows if row["dataset"] in trained_now]
     made = [str(row.get("made", "")) for row in now]
     full = sum(label == "full" for label in made)
-    # train.init fleet: full fits that started from the fleet's pretrained model (rnnfleet.pretraining)
+    # train.init fleet: full fits that started from the fleet's pretrained model (rnnfleet.train.pretraining)
     fleet = sum(str(row.get("made", "")) == "full" and row.get("init") == "fleet" for row in now)
     started = f"{full - fleet} trained from scratch" + (f", {fleet} from the fleet's pretrained model" if fleet else "")
     forecasts = sum(row.get("forecast", "") != "" for row in rows)

@@ -8,7 +8,7 @@ import html
 import math
 import os
 
-from rnnfleet.checkpoint import atomic_write
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.report.rows import (
     VERDICT_CLASSES,
     best_first,

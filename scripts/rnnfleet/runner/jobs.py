@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rnnfleet.checkpoint import write_json
-from rnnfleet.data import PreparedArrays, bars_label, load_arrays, save_arrays
+from rnnfleet.atomic_files import write_json
 from rnnfleet.errors import (
     ATTEMPT_PREFIX,
     ERROR_PREFIX,
@@ -34,6 +33,9 @@ from rnnfleet.faults import (
     raise_injected_train_crash,
 )
 from rnnfleet.precision import resolve_amp
+from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.prep.arrays_file import load_arrays, save_arrays
+from rnnfleet.prep.prepare import bars_label
 from rnnfleet.runner.device import (
     blas_threads,
     cap_gpu_memory,
@@ -201,10 +203,10 @@ def preprocess_one(data_files: list[str], arrays_path: str, **settings) -> Prepa
     rnnfleet.settings.preprocess_settings builds them from the config. A file that is
     replaced, rewritten or deleted while the job runs fails the job (UserError) and leaves no
     array file: arrays newer than the file would keep the next run from reading the new content."""
-    from rnnfleet.appending import keep_for_next_append, prepared_arrays
+    from rnnfleet.prep.incremental import keep_for_next_append, prepared_arrays
 
     read_versions = files_version(data_files)
-    # Appended to the previous arrays where it can be (rnnfleet.appending), with the
+    # Appended to the previous arrays where it can be (rnnfleet.prep.incremental), with the
     # settings hash an update checks the arrays were made with.
     arrays, notes = prepared_arrays(data_files, arrays_path, settings)
     csv_path = bars_label(data_files, settings.get("dataset", ""))
@@ -268,7 +270,7 @@ def train_one(
     try:
         fleet = None
         if pretrained_path:
-            from rnnfleet.pretraining import failed_fleet_start, fleet_start
+            from rnnfleet.train.pretraining import failed_fleet_start, fleet_start
 
             if os.path.exists(pretrained_path):
                 fleet = fleet_start(pretrained_path, arrays, settings.model, settings.train)
@@ -305,10 +307,10 @@ def pretrain_job(
     members_json: str, model_path: str, lineage_path: str, settings: dict, device: str, threads: int, gpu_mem_gb: int
 ) -> None:
     """The pretrain rule's job (rules/pretrain.smk): the fleet's array files and the datasets
-    left out (rnnfleet.pretraining.fleet_members, as JSON) in; the pretrained model file and
+    left out (rnnfleet.train.pretraining.fleet_members, as JSON) in; the pretrained model file and
     its lineage JSON out, each written atomically,
-    trained by rnnfleet.pretraining.pretrain on the device this job claims (as a train job)."""
-    from rnnfleet.pretraining import file_sha256, pretrain  # torch loads with it
+    trained by rnnfleet.train.pretraining.pretrain on the device this job claims (as a train job)."""
+    from rnnfleet.train.pretraining import file_sha256, pretrain  # torch loads with it
 
     with run_job_guard("pretrain", gpu_mem_gb=gpu_mem_gb):
         configure_threads(threads)

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from rnnfleet.checkpoint import guard_publishing
+from rnnfleet.atomic_files import guard_publishing
 from rnnfleet.errors import UserError, job_guard
 from rnnfleet.runner.file_locks import held_elsewhere, try_lock
 from rnnfleet.runner.run_files import JOB_PREFIX, RUN_VARIABLE, RUNS_DIR, run_alive_path

@@ -16,7 +16,7 @@ import multiprocessing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rnnfleet.data import PreparedArrays
+from rnnfleet.prep.arrays import PreparedArrays
 
 if TYPE_CHECKING:
     from rnnfleet.train.loop import LoopSettings

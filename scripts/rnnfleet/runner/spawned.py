@@ -97,7 +97,7 @@ def worker_main(channel: Connection, server_pid: int) -> None:
     # worker that preprocesses never needs torch.
     import pandas  # noqa: F401
 
-    import rnnfleet.data  # noqa: F401
+    import rnnfleet.prep.prepare  # noqa: F401
     import rnnfleet.runner.jobs  # noqa: F401
     import rnnfleet.runner.orphans  # noqa: F401
 

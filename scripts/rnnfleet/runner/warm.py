@@ -105,7 +105,7 @@ def serve(address: Path, start_lock_fd: int) -> None:
     import torch  # noqa: F401  the point of this server: imported once
     import torch._dynamo  # noqa: F401  torch.optim imports it on first use, in every job
 
-    import rnnfleet.data  # noqa: F401
+    import rnnfleet.prep.prepare  # noqa: F401
     import rnnfleet.runner.jobs  # noqa: F401
     import rnnfleet.runner.orphans  # noqa: F401  each job's run watch (orphans.run_job_guard)
     import rnnfleet.train.loop  # noqa: F401

@@ -22,8 +22,8 @@ import math
 import numpy as np
 
 from rnnfleet.heads import Heads
+from rnnfleet.prep.targets import Target
 from rnnfleet.scores.test_period import bootstrap_skill_interval
-from rnnfleet.targets import Target
 
 # The coverage the metrics, the table and the forecasts report; a forecast may ask another
 # of the scores the model file keeps (rnnfleet predict --coverage).

@@ -26,10 +26,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from rnnfleet.data import PreparedArrays
 from rnnfleet.heads import Heads, pinball_losses
+from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.prep.targets import TARGETS, Target
 from rnnfleet.scores import intervals, multiple_testing, test_period
-from rnnfleet.targets import TARGETS, Target
 from rnnfleet.train.loop import (
     LoopSettings,
     Parts,
@@ -66,7 +66,7 @@ class Evaluated:
     """The evaluation of a trained model (rnnfleet.train.loop.Trained), made once after it."""
 
     heads: Heads  # what the outputs are (rnnfleet.heads)
-    # The baseline as a model output (rnnfleet.targets.Target.naive_output); with heads, one
+    # The baseline as a model output (rnnfleet.prep.targets.Target.naive_output); with heads, one
     # per horizon and quantile (horizons, quantiles or 1): quantiles of the training targets.
     naive_output: float | np.ndarray
     # The first horizon's point forecast (the median with quantiles) on the validation
@@ -77,7 +77,7 @@ class Evaluated:
     naive_val_objective: float  # the baseline's training loss on the validation windows (NaN without them)
     val_accuracy: float | None  # classification targets only
     naive_val_accuracy: float | None
-    # The test windows (rnnfleet.gaps.WindowNumbers.test) and the best model's outputs on
+    # The test windows (rnnfleet.prep.gaps.WindowNumbers.test) and the best model's outputs on
     # them (heads.shaped).
     test_numbers: np.ndarray
     test_outputs: np.ndarray

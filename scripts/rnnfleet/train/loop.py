@@ -23,14 +23,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from rnnfleet.data import PreparedArrays
 from rnnfleet.errors import UserError, log, one_line
 from rnnfleet.faults import pause_point
-from rnnfleet.gaps import WindowNumbers, window_numbers
 from rnnfleet.heads import Heads, heads_of_settings, pinball, with_outputs
-from rnnfleet.model import build_model
 from rnnfleet.precision import resolve_amp
-from rnnfleet.targets import TARGETS, Target
+from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.prep.gaps import WindowNumbers, window_numbers
+from rnnfleet.prep.targets import TARGETS, Target
+from rnnfleet.train.models import build_model
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PROGRESS_EVERY_SECONDS = 30.0
@@ -84,7 +84,7 @@ def outputs_of(model: nn.Module, windows: torch.Tensor, heads: Heads = SINGLE) -
 
 def loss_of(heads: Heads, target: Target, device: torch.device):
     """The training loss of these heads, as loss(outputs, targets, reduction="mean"): the
-    target's own (rnnfleet.targets) over every horizon, or the pinball loss over every
+    target's own (rnnfleet.prep.targets) over every horizon, or the pinball loss over every
     horizon and quantile; targets (batch,) or (batch, horizons)."""
     if heads.single:
         return target.loss
@@ -212,7 +212,7 @@ def progress_line(epoch: int, batch_number: int, n_batches: int, seconds: float,
 
 
 def usable_windows(arrays: PreparedArrays, seq_len: int) -> WindowNumbers:
-    """Training, validation and test window numbers: those that span no gap (rnnfleet.gaps)."""
+    """Training, validation and test window numbers: those that span no gap (rnnfleet.prep.gaps)."""
     return window_numbers(arrays.rows, arrays.split, arrays.gap_bars, seq_len, arrays.horizon, arrays.warmup)
 
 
@@ -220,7 +220,7 @@ def usable_windows(arrays: PreparedArrays, seq_len: int) -> WindowNumbers:
 class StartState:
     """Where an update starts (rnnfleet.train.updating): the previous model's weights and optimizer
     state; it trains only on the training windows ending at or after from_row. A fit from the
-    fleet's pretrained model (rnnfleet.pretraining) has its weights, no optimizer state (a
+    fleet's pretrained model (rnnfleet.train.pretraining) has its weights, no optimizer state (a
     fresh optimizer) and from_row 0."""
 
     weights: dict
@@ -243,7 +243,7 @@ def on_cpu(state):
 class Parts:
     """A dataset's windows on the device, as the loop and the evaluation read them: window
     w covers feature rows w .. w + seq_len - 1 and its target is targets[w]; the usable
-    window numbers of each part (rnnfleet.gaps: none spans a gap); the test numbers stay on
+    window numbers of each part (rnnfleet.prep.gaps: none spans a gap); the test numbers stay on
     the CPU, read by the evaluation alone."""
 
     windows: torch.Tensor

@@ -13,13 +13,13 @@ import re
 import struct
 from typing import TYPE_CHECKING
 
-from rnnfleet.checkpoint import atomic_write
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.errors import UserError, one_line
 from rnnfleet.faults import pause_point
 from rnnfleet.plugins import DEFAULT_BUILDER, imported_sha256
 
-if TYPE_CHECKING:  # the loop's and the evaluation's types stay out: rnnfleet.model reads model files with this
-    from rnnfleet.data import PreparedArrays
+if TYPE_CHECKING:  # the loop's and the evaluation's types stay out: rnnfleet.train.models reads model files with this
+    from rnnfleet.prep.arrays import PreparedArrays
 
 FORMAT_VERSION = 3  # 2: builder, feature definition and target recorded; 3: the split and test scores
 
@@ -75,7 +75,7 @@ def build_checkpoint(
         "normalisation": {
             "feature_mean": arrays.feature_mean.tolist(),
             "feature_std": arrays.feature_std.tolist(),
-            # One per horizon with several (a list), as rnnfleet.data keeps them.
+            # One per horizon with several (a list), as rnnfleet.prep.prepare keeps them.
             "target_mean": np.asarray(arrays.target_mean).tolist(),
             "target_std": np.asarray(arrays.target_std).tolist(),
         },

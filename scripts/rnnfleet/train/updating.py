@@ -24,8 +24,9 @@ from importlib import metadata
 
 import numpy as np
 
-from rnnfleet.data import PreparedArrays, denormalised, normalised_with, target_statistic
-from rnnfleet.gaps import window_numbers
+from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.prep.gaps import window_numbers
+from rnnfleet.prep.normalise import denormalised, normalised_with, target_statistic
 from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS, full_fit_due, updates_ruled_out
 
 FULL, UPDATE = "full", "update"

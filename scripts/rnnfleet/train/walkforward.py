@@ -1,7 +1,7 @@
 """Walk-forward (rolling-origin) evaluation: `evaluate.folds` re-fits on successive origins,
 each scored on the period right after its training data, inside the dataset's train job.
 
-Fold k of K (1 = the oldest) is the dataset's own split (rnnfleet.data.split_points) moved
+Fold k of K (1 = the oldest) is the dataset's own split (rnnfleet.prep.split.split_points) moved
 back by (K - k) * step feature rows: a test period as long as the test part, starting at the
 fold's origin; before it the embargo, a validation part as long as the validation part
 (early stopping only), the embargo, and the training part. The training part starts at row
@@ -26,11 +26,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rnnfleet.checkpoint import write_json
-from rnnfleet.data import PreparedArrays, denormalised, embargo_rows, fit_normalisation, normalised_with
+from rnnfleet.atomic_files import write_json
 from rnnfleet.errors import SettingsError, UserError
 from rnnfleet.faults import pause_point
-from rnnfleet.gaps import SplitPoints, window_numbers
+from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.prep.gaps import SplitPoints, window_numbers
+from rnnfleet.prep.normalise import denormalised, fit_normalisation, normalised_with
+from rnnfleet.prep.split import embargo_rows
 
 FOLDS_DIR = Path(".snakemake") / "rnnfleet-folds"
 WINDOWS = ("expanding", "sliding")
@@ -106,7 +108,7 @@ def fold_arrays(arrays: PreparedArrays, fold: Fold) -> PreparedArrays:
     statistics = fit_normalisation(raw_features[:train_end], raw_targets[:train_end], arrays.target)
     fold_rows = fold.end_row - fold.first_row
     gap_bars = arrays.gap_bars - fold.first_row
-    # A gap outside the fold's bars touches none of its windows (rnnfleet.gaps.usable_window_ends).
+    # A gap outside the fold's bars touches none of its windows (rnnfleet.prep.gaps.usable_window_ends).
     gap_bars = gap_bars[(gap_bars >= 0) & (gap_bars < fold_rows + arrays.warmup + arrays.horizon)]
     return normalised_with(
         arrays,

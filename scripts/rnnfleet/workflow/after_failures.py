@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from rnnfleet.checkpoint import atomic_write
+from rnnfleet.atomic_files import atomic_write
 from rnnfleet.errors import UserError
 from rnnfleet.faults import pause_point
 from rnnfleet.report.charts import draw_coverage_overview, draw_skill_overview

@@ -75,7 +75,7 @@ def quantile_problems(config: dict) -> list[str]:
     """train.quantiles need a regression target (rnnfleet.heads.heads_of_settings)."""
     from rnnfleet.errors import UserError
     from rnnfleet.heads import heads_of_settings
-    from rnnfleet.targets import DEFAULT_TARGET, TARGETS
+    from rnnfleet.prep.targets import DEFAULT_TARGET, TARGETS
 
     train = config.get("train") if isinstance(config.get("train"), dict) else {}
     quantiles, target = train.get("quantiles"), config.get("target", DEFAULT_TARGET)

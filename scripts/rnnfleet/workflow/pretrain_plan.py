@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from rnnfleet.pretraining import UNREADABLE, frozen_membership, newest_bar_ns
+from rnnfleet.train.pretraining import UNREADABLE, frozen_membership, newest_bar_ns
 
 DAY_NS = 86_400 * 10**9
 
@@ -162,10 +162,10 @@ class PretrainRule:
 
     def members(self, wildcards, input) -> str:
         """The job's datasets and those left out, as JSON (a function of input: Snakemake does
-        not compare it as a param; rnnfleet.pretraining.fleet_members)."""
+        not compare it as a param; rnnfleet.train.pretraining.fleet_members)."""
         import json
 
-        from rnnfleet.pretraining import fleet_members
+        from rnnfleet.train.pretraining import fleet_members
 
         datasets = self.plan().datasets
         arrays = [self.arrays_of[name] for name in datasets]

@@ -38,10 +38,10 @@ from pathlib import Path
 
 from rnnfleet.bars.formats import is_number
 from rnnfleet.errors import one_line
-from rnnfleet.pretraining import FLEET_START_BETTER, FLEET_START_WORSE
 from rnnfleet.report.summary import datasets_written_since
 from rnnfleet.scores.multiple_testing import BEATS_AFTER, as_number
 from rnnfleet.scores.test_period import BEATS
+from rnnfleet.train.pretraining import FLEET_START_BETTER, FLEET_START_WORSE
 
 # MLflow's limits on one parameter's value (characters); longer values are cut and marked.
 PARAM_VALUE_LIMIT = 6000

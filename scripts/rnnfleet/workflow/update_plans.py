@@ -28,7 +28,7 @@ SHOWN_DATASETS = 3
 
 
 def array_rows(path: str) -> int | None:
-    """The feature rows of an array file (rnnfleet.data.save_arrays), from the header of its
+    """The feature rows of an array file (rnnfleet.prep.arrays_file.save_arrays), from the header of its
     targets array; None where it cannot be read."""
     import numpy as np
 

@@ -5,7 +5,7 @@ The array file stores where the gaps are (`gap_bars`: bar b when the step from b
 bar b + 1 is a gap); `window_numbers` turns that into the windows training may use, so a
 window never joins bars from two sides of a gap, neither in its inputs nor in its target.
 
-Indexing (as in rnnfleet.data): with a features' warm-up of w bars (1 for the default
+Indexing (as in rnnfleet.prep.prepare): with a features' warm-up of w bars (1 for the default
 features: each bar's return from the previous close), feature row t describes bar t + w and
 may look back to bar t; its target runs from bar t + w to bar t + w + horizon. The window
 ending at feature row t therefore touches bars t - seq_len + 1 .. t + w + horizon.
@@ -61,7 +61,7 @@ class SplitPoints(NamedTuple):
     """Where the three chronological parts of a dataset's feature rows are: windows ending
     in [seq_len - 1, train_end) train, in [val_start, val_end) validate (early stopping
     only), in [test_start, rows) test (never seen while training or choosing the epoch).
-    Between two parts lies an embargo (rnnfleet.data.embargo_rows), so no bar is touched by
+    Between two parts lies an embargo (rnnfleet.prep.split.embargo_rows), so no bar is touched by
     windows (inputs or targets) of two parts. test_start == rows: no test part."""
 
     train_end: int

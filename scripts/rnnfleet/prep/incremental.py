@@ -2,7 +2,7 @@
 instead of the arrays made again from every bar.
 
 Promises:
-- prepared_arrays(files, arrays_path, settings) gives the arrays that rnnfleet.data.prepare_dataset
+- prepared_arrays(files, arrays_path, settings) gives the arrays that rnnfleet.prep.prepare.prepare_dataset
   would make from every bar of `files` (the same numbers, split, statistics, digests, times,
   gaps, quality measures and read lines), reading only the files that the previous arrays at
   arrays_path were not made from, when all of these hold; else it makes them from every bar
@@ -17,7 +17,7 @@ Promises:
   - the rows recomputed from the kept last bars equal the stored ones (CHECK_ROWS of them), a
     check that the new rows are computed as the whole history would compute them.
 - The features' statistics and the split come from all rows, as a full make gives them: the
-  arrays hold raw values (rnnfleet.data, format 2), so nothing normalised is appended.
+  arrays hold raw values (rnnfleet.prep.prepare, format 2), so nothing normalised is appended.
 """
 
 from __future__ import annotations
@@ -29,28 +29,25 @@ from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.data import (
-    ARRAYS_FORMAT,
+from rnnfleet.errors import DataError
+from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.prep.arrays_file import ARRAYS_FORMAT, arrays_format, load_arrays
+from rnnfleet.prep.prepare import (
     CHECK_ROWS,
-    DEFAULT_MAX_PART_BARS,
-    DEFAULT_TEST_FRACTION,
     FORMAT_DEFAULTS,
     MAX_BAD_FRACTION_KEY,
     FeatureColumns,
-    PreparedArrays,
-    arrays_format,
     arrays_of,
     bar_columns,
     bar_features,
     bars_label,
     code_key,
-    load_arrays,
     prepare_dataset,
     read_files,
     versioned,
 )
-from rnnfleet.errors import DataError
-from rnnfleet.targets import TARGETS
+from rnnfleet.prep.split import DEFAULT_MAX_PART_BARS, DEFAULT_TEST_FRACTION
+from rnnfleet.prep.targets import TARGETS
 
 
 def base_path_for(arrays_path: str | os.PathLike) -> Path:
@@ -178,7 +175,7 @@ def append_new_bars(
 
     from rnnfleet.bars.joining import check_one_minute_bars, file_sha256, join_bars
     from rnnfleet.bars.quality import add_counts, bar_counts, check_measures, measures_of, measures_text
-    from rnnfleet.data import file_facts, left_out_note
+    from rnnfleet.prep.prepare import file_facts, left_out_note
 
     base = previous.append_base
     columns, read_format = settings.get("columns"), settings.get("read_format")

@@ -133,7 +133,7 @@ _LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # a zip member's local file header (
 
 
 def npz_rows(path: str, member: str, start: int, stop: int) -> np.ndarray:
-    """Rows start..stop of an array of an uncompressed .npz (rnnfleet.data.save_arrays),
+    """Rows start..stop of an array of an uncompressed .npz (rnnfleet.prep.arrays_file.save_arrays),
     read through a memory map: the rest of the array is never read."""
     with zipfile.ZipFile(path) as archive:
         info = archive.getinfo(f"{member}.npy")
@@ -176,7 +176,7 @@ class ArraysHead:
 
 def read_head(path: str) -> ArraysHead:
     """The small members of an array file (np.load of an .npz reads only the members asked for)."""
-    from rnnfleet.data import target_statistic
+    from rnnfleet.prep.normalise import target_statistic
 
     with np.load(path, allow_pickle=False) as stored:
         return ArraysHead(
@@ -246,7 +246,7 @@ def dataset_pieces(head: ArraysHead, cutoff_ns: int, seq_len: int, train_windows
     validation windows are the latest (at most a quarter of them), an embargo before them,
     the training ones before that.
     None where no training window is left."""
-    from rnnfleet.data import embargo_rows
+    from rnnfleet.prep.split import embargo_rows
 
     before = int(np.searchsorted(head.row_times, cutoff_ns, side="left"))  # rows before the cutoff
     last_end = before - 1 - head.horizon - head.warmup
@@ -262,7 +262,7 @@ def dataset_pieces(head: ArraysHead, cutoff_ns: int, seq_len: int, train_windows
 @dataclass
 class FleetRows:
     """The pieces of every dataset, one after another, each followed by blank rows and a gap
-    (rnnfleet.gaps): no window spans two pieces."""
+    (rnnfleet.prep.gaps): no window spans two pieces."""
 
     features: list
     targets: list
@@ -285,7 +285,7 @@ class FleetRows:
 
 def piece_rows(path: str, head: ArraysHead, piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, targets, gaps) of the rows a piece's windows read, the gaps counted from its first row."""
-    from rnnfleet.data import normalised_rows
+    from rnnfleet.prep.normalise import normalised_rows
 
     first_row, stop = piece.first_end - (seq_len - 1), piece.last_end + 1
     # Normalised with the dataset's own statistics, as its train job sees them.
@@ -298,7 +298,7 @@ def piece_rows(path: str, head: ArraysHead, piece: Piece, seq_len: int) -> tuple
 
 def fleet_arrays(train: FleetRows, val: FleetRows, head: ArraysHead):
     """PreparedArrays of the pooled pieces: training pieces, then validation pieces; no test part."""
-    from rnnfleet.data import PreparedArrays
+    from rnnfleet.prep.arrays import PreparedArrays
 
     features = np.concatenate(train.features + val.features).astype(np.float32, copy=False)
     targets = np.concatenate(train.targets + val.targets).astype(np.float32, copy=False)
@@ -564,8 +564,8 @@ FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE = (
 def first_horizon_losses(arrays, result, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """(the model's, the naive baseline's) loss on each test window, of the first horizon's
     point forecast; result: a fit's evaluation (rnnfleet.train.evaluate.Evaluated)."""
+    from rnnfleet.prep.targets import TARGETS
     from rnnfleet.scores.test_period import window_losses
-    from rnnfleet.targets import TARGETS
     from rnnfleet.train.evaluate import horizon_arrays, horizon_outputs
 
     if result.heads.single:
@@ -586,8 +586,8 @@ def pretrained_outputs(weights: dict, arrays, model_hparams: dict, result, seq_l
     import torch
 
     from rnnfleet.heads import with_outputs
-    from rnnfleet.model import build_model
     from rnnfleet.train.loop import window_outputs, window_view
+    from rnnfleet.train.models import build_model
 
     model = build_model(with_outputs(model_hparams, result.heads), arrays.features.shape[1], seq_len)
     model.load_state_dict(weights)

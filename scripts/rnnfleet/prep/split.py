@@ -1,0 +1,133 @@
+"""The chronological split of a dataset's feature rows into training, validation and test
+parts, embargoes between them, and how many rows a split needs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rnnfleet.errors import UserError
+from rnnfleet.prep.gaps import SplitPoints
+
+DEFAULT_TEST_FRACTION = 0.15  # as the schema's preprocess.test_fraction
+
+
+# As the schema's preprocess.val_max_bars and test_max_bars: one week of minute bars each.
+# Below it a part is its fraction of the history; above it, it stops growing (bench/README.md,
+# the morning run: what a longer part buys in the test interval's width against what it costs
+# every update, which scores the whole validation part at each epoch and the test part once).
+DEFAULT_MAX_PART_BARS = 10_080
+
+
+def embargo_rows(seq_len: int, horizon: int, warmup: int) -> int:
+    """Feature rows from the last window end of one part to the first of the next. A window
+    ending at feature row t touches bars t - seq_len + 1 .. t + warmup + horizon
+    (rnnfleet.prep.gaps), so windows of two parts this far apart share no bar."""
+    return seq_len + horizon + warmup
+
+
+def split_points(
+    rows: int,
+    seq_len: int,
+    horizon: int,
+    val_fraction: float,
+    test_fraction: float,
+    warmup: int = 1,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
+    val_max_bars: int | None = None,
+    test_max_bars: int | None = None,
+) -> SplitPoints:
+    """The three chronological parts of `rows` feature rows: the test part is the last
+    test_fraction (none at 0), validation the val_fraction before it, training the rest;
+    an embargo (embargo_rows) before validation and before the test part. val_bars and
+    test_bars (preprocess.val_bars, test_bars), where given, size those parts in rows
+    instead of fractions: parts that do not grow with the history. val_max_bars and
+    test_max_bars (None: no cap) cap the parts the fractions size: below the caps the split
+    is the fractions' exactly, above them each part holds exactly its cap's windows."""
+    if val_fraction + test_fraction >= 1 and not (val_bars and test_bars):
+        raise UserError(
+            f"preprocess.val_fraction ({val_fraction}) + preprocess.test_fraction ({test_fraction}) "
+            "must be below 1: nothing is left to train on"
+        )
+    embargo = embargo_rows(seq_len, horizon, warmup)
+    testing = bool(test_bars) or test_fraction > 0
+    if test_bars:
+        test_rows = int(test_bars)
+    else:
+        test_rows = capped(rows - int(round(rows * (1.0 - test_fraction))) if test_fraction > 0 else 0, test_max_bars)
+    test_start = rows - test_rows
+    val_end = test_start - embargo if testing else rows
+    if val_bars:
+        val_rows = int(val_bars)
+    elif test_bars:
+        val_rows = capped(int(round(rows * val_fraction)), val_max_bars)
+    else:
+        fraction_val_end = int(round(rows * (1.0 - test_fraction))) - embargo if testing else rows
+        val_rows = capped(fraction_val_end - int(round(rows * (1.0 - test_fraction - val_fraction))), val_max_bars)
+    val_start = val_end - val_rows
+    return SplitPoints(val_start - embargo, val_start, val_end, test_start)
+
+
+def capped(part_rows: int, cap: int | None) -> int:
+    """A part's rows, at most cap (None: no cap)."""
+    return part_rows if cap is None else min(part_rows, int(cap))
+
+
+def split_settings(settings: dict) -> tuple:
+    """The split's arguments after `warmup` (val_bars .. test_max_bars) from preprocess
+    settings (rnnfleet.settings.preprocess_settings), each left out at its default."""
+    return (
+        settings.get("val_bars"),
+        settings.get("test_bars"),
+        settings.get("val_max_bars", DEFAULT_MAX_PART_BARS),
+        settings.get("test_max_bars", DEFAULT_MAX_PART_BARS),
+    )
+
+
+def part_sizes(rows: int, split: SplitPoints, seq_len: int) -> tuple[int, int, int]:
+    """Windows (gaps aside) of the training, validation and test parts."""
+    return split.train_end - (seq_len - 1), split.val_end - split.val_start, rows - split.test_start
+
+
+def long_enough(
+    rows: int,
+    seq_len: int,
+    horizon: int,
+    val_fraction: float,
+    test_fraction: float,
+    warmup: int,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
+    val_max_bars: int | None = None,
+    test_max_bars: int | None = None,
+) -> bool:
+    """Whether `rows` feature rows give each part (the test part only when there is one) a window."""
+    split = split_points(
+        rows, seq_len, horizon, val_fraction, test_fraction, warmup, val_bars, test_bars, val_max_bars, test_max_bars
+    )
+    n_train, n_val, n_test = part_sizes(rows, split, seq_len)
+    return n_train >= 1 and n_val >= 1 and (n_test >= 1 or (test_fraction == 0 and not test_bars))
+
+
+def rows_needed(
+    seq_len: int,
+    horizon: int,
+    val_fraction: float,
+    test_fraction: float,
+    warmup: int,
+    val_bars: int | None = None,
+    test_bars: int | None = None,
+    val_max_bars: int | None = None,
+    test_max_bars: int | None = None,
+) -> int:
+    """The fewest feature rows that give each part a window."""
+    parts = (val_fraction, test_fraction, warmup, val_bars, test_bars, val_max_bars, test_max_bars)
+    if val_bars or test_bars:
+        rows = seq_len + (val_bars or 0) + (test_bars or 0)  # fewer rows cannot hold the parts
+    elif val_max_bars or test_max_bars:
+        rows = seq_len  # a cap below a fraction's share can make fewer rows enough
+    else:
+        rows = int(np.ceil((seq_len + embargo_rows(seq_len, horizon, warmup)) / (1.0 - val_fraction - test_fraction)))
+    while not long_enough(rows, seq_len, horizon, *parts):
+        rows += 1
+    return rows
