@@ -151,3 +151,21 @@ def test_the_training_loop_reaches_no_bar_reader():
     reached = reached_from(package_imports(), "rnnfleet.train.loop")
     assert "rnnfleet.prep.arrays" in reached
     assert sorted(name for name in reached if name.startswith(("rnnfleet.bars", "rnnfleet.prep.prepare"))) == []
+
+
+# The modules that open .npz or .zip files, and what each opens: the array format has one reader.
+OPENS_ARCHIVES = {
+    "prep/arrays_file.py": "the array file (.npz)",
+    "bars/bar_cache.py": "its own cache of each file's bars (.npz)",
+    "bars/formats.py": "a bar file packed in a .zip",
+    "train/modelfile.py": "a model file (torch's zip)",
+}
+
+
+def test_the_array_file_is_read_by_one_module():
+    readers = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if any(call in path.read_text() for call in ("np.load(", "np.memmap(", "zipfile.ZipFile("))
+    )
+    assert readers == sorted(OPENS_ARCHIVES)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import schema_defaults
 
-from rnnfleet.prep.arrays_file import save_arrays
+from rnnfleet.prep.arrays_file import array_rows, save_arrays
 from rnnfleet.prep.prepare import prepare_dataset, row_digests
 from rnnfleet.synthetic import synthetic_bars
 from rnnfleet.train.evaluate import train_and_evaluate
@@ -29,7 +29,7 @@ from rnnfleet.train.updating import (
     skill_drop,
     with_normalisation,
 )
-from rnnfleet.workflow.update_plans import NEW_BARS, SETTINGS_CHANGED, array_rows, expected_fit
+from rnnfleet.workflow.update_plans import NEW_BARS, SETTINGS_CHANGED, expected_fit
 
 MODEL = {"cell": "lstm", "hidden_size": 8, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 16, "batch_size": 64, "epochs": 2, "lr": 0.003, "patience": 2, "seed": 0}

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+import struct
+import zipfile
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -145,3 +147,104 @@ def load_arrays(path: str | os.PathLike, normalised: bool = True) -> PreparedArr
         return replace(arrays, raw_features=raw_features, raw_targets=raw_targets)
     statistics = (arrays.feature_mean, arrays.feature_std, arrays.target_mean, arrays.target_std)
     return normalised_with(arrays, raw_features, raw_targets, statistics)
+
+
+# ---- reading an array file in parts: its head, rows in slices, its length --------------------------
+
+# What reading a damaged or vanished array file raises (np.load, zipfile, the headers).
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+_LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # a zip member's local file header (30 bytes)
+
+
+def npz_rows(path: str, member: str, start: int, stop: int) -> np.ndarray:
+    """Rows start..stop of an array of an uncompressed .npz (rnnfleet.prep.arrays_file.save_arrays),
+    read through a memory map: the rest of the array is never read."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(f"{member}.npy")
+        if info.compress_type != zipfile.ZIP_STORED:
+            with np.load(path, allow_pickle=False) as stored:
+                return np.array(stored[member][start:stop])
+        with archive.open(info) as handle:
+            version = np.lib.format.read_magic(handle)
+            reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = reader(handle)
+            header_bytes = handle.tell()
+    with open(path, "rb") as raw:
+        raw.seek(info.header_offset)
+        fields = _LOCAL_HEADER.unpack(raw.read(_LOCAL_HEADER.size))
+    data_offset = info.header_offset + _LOCAL_HEADER.size + fields[-2] + fields[-1] + header_bytes
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=data_offset, shape=shape, order="F" if fortran else "C")
+    rows = np.array(mapped[start:stop])
+    del mapped
+    return rows
+
+
+@dataclass(frozen=True)
+class ArraysHead:
+    """The small members of an array file: what the fleet's pretraining needs besides its rows."""
+
+    rows: int
+    train_end: int
+    horizon: int
+    horizons: tuple[int, ...]
+    warmup: int
+    target: str
+    feature_names: tuple[str, ...]
+    gap_bars: np.ndarray
+    row_times: np.ndarray
+    target_mean: float | np.ndarray
+    target_std: float | np.ndarray
+    feature_mean: np.ndarray
+    feature_std: np.ndarray
+
+
+def read_head(path: str) -> ArraysHead:
+    """The small members of an array file (np.load of an .npz reads only the members asked for)."""
+    with np.load(path, allow_pickle=False) as stored:
+        return ArraysHead(
+            rows=member_length(path, "raw_targets"),
+            train_end=int(stored["train_end"]),
+            horizon=int(stored["horizon"]),
+            horizons=tuple(int(h) for h in stored["horizons"]) if "horizons" in stored.files else (),
+            warmup=int(stored["warmup"]),
+            target=str(stored["target"]),
+            feature_names=tuple(str(name) for name in stored["feature_names"]),
+            gap_bars=np.asarray(stored["gap_bars"], np.int64),
+            row_times=stored["row_times"] if "row_times" in stored.files else np.zeros(0, np.int64),
+            target_mean=target_statistic(stored["target_mean"]),
+            target_std=target_statistic(stored["target_std"]),
+            feature_mean=stored["feature_mean"],
+            feature_std=stored["feature_std"],
+        )
+
+
+def newest_bar_ns(path: str) -> int | None:
+    """The time (ns) of an array file's last row, read alone (None: no bar times recorded)."""
+    rows = member_length(path, "row_times")
+    return int(npz_rows(path, "row_times", rows - 1, rows)[0]) if rows else None
+
+
+def member_length(path: str, member: str) -> int:
+    """The first dimension of an array file's member, from its header alone."""
+    with zipfile.ZipFile(path) as archive, archive.open(f"{member}.npy") as handle:
+        version = np.lib.format.read_magic(handle)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        return int(reader(handle)[0][0])
+
+
+def array_rows(path: str) -> int | None:
+    """The feature rows of an array file, from the header of its targets array alone; None
+    where it cannot be read."""
+    try:
+        return member_length(path, "raw_targets")
+    except UNREADABLE:
+        return None
+
+
+def recorded_timezone(path: str) -> str:
+    """The zone(s) the array file says its bars' times were read in; '' where it cannot be read."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return str(stored["timezone"]) if "timezone" in stored.files else ""
+    except UNREADABLE:
+        return ""

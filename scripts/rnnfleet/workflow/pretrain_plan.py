@@ -21,7 +21,8 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from rnnfleet.train.pretraining import UNREADABLE, frozen_membership, newest_bar_ns
+from rnnfleet.prep.arrays_file import UNREADABLE, newest_bar_ns
+from rnnfleet.train.pretraining import frozen_membership
 
 DAY_NS = 86_400 * 10**9
 

@@ -21,17 +21,9 @@ SHOWN_DATASETS = 5
 
 def recorded_zones(arrays_path: str) -> str:
     """The zone(s) an array file says its times were read in; '' where it cannot be read."""
-    import zipfile
+    from rnnfleet.prep.arrays_file import recorded_timezone
 
-    import numpy as np
-
-    if not os.path.exists(arrays_path):
-        return ""
-    try:
-        with np.load(arrays_path, allow_pickle=False) as stored:
-            return str(stored["timezone"]) if "timezone" in stored.files else ""
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-        return ""
+    return recorded_timezone(arrays_path) if os.path.exists(arrays_path) else ""
 
 
 def zone_free_datasets(zones: dict[str, str], arrays_path_of, files_of=None) -> list[str]:

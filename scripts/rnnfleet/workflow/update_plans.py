@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from collections.abc import Callable, Mapping
 
+from rnnfleet.prep.arrays_file import array_rows
 from rnnfleet.settings import full_fit_due, updates_ruled_out
 
 SETTINGS_CHANGED = "re-train: settings changed"
@@ -25,23 +25,6 @@ NEW_BARS = "update: new bars/new files"
 # The label when the job decides on what only it reads (no metrics file: a previous model kept).
 DECIDED_IN_JOB = "update or re-train: decided when the job reads the bars"
 SHOWN_DATASETS = 3
-
-
-def array_rows(path: str) -> int | None:
-    """The feature rows of an array file (rnnfleet.prep.arrays_file.save_arrays), from the header of its
-    targets array; None where it cannot be read."""
-    import numpy as np
-
-    try:
-        with zipfile.ZipFile(path) as archive, archive.open("raw_targets.npy") as member:
-            version = np.lib.format.read_magic(member)
-            read_header = (
-                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            )
-            shape, _, _ = read_header(member)
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None
-    return int(shape[0])
 
 
 def recorded_lineage(metrics_path: str) -> dict | None:
