@@ -54,6 +54,7 @@ from rnnfleet.forecast.predict import (
 )
 from rnnfleet.heads import Heads
 from rnnfleet.plugins import describe, is_file_reference, resolve
+from rnnfleet.prep.normalise import Normalisation
 from rnnfleet.prep.targets import TARGETS
 from rnnfleet.scores.intervals import COVERAGE, half_width, nearest_coverage
 from rnnfleet.train.models import DEFAULT_BUILDER
@@ -204,7 +205,7 @@ def graph_feature(reference: str, sources: Mapping[str, bytes]) -> Callable:
 def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float = COVERAGE) -> ExportPlan:
     """The plan of a model file's graph (sources: its vetted plug-ins, rnnfleet.train.models.vetted_plugins);
     ExportRefused for a feature that cannot be computed from OHLCV in a graph."""
-    recorded, normalisation = checkpoint["features"], checkpoint["normalisation"]
+    recorded, normalisation = checkpoint["features"], Normalisation.from_record(checkpoint["normalisation"])
     heads, target = checkpoint_heads(checkpoint), TARGETS[recorded["target"]]
     if int(recorded["warmup"]) > 1:
         raise ExportRefused(
@@ -221,10 +222,10 @@ def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float 
         seq_len=int(recorded["seq_len"]),
         features=tuple(graph_feature(reference, sources) for reference in recorded["definition"]),
         feature_references=tuple(recorded["definition"]),
-        feature_mean=np.asarray(normalisation["feature_mean"], np.float32),
-        feature_std=np.asarray(normalisation["feature_std"], np.float32),
-        offsets=np.broadcast_to(np.asarray(normalisation["target_mean"], np.float64), horizons).copy(),
-        scales=np.broadcast_to(np.asarray(normalisation["target_std"], np.float64), horizons).copy(),
+        feature_mean=normalisation.feature_mean,
+        feature_std=normalisation.feature_std,
+        offsets=normalisation.target_scaling(horizons)[0].copy(),
+        scales=normalisation.target_scaling(horizons)[1].copy(),
         coverages=tuple(pairs[j][2] for j in kept) if heads.quantiles else (coverage,) * len(kept),
         pairs=tuple((pairs[j][0], pairs[j][1]) for j in kept) if heads.quantiles else (),
         margins=margins,

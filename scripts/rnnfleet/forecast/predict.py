@@ -48,7 +48,7 @@ from rnnfleet.errors import UserError
 from rnnfleet.heads import Heads, head_column_order
 from rnnfleet.plugins import NO_SOURCES
 from rnnfleet.prep.arrays import PreparedArrays
-from rnnfleet.prep.normalise import normalise
+from rnnfleet.prep.normalise import Normalisation
 from rnnfleet.prep.prepare import (
     MAX_BAD_FRACTION_KEY,
     DataError,
@@ -106,10 +106,8 @@ def horizon_forecasts(checkpoint: dict, scaled: np.ndarray, coverage: float = CO
     target's units: {"horizon", "forecast" (the point forecast), "quantiles" ({q: values}),
     "bands" ([(coverage, low, high)]: its calibrated intervals, rnnfleet.scores.intervals)}."""
     heads, target = checkpoint_heads(checkpoint), TARGETS[checkpoint["features"]["target"]]
-    normalisation = checkpoint["normalisation"]
     horizons = len(heads.horizons)
-    offsets = np.broadcast_to(np.asarray(normalisation["target_mean"], np.float64), horizons)
-    scales = np.broadcast_to(np.asarray(normalisation["target_std"], np.float64), horizons)
+    offsets, scales = Normalisation.from_record(checkpoint["normalisation"]).target_scaling(horizons)
     scores = checkpoint.get("calibration", {}).get("scores")
     scores = np.zeros((horizons, 0)) if scores is None or not len(scores) else np.asarray(scores)
     if heads.single:  # one horizon of one output, as the heads of several have them
@@ -180,15 +178,11 @@ def forecast_at_last_bar(model: torch.nn.Module, checkpoint: dict, arrays: Prepa
     holds (on any device: it forecasts on the CPU, see cpu_model)."""
     import pandas as pd
 
-    recorded, normalisation = checkpoint["features"], checkpoint["normalisation"]
+    recorded = checkpoint["features"]
     seq_len, target = int(recorded["seq_len"]), TARGETS[recorded["target"]]
     if arrays.latest_time < 0 or len(arrays.latest_features) < seq_len:
         return {}
-    features = normalise(
-        arrays.latest_features[-seq_len:],
-        np.asarray(normalisation["feature_mean"], dtype=np.float32),
-        np.asarray(normalisation["feature_std"], dtype=np.float32),
-    )
+    features = Normalisation.from_record(checkpoint["normalisation"]).features(arrays.latest_features[-seq_len:])
     model = cpu_model(model).eval()
     heads = checkpoint_heads(checkpoint)
     scaled = predict_scaled(model, features, seq_len, heads).astype(np.float64)
@@ -232,7 +226,6 @@ def forecast_frame(
     recorded = checkpoint["features"]
     seq_len, warmup = int(recorded["seq_len"]), int(recorded["warmup"])
     target = TARGETS[recorded["target"]]
-    normalisation = checkpoint["normalisation"]
     needed_rows = seq_len + warmup  # one window of features after the features' warm-up
     if len(bars) < needed_rows:
         raise DataError(
@@ -243,11 +236,7 @@ def forecast_frame(
     if last is not None:
         bars = bars.iloc[-(last + needed_rows - 1) :]
     matrix = bar_features(bars, recorded["definition"], name, plugin_sources)
-    features = normalise(
-        matrix.values[matrix.warmup :],
-        np.asarray(normalisation["feature_mean"], dtype=np.float32),
-        np.asarray(normalisation["feature_std"], dtype=np.float32),
-    )
+    features = Normalisation.from_record(checkpoint["normalisation"]).features(matrix.values[matrix.warmup :])
     heads = checkpoint_heads(checkpoint)
     per_horizon = horizon_forecasts(
         checkpoint, predict_scaled(model, features, seq_len, heads).astype(np.float64), coverage

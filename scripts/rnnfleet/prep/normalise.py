@@ -1,14 +1,70 @@
-"""Normalisation: the training part's statistics, and features and targets normalised with
-them, one way for array files, updates, walk-forward folds, the fleet's start and forecasts."""
+"""Normalisation: the training part's statistics (Normalisation: fitted, applied, inverted,
+recorded in and read from a model file), and features and targets normalised with them, one
+way for array files, updates, walk-forward folds, the fleet's start, forecasts and exports."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from rnnfleet.prep.arrays import PreparedArrays
 from rnnfleet.prep.targets import TARGETS
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """A training part's statistics: the features' (float32, as the model file stores them)
+    and the target's (a number, or one per horizon, float64)."""
+
+    feature_mean: np.ndarray
+    feature_std: np.ndarray
+    target_mean: float | np.ndarray
+    target_std: float | np.ndarray
+
+    @classmethod
+    def fit(cls, train_features: np.ndarray, train_targets: np.ndarray, target: str) -> Normalisation:
+        """The statistics of a training part's rows (fit_normalisation)."""
+        return cls(*fit_normalisation(train_features, train_targets, target))
+
+    @classmethod
+    def of_arrays(cls, arrays: PreparedArrays) -> Normalisation:
+        return cls(arrays.feature_mean, arrays.feature_std, arrays.target_mean, arrays.target_std)
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> Normalisation:
+        """From a model file's `normalisation` entry (record)."""
+        return cls(
+            np.asarray(record["feature_mean"], np.float32),
+            np.asarray(record["feature_std"], np.float32),
+            target_statistic(record["target_mean"]),
+            target_statistic(record["target_std"]),
+        )
+
+    def record(self) -> dict:
+        """The model file's `normalisation` entry: lists of numbers (the target's: one per horizon with several)."""
+        return {
+            "feature_mean": np.asarray(self.feature_mean).tolist(),
+            "feature_std": np.asarray(self.feature_std).tolist(),
+            "target_mean": np.asarray(self.target_mean).tolist(),
+            "target_std": np.asarray(self.target_std).tolist(),
+        }
+
+    @property
+    def statistics(self) -> tuple:
+        """(feature_mean, feature_std, target_mean, target_std), as normalised_with takes them."""
+        return self.feature_mean, self.feature_std, self.target_mean, self.target_std
+
+    def features(self, raw_features: np.ndarray) -> np.ndarray:
+        """Feature rows as the model sees them (normalise)."""
+        return normalise(raw_features, self.feature_mean, self.feature_std)
+
+    def target_scaling(self, horizons: int) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, scales), float64, one per horizon: a model's scaled output y is
+        y * scale + offset in the target's units."""
+        offsets = np.broadcast_to(np.asarray(self.target_mean, np.float64), horizons)
+        return offsets, np.broadcast_to(np.asarray(self.target_std, np.float64), horizons)
 
 
 def normalise(features: np.ndarray, feature_mean: np.ndarray, feature_std: np.ndarray) -> np.ndarray:

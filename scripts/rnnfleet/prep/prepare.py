@@ -31,7 +31,7 @@ from rnnfleet.prep.arrays import PreparedArrays
 from rnnfleet.prep.arrays_file import ARRAYS_FORMAT
 from rnnfleet.prep.features import BUILTIN_FEATURES, DEFAULT_FEATURES, VOLUME_FEATURES, compute_feature_matrix
 from rnnfleet.prep.gaps import check_gap_windows, find_gaps
-from rnnfleet.prep.normalise import fit_normalisation, normalised_with
+from rnnfleet.prep.normalise import Normalisation, normalised_with
 from rnnfleet.prep.split import (
     DEFAULT_MAX_PART_BARS,
     DEFAULT_TEST_FRACTION,
@@ -200,7 +200,7 @@ def split_and_normalise(
             f"{embargo_rows(seq_len, horizon, warmup)} bars apart); lower train.seq_len or "
             f"{test_key.partition('=')[0]}, or give this dataset more rows"
         )
-    statistics = fit_normalisation(features[: split.train_end], targets[: split.train_end], target)
+    statistics = Normalisation.fit(features[: split.train_end], targets[: split.train_end], target).statistics
     unnormalised = PreparedArrays(
         features=features,
         targets=targets,

@@ -56,9 +56,8 @@ def build_checkpoint(
     forecasts import such a file from the working folder only with that content).
     optimizer_state and lineage: what an update of this model starts from and checks
     (rnnfleet.train.updating; lineage None: none recorded, the model is never updated)."""
-    import numpy as np
-
     from rnnfleet.heads import with_outputs
+    from rnnfleet.prep.normalise import Normalisation
 
     return {
         "format": "rnnfleet",
@@ -72,13 +71,7 @@ def build_checkpoint(
             "input_size": int(arrays.features.shape[1]),
         },
         "train_config": dict(train_hparams),
-        "normalisation": {
-            "feature_mean": arrays.feature_mean.tolist(),
-            "feature_std": arrays.feature_std.tolist(),
-            # One per horizon with several (a list), as rnnfleet.prep.prepare keeps them.
-            "target_mean": np.asarray(arrays.target_mean).tolist(),
-            "target_std": np.asarray(arrays.target_std).tolist(),
-        },
+        "normalisation": Normalisation.of_arrays(arrays).record(),
         "features": {
             "definition": list(arrays.feature_definition),
             "left_out": list(arrays.features_left_out),  # default features the file could not give

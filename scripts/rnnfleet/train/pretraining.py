@@ -201,11 +201,11 @@ class FleetRows:
 
 def piece_rows(path: str, head: ArraysHead, piece: Piece, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, targets, gaps) of the rows a piece's windows read, the gaps counted from its first row."""
-    from rnnfleet.prep.normalise import normalised_rows
+    from rnnfleet.prep.normalise import Normalisation, normalised_rows
 
     first_row, stop = piece.first_end - (seq_len - 1), piece.last_end + 1
     # Normalised with the dataset's own statistics, as its train job sees them.
-    statistics = (head.feature_mean, head.feature_std, head.target_mean, head.target_std)
+    statistics = Normalisation(head.feature_mean, head.feature_std, head.target_mean, head.target_std).statistics
     features, targets = normalised_rows(
         npz_rows(path, "raw_features", first_row, stop), npz_rows(path, "raw_targets", first_row, stop), statistics
     )

@@ -26,7 +26,7 @@ import numpy as np
 
 from rnnfleet.prep.arrays import PreparedArrays
 from rnnfleet.prep.gaps import window_numbers
-from rnnfleet.prep.normalise import denormalised, normalised_with, target_statistic
+from rnnfleet.prep.normalise import Normalisation, denormalised, normalised_with
 from rnnfleet.settings import RUNTIME_ONLY_TRAIN_KEYS, full_fit_due, updates_ruled_out
 
 FULL, UPDATE = "full", "update"
@@ -142,12 +142,7 @@ def plan_training(
 def with_normalisation(arrays: PreparedArrays, normalisation: dict) -> PreparedArrays:
     """The arrays normalised with a model file's statistics instead of their own (the
     model's inputs keep the meaning they had when it was first fitted)."""
-    statistics = (
-        np.asarray(normalisation["feature_mean"], np.float32),
-        np.asarray(normalisation["feature_std"], np.float32),
-        target_statistic(normalisation["target_mean"]),
-        target_statistic(normalisation["target_std"]),
-    )
+    statistics = Normalisation.from_record(normalisation).statistics
     return normalised_with(arrays, *denormalised(arrays), statistics)
 
 

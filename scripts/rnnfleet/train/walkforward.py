@@ -31,7 +31,7 @@ from rnnfleet.errors import SettingsError, UserError
 from rnnfleet.faults import pause_point
 from rnnfleet.prep.arrays import PreparedArrays
 from rnnfleet.prep.gaps import SplitPoints, window_numbers
-from rnnfleet.prep.normalise import denormalised, fit_normalisation, normalised_with
+from rnnfleet.prep.normalise import Normalisation, denormalised, normalised_with
 from rnnfleet.prep.split import embargo_rows
 
 FOLDS_DIR = Path(".snakemake") / "rnnfleet-folds"
@@ -105,7 +105,7 @@ def fold_arrays(arrays: PreparedArrays, fold: Fold) -> PreparedArrays:
     rows = slice(fold.first_row, fold.end_row)
     raw_features, raw_targets = denormalised(arrays, rows)
     train_end = fold.split.train_end
-    statistics = fit_normalisation(raw_features[:train_end], raw_targets[:train_end], arrays.target)
+    statistics = Normalisation.fit(raw_features[:train_end], raw_targets[:train_end], arrays.target).statistics
     fold_rows = fold.end_row - fold.first_row
     gap_bars = arrays.gap_bars - fold.first_row
     # A gap outside the fold's bars touches none of its windows (rnnfleet.prep.gaps.usable_window_ends).
