@@ -22,6 +22,7 @@ import onnxruntime  # noqa: E402
 from rnnfleet.forecast import export_onnx  # noqa: E402
 from rnnfleet.forecast.export_onnx import ExportRefused, export_model, read_metadata  # noqa: E402
 from rnnfleet.forecast.predict import main as predict_main  # noqa: E402
+from rnnfleet.prep import feature_graphs  # noqa: E402
 from rnnfleet.prep.prepare import prepare_dataset, read_clean_bars  # noqa: E402
 from rnnfleet.synthetic import synthetic_bars  # noqa: E402
 from rnnfleet.train.evaluate import train_and_evaluate  # noqa: E402
@@ -278,7 +279,7 @@ def test_a_graph_that_computes_otherwise_is_refused_and_an_earlier_file_removed(
     out = tmp_path / "A.onnx"
     out.write_bytes(b"an export of an earlier model")
     late = export_onnx.GRAPH_FEATURES["ohlc_returns"]
-    monkeypatch.setitem(export_onnx.GRAPH_FEATURES, "ohlc_returns", lambda bars: export_onnx.previous(late(bars)))
+    monkeypatch.setitem(export_onnx.GRAPH_FEATURES, "ohlc_returns", lambda bars: feature_graphs.previous(late(bars)))
     with pytest.raises(
         ExportRefused, match=r"differ from rnnfleet predict's .* nothing written; the earlier .* removed"
     ):
