@@ -175,7 +175,7 @@ def model_file_sources(
 def _refusal(model_path: str | os.PathLike, path: str, reason: str) -> PluginRefused:
     return PluginRefused(
         f"{model_path}: refused to import plug-in file {path}: {reason}; nothing was imported. "
-        f"If you trust that file, name it: python -m rnnfleet.forecast.predict --trust {path} "
+        f"If you trust that file, name it: python -m rnnfleet.cli.predict --trust {path} "
         "(in the workflow: the config's model.builder or features)"
     )
 

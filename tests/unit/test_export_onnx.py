@@ -19,9 +19,9 @@ pytest.importorskip("onnxruntime", reason="the export's optional packages: pip i
 import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
+from rnnfleet.cli.predict import main as predict_main  # noqa: E402
 from rnnfleet.forecast import export_onnx  # noqa: E402
 from rnnfleet.forecast.export_onnx import ExportRefused, export_model, read_metadata  # noqa: E402
-from rnnfleet.forecast.predict import main as predict_main  # noqa: E402
 from rnnfleet.prep import feature_graphs  # noqa: E402
 from rnnfleet.prep.prepare import prepare_dataset, read_clean_bars  # noqa: E402
 from rnnfleet.synthetic import synthetic_bars  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rnnfleet.bars.formats import FORMAT_DEFAULTS
-from rnnfleet.forecast.predict import add_format_options
+from rnnfleet.cli.predict import add_format_options
 
 
 def test_every_format_setting_has_a_command_line_option():

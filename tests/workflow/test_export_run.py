@@ -25,13 +25,13 @@ from conftest import REPO, TINY_ROWS, add_datasets, pending_jobs, planned_jobs, 
 from rnnfleet.synthetic import synthetic_bars
 
 pytest.importorskip("onnxruntime", reason="the export's optional packages: pip install -r requirements-onnx.txt")
-from rnnfleet.cli import main  # noqa: E402
+from rnnfleet.cli.commands import main  # noqa: E402
 
 DATASETS = ["A_1m", "B_1m"]
 
 
 def rnnfleet(folder, *args: str) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of the `rnnfleet` command's main (rnnfleet.cli.main) run
+    """(exit status, stdout, stderr) of the `rnnfleet` command's main (rnnfleet.cli.commands.main) run
     in this process in folder (torch is imported once for the whole file)."""
     out, err = io.StringIO(), io.StringIO()
     here = os.getcwd()
@@ -122,8 +122,8 @@ def test_without_onnx_rnnfleet_imports_and_runs_and_export_says_what_to_install(
     its modules import, and the export refuses in one line naming what to install."""
     code = (
         "import sys; sys.modules['onnx'] = sys.modules['onnxruntime'] = None\n"
-        "import rnnfleet.cli, rnnfleet.forecast.predict, rnnfleet.forecast.export_onnx\n"
-        "sys.exit(rnnfleet.cli.main(['export', 'A_1m']))"
+        "import rnnfleet.cli.commands, rnnfleet.forecast.predict, rnnfleet.forecast.export_onnx\n"
+        "sys.exit(rnnfleet.cli.commands.main(['export', 'A_1m']))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
     result = subprocess.run([sys.executable, "-c", code], cwd=exported, capture_output=True, text=True, env=env)

@@ -26,7 +26,7 @@ FORMATS = {
     "parquet": "parquet/binance/XRP_ETH-1m.parquet",
 }
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
-ENTRY_POINT = [sys.executable, "-c", "import sys; from rnnfleet.cli import main; sys.exit(main())"]
+ENTRY_POINT = [sys.executable, "-c", "import sys; from rnnfleet.cli.commands import main; sys.exit(main())"]
 
 
 @pytest.mark.parametrize("data_format", FORMATS)

@@ -143,7 +143,7 @@ def test_rnnfleet_predict_gives_every_column_the_run_wrote_and_refuses_a_coverag
     command = [
         sys.executable,
         "-m",
-        "rnnfleet.forecast.predict",
+        "rnnfleet.cli.predict",
         "--model",
         "models/AR_1m.pt",
         "--csv",

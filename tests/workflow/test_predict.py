@@ -14,7 +14,8 @@ import pytest
 import torch
 from conftest import REPO, TINY_ROWS, write_config
 
-from rnnfleet.forecast.predict import FORECAST_COLUMNS, forecast_at_last_bar, main
+from rnnfleet.cli.predict import main
+from rnnfleet.forecast.predict import FORECAST_COLUMNS, forecast_at_last_bar
 from rnnfleet.prep.prepare import prepare_dataset
 from rnnfleet.scores import intervals
 from rnnfleet.synthetic import synthetic_bars
@@ -118,7 +119,7 @@ def test_last_n_gives_the_same_forecasts_as_the_full_file(trained, tmp_path):
 def test_command_line_entry_point_runs_as_a_module(trained, tmp_path):
     csv_path, model_path, _, _ = trained
     out = tmp_path / "forecasts.csv"
-    command = [sys.executable, "-m", "rnnfleet.forecast.predict", "--model", str(model_path), "--csv", str(csv_path)]
+    command = [sys.executable, "-m", "rnnfleet.cli.predict", "--model", str(model_path), "--csv", str(csv_path)]
     command += ["--out", str(out), "--last", "1"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
     completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -199,7 +200,7 @@ def test_too_short_or_malformed_csv_is_one_clear_error(trained, tmp_path, capsys
 
 def predict_error(model_path, csv_path, out) -> str:
     """The one line the real command prints when it refuses (exit status 1, no forecasts)."""
-    command = [sys.executable, "-m", "rnnfleet.forecast.predict", "--model", str(model_path), "--csv", str(csv_path)]
+    command = [sys.executable, "-m", "rnnfleet.cli.predict", "--model", str(model_path), "--csv", str(csv_path)]
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
     completed = subprocess.run([*command, "--out", str(out)], capture_output=True, text=True, env=env)
     assert completed.returncode == 1, completed.stderr
@@ -315,7 +316,7 @@ def test_out_naming_an_input_a_folder_or_an_unusable_device_is_one_line_and_repl
         command = [
             sys.executable,
             "-m",
-            "rnnfleet.forecast.predict",
+            "rnnfleet.cli.predict",
             "--model",
             str(model),
             "--csv",
@@ -328,7 +329,7 @@ def test_out_naming_an_input_a_folder_or_an_unusable_device_is_one_line_and_repl
         assert completed.stderr.count("\n") == 1, completed.stderr
     assert {path: path.read_bytes() for path in kept} == kept
     if not torch.cuda.is_available():  # the CPU-only build make installs
-        command = [sys.executable, "-m", "rnnfleet.forecast.predict", "--model", str(model), "--csv", str(bars)]
+        command = [sys.executable, "-m", "rnnfleet.cli.predict", "--model", str(model), "--csv", str(bars)]
         completed = subprocess.run(
             [*command, "--out", str(tmp_path / "f.csv"), "--device", "cuda"], capture_output=True, text=True, env=env
         )

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import REPO, TINY_CONFIG, add_datasets, pending_jobs, schema_keys, snakemake, write_config
 
-from rnnfleet.cli import project_config
+from rnnfleet.cli.commands import project_config
 from rnnfleet.train.models import load_model
 from rnnfleet.workflow.config_check import config_problems, model_section, typed_as_yaml
 
@@ -186,7 +186,7 @@ def test_init_on_a_binance_data_vision_tree_sets_datasets_files_and_the_first_dr
             with zipfile.ZipFile(path, "w") as archive:  # the dry-run reads no bars: one line is enough
                 archive.writestr(path.with_suffix(".csv").name, "1704067200000,1,1,1,1,1,1704067259999,1,1,1,1,0\n")
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
-    entry_point = [sys.executable, "-c", "import sys; from rnnfleet.cli import main; sys.exit(main())"]
+    entry_point = [sys.executable, "-c", "import sys; from rnnfleet.cli.commands import main; sys.exit(main())"]
     init = subprocess.run(
         [*entry_point, "init", "fleet", "--data", str(tree)], cwd=tmp_path, env=env, capture_output=True, text=True
     )

@@ -191,7 +191,7 @@ def test_forecasting_with_a_model_file_that_holds_code_fails_with_one_line(tmp_p
         [
             sys.executable,
             "-m",
-            "rnnfleet.forecast.predict",
+            "rnnfleet.cli.predict",
             "--model",
             str(model_path),
             "--csv",

@@ -46,14 +46,14 @@ def run(tmp_path_factory) -> Path:
 def rnnfleet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """The real `rnnfleet` command (its entry point, rnnfleet.cli:main) on this checkout's code."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
-    command = [sys.executable, "-c", "import sys; from rnnfleet.cli import main; sys.exit(main())", *args]
+    command = [sys.executable, "-c", "import sys; from rnnfleet.cli.commands import main; sys.exit(main())", *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
 def predict_module(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO / "scripts")}
     return subprocess.run(
-        [sys.executable, "-m", "rnnfleet.forecast.predict", *args], capture_output=True, text=True, env=env, cwd=cwd
+        [sys.executable, "-m", "rnnfleet.cli.predict", *args], capture_output=True, text=True, env=env, cwd=cwd
     )
 
 

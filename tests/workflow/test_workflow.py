@@ -23,7 +23,7 @@ from conftest import (
     write_config,
 )
 
-from rnnfleet.forecast.predict import main as predict_main
+from rnnfleet.cli.predict import main as predict_main
 from rnnfleet.prep.arrays_file import load_arrays
 from rnnfleet.train.loop import window_view
 from rnnfleet.train.models import load_model

@@ -53,11 +53,11 @@ def sha256_file(path: Path) -> str:
 
 
 def forecast_in(folder: Path, model_path: str, *extra: str, out: str = "forecast.csv") -> subprocess.CompletedProcess:
-    """python -m rnnfleet.forecast.predict run in `folder` (the user's project folder) on its first dataset."""
+    """python -m rnnfleet.cli.predict run in `folder` (the user's project folder) on its first dataset."""
     command = [
         sys.executable,
         "-m",
-        "rnnfleet.forecast.predict",
+        "rnnfleet.cli.predict",
         "--model",
         model_path,
         "--csv",
@@ -249,7 +249,7 @@ def assert_refused(stderr: str, plugin: Path | str, reason: str) -> None:
     assert "\n" not in line and "Traceback" not in line, stderr
     assert f"{MODEL_FILE}: refused to import plug-in file {plugin}: {reason}" in line
     assert (
-        f"nothing was imported. If you trust that file, name it: python -m rnnfleet.forecast.predict --trust {plugin}"
+        f"nothing was imported. If you trust that file, name it: python -m rnnfleet.cli.predict --trust {plugin}"
         in line
     )
 

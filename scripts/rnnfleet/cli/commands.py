@@ -35,7 +35,7 @@ def workflow_dir() -> Path:
     (`pip install .` into an environment, or `pip install --user .` into the user base)."""
     import site
 
-    candidates = [Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / "rnnfleet"]
+    candidates = [Path(__file__).resolve().parents[3], Path(sys.prefix) / "share" / "rnnfleet"]
     candidates.append(Path(site.getuserbase()) / "share" / "rnnfleet")
     for candidate in candidates:
         if all((candidate / name).exists() for name in WORKFLOW_FILES):
@@ -57,7 +57,7 @@ def project_snakefile() -> str:
         "# (include, not `module`: Snakemake does not register a module's onstart/onsuccess/\n"
         "# onerror handlers, which write results after failures.)\n"
         "try:\n"
-        "    from rnnfleet.cli import workflow_dir\n"
+        "    from rnnfleet.cli.commands import workflow_dir\n"
         "except ImportError as error:\n"
         "    raise WorkflowError(\n"
         '        f"rnnfleet is not installed in the Python that runs this snakemake ({error}); "\n'
@@ -539,11 +539,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["predict"]:  # its own options and --help (rnnfleet.forecast.predict)
-        from rnnfleet.forecast.predict import main as predict_main
+        from rnnfleet.cli.predict import main as predict_main
 
         return predict_main(argv[1:], prog="rnnfleet predict", find_dataset=dataset_in_project)
     if argv[:1] == ["export"]:  # its own options (rnnfleet.forecast.export_onnx; onnx is imported only there)
-        from rnnfleet.forecast.export_onnx import main as export_main
+        from rnnfleet.cli.export import main as export_main
 
         return export_main(
             argv[1:],
