@@ -20,7 +20,10 @@ What it reads, with no user code (docs/data.md):
   also after a symbol column (NSE's `NIFTY,20130101,09:16,...`);
 - every line in quotes (a tab-separated export re-saved by a spreadsheet);
 - no volume column (the bars then have none);
-- Parquet (pyarrow; only the needed columns are read; numbers stored as text converted);
+- decimal commas (66029,31; dots as thousands) in files not separated by commas, headers in
+  German, French, Spanish or Italian; `columns:` names only for the files whose header has them;
+- Parquet and Feather (pyarrow; only the needed columns are read; numbers stored as text
+  converted), freqtrade's JSON candles (`.json`, `.json.gz`);
 - times as text, or epoch s/ms/us/ns told apart by each value's size (so one file may switch
   unit); naive times are in `format.timezone` (auto: UTC, said in the read line, except
   histdata's EST for files histdata.com named, DAT_ASCII_*); in a zone with daylight saving the repeated hour of a fall-back day is
@@ -159,7 +162,7 @@ class Layout:
     """How one file is laid out. columns maps timestamp (or date and time) and the five bar
     keys to a header name (header files, Parquet) or a 0-based position (headerless)."""
 
-    kind: str = "csv"  # csv | parquet
+    kind: str = "csv"  # csv | parquet | feather | json
     header: bool | None = None  # None: not known yet (sniffed)
     delimiter: str | None = None
     columns: dict = field(default_factory=dict)
@@ -245,16 +248,12 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
                 raise DataError(refusal)
             if opened.st_size == 0:
                 raise DataError(f"{name}: the file is empty")
-            magic = raw.read(6)
-            raw.seek(0)
-            if magic[:4] == b"PAR1" or Path(name).suffix.lower() in PARQUET_SUFFIXES:
-                frame, layout = read_arrow(raw, name, requested, "parquet")
-            elif magic == b"ARROW1" or Path(name).suffix.lower() in FEATHER_SUFFIXES:
-                frame, layout = read_arrow(raw, name, requested, "feather")
-            elif name.lower().endswith(JSON_SUFFIXES):
+            kind = file_kind(raw, name)
+            if kind in ("parquet", "feather"):
+                frame, layout = read_arrow(raw, name, requested, kind)
+            elif kind == "json":
                 frame, layout = read_json_candles(raw, name, requested)
             else:
-                raw.seek(0)
                 with decompressed(raw, name) as stream:
                     head = stream.read(SNIFF_BYTES)
                     stream.seek(0)
@@ -297,6 +296,19 @@ def read_bars(path: str | os.PathLike, columns: dict | None = None, read_format:
     return frame
 
 
+def file_kind(raw, name: str) -> str:
+    """parquet, feather, json (freqtrade's candles) or text, from the file's first bytes and
+    its name; the file is left at its start."""
+    magic = raw.read(6)
+    raw.seek(0)
+    suffix = Path(name).suffix.lower()
+    if magic[:4] == b"PAR1" or suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if magic == b"ARROW1" or suffix in FEATHER_SUFFIXES:
+        return "feather"
+    return "json" if name.lower().endswith(JSON_SUFFIXES) else "text"
+
+
 def head_times_zone_free(path: str | os.PathLike, columns: dict | None = None, read_format: dict | None = None) -> bool:
     """Whether the first lines of a text file give their times as epoch numbers or with their
     zone (format.timezone cannot apply), read as read_bars reads them; False where they do
@@ -306,16 +318,9 @@ def head_times_zone_free(path: str | os.PathLike, columns: dict | None = None, r
     try:
         requested = lean_layout(name, requested_layout(columns, read_format))
         with open(path, "rb") as raw:
-            magic = raw.read(6)
-            if (
-                magic[:4] == b"PAR1"
-                or magic == b"ARROW1"
-                or Path(name).suffix.lower() in (*PARQUET_SUFFIXES, *FEATHER_SUFFIXES)
-            ):
-                return False
-            if name.lower().endswith(JSON_SUFFIXES):
-                return True  # freqtrade's candles: epoch milliseconds
-            raw.seek(0)
+            kind = file_kind(raw, name)
+            if kind != "text":
+                return kind == "json"  # freqtrade's candles: epoch milliseconds
             with decompressed(raw, name) as stream:
                 head = stream.read(SNIFF_BYTES)
         encoding = text_encoding(head, name)

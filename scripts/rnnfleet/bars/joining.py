@@ -26,8 +26,11 @@ CHECKSUM_SUFFIX = ".CHECKSUM"
 ONE_MINUTE_NS = 60 * 10**9
 
 
+CHECKSUM_VERIFIED = "sha256 verified"  # what a source line ends with when its .CHECKSUM matched
+
+
 def verify_checksum(path: str) -> str | None:
-    """'sha256 verified' when `<path>.CHECKSUM` exists and matches, None when there is none;
+    """CHECKSUM_VERIFIED when `<path>.CHECKSUM` exists and matches, None when there is none;
     DataError when it does not match or cannot be read as `<sha256>  <name>`."""
     checksum_path = path + CHECKSUM_SUFFIX
     try:
@@ -45,7 +48,7 @@ def verify_checksum(path: str) -> str | None:
             f"{path}: its SHA-256 is not the one in {os.path.basename(checksum_path)} "
             "(a corrupt or incomplete download: fetch the file again)"
         )
-    return "sha256 verified"
+    return CHECKSUM_VERIFIED
 
 
 def file_sha256(path: str) -> str:

@@ -538,11 +538,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["predict"]:  # its own options and --help (rnnfleet.forecast.predict)
+    if argv[:1] == ["predict"]:  # its own options and --help (rnnfleet.cli.predict)
         from rnnfleet.cli.predict import main as predict_main
 
         return predict_main(argv[1:], prog="rnnfleet predict", find_dataset=dataset_in_project)
-    if argv[:1] == ["export"]:  # its own options (rnnfleet.forecast.export_onnx; onnx is imported only there)
+    if argv[:1] == ["export"]:  # its own options (rnnfleet.cli.export; onnx is imported only where used)
         from rnnfleet.cli.export import main as export_main
 
         return export_main(

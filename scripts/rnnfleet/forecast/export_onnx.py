@@ -167,7 +167,7 @@ def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float 
             f"the features {list(recorded['definition'])} need {recorded['warmup']} bars of warm-up, and the ONNX "
             "file's input holds one bar before the window"
         )
-    horizons = len(heads.horizons)
+    offsets, scales = normalisation.target_scaling(len(heads.horizons))
     kept, margins = interval_margins(checkpoint, heads, target, coverage)
     pairs = heads.pairs()
     return ExportPlan(
@@ -179,8 +179,8 @@ def export_plan(checkpoint: dict, sources: Mapping[str, bytes], coverage: float 
         feature_references=tuple(recorded["definition"]),
         feature_mean=normalisation.feature_mean,
         feature_std=normalisation.feature_std,
-        offsets=normalisation.target_scaling(horizons)[0].copy(),
-        scales=normalisation.target_scaling(horizons)[1].copy(),
+        offsets=offsets.copy(),
+        scales=scales.copy(),
         coverages=tuple(pairs[j][2] for j in kept) if heads.quantiles else (coverage,) * len(kept),
         pairs=tuple((pairs[j][0], pairs[j][1]) for j in kept) if heads.quantiles else (),
         margins=margins,

@@ -1,7 +1,7 @@
 """Forecasts from a saved model file and a CSV of recent bars.
 
 Command line (`rnnfleet predict`, installed by `pip install -e .`; or, without installing,
-`PYTHONPATH=scripts python -m rnnfleet.cli.predict`):
+`PYTHONPATH=scripts python -m rnnfleet.cli.predict`; its options live in rnnfleet.cli.predict):
 
     rnnfleet predict --model models/EURUSD_1m.pt --csv recent.csv --out forecasts.csv [--last 100] [--trust my/model.py ...]
         [--timezone ZONE --preset ... --header ... --delimiter ... --positions ... --timestamp-unit ... --timestamp-format ...]

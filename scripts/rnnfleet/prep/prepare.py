@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rnnfleet.bars.formats import FORMAT_DEFAULTS, PRICE_KEYS, read_bars
-from rnnfleet.bars.joining import check_one_minute_bars, join_bars, time_range, verify_checksum
+from rnnfleet.bars.joining import CHECKSUM_VERIFIED, check_one_minute_bars, join_bars, time_range, verify_checksum
 from rnnfleet.bars.quality import bar_counts, check_quality, measures_text
 from rnnfleet.errors import DataError
 from rnnfleet.plugins import imported_sha256
@@ -325,7 +325,7 @@ def sources_summary(frame, label: str) -> list[str]:
     sources = frame.attrs["sources"]
     if len(sources) == 1:
         return list(sources)
-    verified = sum(line.endswith("sha256 verified") for line in sources)
+    verified = sum(line.endswith(CHECKSUM_VERIFIED) for line in sources)
     checked = f"; {verified} of {len(sources)} checksums verified" if verified else ""
     return [f"{label}: read as {frame.attrs['read_as']}; {time_range(frame)}{checked}"]
 
