@@ -301,9 +301,9 @@ def quiet(*_args) -> None:
 def generated_arrays(rows: int, rng: np.random.Generator):
     """PreparedArrays of random features and targets, split as preprocess splits (no CSV read)."""
     from rnnfleet.prep.arrays import PreparedArrays
-    from rnnfleet.prep.split import split_points
+    from rnnfleet.prep.split import SplitSettings
 
-    split = split_points(rows, SEQ_LEN, 1, 0.15, 0.15)
+    split = SplitSettings(SEQ_LEN, 1, 0.15, 0.15).points(rows)
     return PreparedArrays(
         features=rng.standard_normal((rows, 5)).astype(np.float32),
         targets=rng.standard_normal(rows).astype(np.float32),

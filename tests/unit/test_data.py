@@ -106,19 +106,20 @@ def test_each_feature_row_keeps_its_bars_time_and_the_test_chart_the_forecasts_t
 
 
 def test_parts_of_a_fixed_size_keep_their_size_whatever_the_history_and_need_the_fewest_rows():
-    from rnnfleet.prep.split import embargo_rows, long_enough, part_sizes, rows_needed, split_points
+    from rnnfleet.prep.split import SplitSettings, embargo_rows, part_sizes
 
     embargo = embargo_rows(30, 1, 1)
     for rows in (5_000, 10_000, 50_000):
-        split = split_points(rows, 30, 1, 0.2, 0.15, 1, val_bars=1_000, test_bars=500)
+        split = SplitSettings(30, 1, 0.2, 0.15, 1, val_bars=1_000, test_bars=500).points(rows)
         assert part_sizes(rows, split, 30)[1:] == (1_000, 500)
         assert split.test_start - split.val_end == split.val_start - split.train_end == embargo
-    fewest = rows_needed(30, 1, 0.2, 0.15, 1, 1_000, 500)
+    fixed = SplitSettings(30, 1, 0.2, 0.15, 1, 1_000, 500)
+    fewest = fixed.rows_needed()
     assert fewest == 30 + embargo + 1_000 + embargo + 500  # one training window
-    assert long_enough(fewest, 30, 1, 0.2, 0.15, 1, 1_000, 500)
-    assert not long_enough(fewest - 1, 30, 1, 0.2, 0.15, 1, 1_000, 500)
+    assert fixed.long_enough(fewest)
+    assert not fixed.long_enough(fewest - 1)
     # Without them, the fractions as before.
-    assert split_points(1_000, 30, 1, 0.2, 0.15, 1) == (618, 650, 818, 850)
+    assert SplitSettings(30, 1, 0.2, 0.15, 1).points(1_000) == (618, 650, 818, 850)
 
 
 def test_at_the_defaults_the_validation_and_test_parts_stop_growing_past_one_week_of_minute_bars():
@@ -127,7 +128,7 @@ def test_at_the_defaults_the_validation_and_test_parts_stop_growing_past_one_wee
     import yaml
     from conftest import REPO
 
-    from rnnfleet.prep.split import DEFAULT_MAX_PART_BARS, part_sizes, split_points
+    from rnnfleet.prep.split import DEFAULT_MAX_PART_BARS, SplitSettings, part_sizes
     from rnnfleet.settings import LATER_KEYS, preprocess_settings
 
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())["properties"]["preprocess"]
@@ -153,7 +154,7 @@ def test_at_the_defaults_the_validation_and_test_parts_stop_growing_past_one_wee
             },
         )
         sizes[days] = part_sizes(rows, arrays.split, seq_len)[1:]
-    fractions = split_points(30 * 1440, seq_len, horizon, settings["val_fraction"], settings["test_fraction"])
+    fractions = SplitSettings(seq_len, horizon, settings["val_fraction"], settings["test_fraction"]).points(30 * 1440)
     assert sizes[30] == part_sizes(30 * 1440, fractions, seq_len)[1:]
     assert max(sizes[30]) < DEFAULT_MAX_PART_BARS
     assert sizes[90] == sizes[180] == (DEFAULT_MAX_PART_BARS, DEFAULT_MAX_PART_BARS)

@@ -35,12 +35,12 @@ def test_the_datasets_served_stay_frozen_while_the_settings_are_unchanged(tmp_pa
 def test_pooled_pieces_give_exactly_their_windows_and_none_across_two(tmp_path):
     from rnnfleet.prep.arrays import PreparedArrays
     from rnnfleet.prep.arrays_file import save_arrays
-    from rnnfleet.prep.split import split_points
+    from rnnfleet.prep.split import SplitSettings
     from rnnfleet.train.loop import usable_windows
     from rnnfleet.train.pretraining import FleetRows, Piece, fleet_arrays, read_head
 
     seq_len, rows = 8, 300
-    split = split_points(rows, seq_len, 1, 0.15, 0.15)
+    split = SplitSettings(seq_len, 1, 0.15, 0.15).points(rows)
     paths = []
     for number in range(2):
         path = tmp_path / f"d{number}.npz"

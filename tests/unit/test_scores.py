@@ -16,7 +16,7 @@ from conftest import REPO
 from rnnfleet.errors import UserError
 from rnnfleet.prep.gaps import window_numbers
 from rnnfleet.prep.prepare import DataError, prepare_dataset, split_and_normalise
-from rnnfleet.prep.split import split_points
+from rnnfleet.prep.split import SplitSettings
 from rnnfleet.scores import test_period
 from rnnfleet.synthetic import synthetic_bars, write_synthetic_csv
 from rnnfleet.train.evaluate import score_test_period, train_and_evaluate
@@ -36,7 +36,7 @@ def touched_bars(window_ends: np.ndarray, seq_len: int, horizon: int, warmup: in
     [(1000, 10, 3, 1, 0.2, 0.15), (500, 30, 1, 3, 0.1, 0.3), (2000, 60, 5, 2, 0.25, 0.05)],
 )
 def test_no_bar_is_touched_by_windows_of_two_parts(rows, seq_len, horizon, warmup, val_fraction, test_fraction):
-    split = split_points(rows, seq_len, horizon, val_fraction, test_fraction, warmup)
+    split = SplitSettings(seq_len, horizon, val_fraction, test_fraction, warmup).points(rows)
     parts = window_numbers(rows, split, np.zeros(0, dtype=np.int64), seq_len, horizon, warmup)
     train, val, test = (touched_bars(part + seq_len - 1, seq_len, horizon, warmup) for part in parts)
     assert train and val and test
@@ -45,7 +45,7 @@ def test_no_bar_is_touched_by_windows_of_two_parts(rows, seq_len, horizon, warmu
 
 
 def test_test_fraction_zero_leaves_no_test_part():
-    split = split_points(1000, 10, 1, 0.2, 0.0)
+    split = SplitSettings(10, 1, 0.2, 0.0).points(1000)
     assert split.test_start == split.val_end == 1000
 
 
@@ -65,7 +65,7 @@ def test_too_few_rows_for_the_test_part_says_what_is_needed_and_that_is_enough()
 
 def test_fractions_that_leave_nothing_to_train_are_refused_naming_both_keys():
     with pytest.raises(UserError, match="preprocess.val_fraction .* preprocess.test_fraction"):
-        split_points(1000, 10, 1, 0.5, 0.5)
+        SplitSettings(10, 1, 0.5, 0.5).points(1000)
     schema = yaml.safe_load((REPO / "schemas" / "config.schema.yaml").read_text())
     problems = config_problems({"preprocess": {"val_fraction": 0.6, "test_fraction": 0.4}}, schema)
     assert problems == [

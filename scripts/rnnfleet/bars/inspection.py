@@ -31,7 +31,7 @@ from rnnfleet.prep.prepare import (
     longest_horizon,
     read_clean_bars,
 )
-from rnnfleet.prep.split import split_points, split_settings
+from rnnfleet.prep.split import SplitSettings
 
 INSPECT_COLUMNS = (
     "dataset",
@@ -80,8 +80,7 @@ def inspect_dataset(dataset: str, path: str | list[str], settings: dict) -> dict
     seq_len, horizon = int(settings["seq_len"]), longest_horizon(settings["horizon"])
     feature_rows = max(len(frame) - warmup - horizon, 0)
     test_fraction, test_bars = settings["test_fraction"], settings.get("test_bars")
-    fractions = (settings["val_fraction"], test_fraction, warmup, *split_settings(settings))
-    split = split_points(feature_rows, seq_len, horizon, *fractions)
+    split = SplitSettings.of(settings, seq_len, horizon, warmup).points(feature_rows)
     train, val, test = window_numbers(feature_rows, split, gap_bars, seq_len, horizon, warmup)
     long_enough = bool(len(train) and len(val) and (len(test) or not (test_fraction or test_bars)))
     return {

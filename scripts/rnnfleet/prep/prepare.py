@@ -32,14 +32,7 @@ from rnnfleet.prep.arrays_file import ARRAYS_FORMAT
 from rnnfleet.prep.features import BUILTIN_FEATURES, DEFAULT_FEATURES, VOLUME_FEATURES, compute_feature_matrix
 from rnnfleet.prep.gaps import check_gap_windows, find_gaps
 from rnnfleet.prep.normalise import Normalisation, normalised_with
-from rnnfleet.prep.split import (
-    DEFAULT_MAX_PART_BARS,
-    DEFAULT_TEST_FRACTION,
-    embargo_rows,
-    long_enough,
-    rows_needed,
-    split_points,
-)
+from rnnfleet.prep.split import DEFAULT_MAX_PART_BARS, DEFAULT_TEST_FRACTION, SplitSettings
 from rnnfleet.prep.targets import DEFAULT_TARGET, TARGETS
 
 # How messages name the limit on rows with NaN/inf: the config key, or a tool's own option.
@@ -181,15 +174,17 @@ def split_and_normalise(
     val_max_bars: int | None = DEFAULT_MAX_PART_BARS,
     test_max_bars: int | None = DEFAULT_MAX_PART_BARS,
 ) -> PreparedArrays:
-    """Chronological split (split_points); statistics from the training part only; float32,
+    """Chronological split (SplitSettings.points); statistics from the training part only; float32,
     contiguous. horizon: one, or a list (train.horizons; the parts lie apart by the longest)."""
     horizons, horizon = horizons_setting(horizon), longest_horizon(horizon)
     rows = len(targets)
-    parts = (val_fraction, test_fraction, warmup, val_bars, test_bars, val_max_bars, test_max_bars)
-    split = split_points(rows, seq_len, horizon, *parts)
-    if not long_enough(rows, seq_len, horizon, *parts):
+    parts = SplitSettings(
+        seq_len, horizon, val_fraction, test_fraction, warmup, val_bars, test_bars, val_max_bars, test_max_bars
+    )
+    split = parts.points(rows)
+    if not parts.long_enough(rows):
         extra = warmup + horizon  # bars without features or without a target
-        needed = rows_needed(seq_len, horizon, *parts) + extra
+        needed = parts.rows_needed() + extra
         described = "plus validation and test" if test_fraction > 0 or test_bars else "plus validation"
         val_key = f"preprocess.val_bars={val_bars}" if val_bars else f"preprocess.val_fraction={val_fraction}"
         test_key = f"preprocess.test_bars={test_bars}" if test_bars else f"preprocess.test_fraction={test_fraction}"
@@ -197,7 +192,7 @@ def split_and_normalise(
             f"{name}: too few rows for one training window {described}: {rows + extra} usable rows, "
             f"train.seq_len={seq_len} with train.horizon={horizon}, {val_key} and "
             f"{test_key} need at least {needed} (the parts lie "
-            f"{embargo_rows(seq_len, horizon, warmup)} bars apart); lower train.seq_len or "
+            f"{parts.embargo} bars apart); lower train.seq_len or "
             f"{test_key.partition('=')[0]}, or give this dataset more rows"
         )
     statistics = Normalisation.fit(features[: split.train_end], targets[: split.train_end], target).statistics
@@ -364,7 +359,7 @@ def prepare_dataset(
     of several files are kept between runs (read_clean_bars), so that only new or changed
     files are read; the arrays are the same either way. val_bars, test_bars: the validation
     and test parts' sizes in rows instead of val_fraction and test_fraction; val_max_bars,
-    test_max_bars: the caps on the parts the fractions size (split_points; None: no cap)."""
+    test_max_bars: the caps on the parts the fractions size (SplitSettings; None: no cap)."""
     name = bars_label(csv_path, dataset)
     frame = read_clean_bars(csv_path, columns, max_bad_fraction, read_format, cache_path=bars_cache, dataset=dataset)
     for line in frame.attrs["read_sources"] + frame.attrs.get("reading", []):

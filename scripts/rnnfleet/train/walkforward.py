@@ -1,7 +1,7 @@
 """Walk-forward (rolling-origin) evaluation: `evaluate.folds` re-fits on successive origins,
 each scored on the period right after its training data, inside the dataset's train job.
 
-Fold k of K (1 = the oldest) is the dataset's own split (rnnfleet.prep.split.split_points) moved
+Fold k of K (1 = the oldest) is the dataset's own split (rnnfleet.prep.split.SplitSettings) moved
 back by (K - k) * step feature rows: a test period as long as the test part, starting at the
 fold's origin; before it the embargo, a validation part as long as the validation part
 (early stopping only), the embargo, and the training part. The training part starts at row
