@@ -227,7 +227,7 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
     import yaml
     from bench_update import snakemake
 
-    from rnnfleet.train.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE
+    from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE
 
     folder.mkdir(parents=True)
     write_fleet_bars(kind, args, folder / "data", fleet_rng(kind, args))

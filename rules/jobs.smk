@@ -8,7 +8,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from rnnfleet.train.pretraining import pretrain_settings_of
+from rnnfleet.workflow.pretrain_plan import pretrain_settings_of
 from rnnfleet.runner.job_client import settings_path, write_settings
 
 

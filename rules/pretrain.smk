@@ -18,7 +18,7 @@
 # A dataset whose preprocess fails is left out of the job (rnnfleet.hooks.past_failed_inputs)
 # instead of stopping it; its lineage says which and why, and its inputs as recorded leave
 # it out, so the next run does not redo the pretraining for it.
-from rnnfleet.train.pretraining import pretrained_paths
+from rnnfleet.train.fleet_start import pretrained_paths
 from rnnfleet.workflow.pretrain_plan import PretrainRule
 
 PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import returns_with_planted_signal, write_bars_of_returns
 
-from rnnfleet.train.pretraining import frozen_membership, npz_rows
+from rnnfleet.prep.arrays_file import npz_rows
+from rnnfleet.workflow.pretrain_plan import frozen_membership
 
 
 def test_npz_rows_reads_the_same_rows_as_loading_the_whole_array(tmp_path):
@@ -34,10 +35,10 @@ def test_the_datasets_served_stay_frozen_while_the_settings_are_unchanged(tmp_pa
 
 def test_pooled_pieces_give_exactly_their_windows_and_none_across_two(tmp_path):
     from rnnfleet.prep.arrays import PreparedArrays
-    from rnnfleet.prep.arrays_file import save_arrays
+    from rnnfleet.prep.arrays_file import read_head, save_arrays
     from rnnfleet.prep.split import SplitSettings
     from rnnfleet.train.loop import usable_windows
-    from rnnfleet.train.pretraining import FleetRows, Piece, fleet_arrays, read_head
+    from rnnfleet.train.pretraining import FleetRows, Piece, fleet_arrays
 
     seq_len, rows = 8, 300
     split = SplitSettings(seq_len, 1, 0.15, 0.15).points(rows)

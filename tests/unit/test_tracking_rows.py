@@ -8,7 +8,7 @@ import json
 import math
 
 from rnnfleet.report.summary import metrics_row
-from rnnfleet.train.pretraining import FLEET_START_BETTER, FLEET_START_WORSE
+from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE
 from rnnfleet.workflow.tracking import dataset_metrics, dataset_words, fleet_metrics, loss_histories, pretrained_facts
 
 

@@ -25,10 +25,11 @@ from conftest import (
     write_config,
 )
 
+from rnnfleet.bars.joining import file_sha256
 from rnnfleet.faults import PRETRAIN_CRASH
 from rnnfleet.prep.arrays_file import load_arrays
+from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE
 from rnnfleet.train.modelfile import load_checkpoint
-from rnnfleet.train.pretraining import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE, file_sha256
 
 # SHORT's training part ends first: its first embargo bar is the fleet's cutoff. LONG's bars
 # from PLANTED_ROW on follow each other (a return repeats the one before): inside SHORT's

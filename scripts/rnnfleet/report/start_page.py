@@ -12,7 +12,7 @@ from rnnfleet.atomic_files import atomic_write
 from rnnfleet.report.rows import FleetCounts, fleet_counts, quality_mark
 from rnnfleet.scores.intervals import COVERAGE
 from rnnfleet.scores.multiple_testing import as_number
-from rnnfleet.train.pretraining import init_headline
+from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE
 
 
 def plain_name(name: str) -> str:
@@ -105,8 +105,33 @@ def write_start_page(template_path: str | os.PathLike, rows: list[dict[str, str]
     headline = f"**The fleet.** {fleet_numbers(rows, rst_literal)}"
     if counts:
         headline += f" {fleet_headline(counts, rst_literal)}"
-    if comparison := init_headline(rows):  # train.compare_init (rnnfleet.train.pretraining) leads
+    if comparison := init_headline(rows):  # train.compare_init (rnnfleet.scores.start_verdicts) leads
         headline = f"{comparison}\n\n{headline}"
     template = template.replace(HEADLINE_MARKER, headline, 1)
     with atomic_write(path) as handle:
         handle.write(template.encode())
+
+
+def init_headline(rows: list[dict]) -> str:
+    """The report's first line with train.compare_init (rnnfleet.report.start_page.write_start_page): how
+    often the fleet's start beat scratch after the fleet's correction, was worse, how often
+    one model for all beat both, and the fits' training time; '' without a comparison."""
+    compared = [row for row in rows if row.get("init_verdict")]
+    if not compared:
+        return ""
+    better = sum(row["init_verdict"] == FLEET_START_BETTER for row in compared)
+    worse = sum(row["init_verdict"] == FLEET_START_WORSE for row in compared)
+    one_model = sum(
+        as_number(row.get("init_pretrained_test_skill"))
+        > max(as_number(row.get("init_fleet_test_skill")), as_number(row.get("init_scratch_test_skill")))
+        for row in compared
+    )
+    seconds = {
+        start: sum(as_number(row.get(f"init_{start}_seconds")) for row in compared) for start in ("fleet", "scratch")
+    }
+    return (
+        f"**The fleet's start.** It beat scratch on {better} of {len(compared)} datasets after the fleet's "
+        f"correction, was worse on {worse}; one model for all beat both on {one_model}; training time "
+        f"{seconds['fleet']:.0f} s from the fleet's start against {seconds['scratch']:.0f} s from scratch "
+        "(the pretraining not included)."
+    )

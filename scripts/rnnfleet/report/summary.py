@@ -21,7 +21,7 @@ from rnnfleet.errors import (
 )
 from rnnfleet.heads import head_column, head_column_order
 from rnnfleet.scores.multiple_testing import fleet_columns
-from rnnfleet.train.pretraining import COMPARE_COLUMNS, init_verdicts
+from rnnfleet.scores.start_verdicts import COMPARE_COLUMNS, init_verdicts
 
 SUMMARY_COLUMNS = (
     "dataset",
@@ -82,7 +82,7 @@ SUMMARY_COLUMNS = (
     "folds_scored",
     "product",  # which model the model file holds: scored, or refit on all rows (evaluate.production)
     "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.train.updating)
-    "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.train.pretraining)
+    "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.train.fleet_start)
     "init_note",
     "init_pretrained_sha256",  # the pretrained model file its full fit was given (from its lineage)
     *COMPARE_COLUMNS,  # train.compare_init: the fleet's start against scratch

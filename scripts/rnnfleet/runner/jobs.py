@@ -270,7 +270,7 @@ def train_one(
     try:
         fleet = None
         if pretrained_path:
-            from rnnfleet.train.pretraining import failed_fleet_start, fleet_start
+            from rnnfleet.train.fleet_start import failed_fleet_start, fleet_start
 
             if os.path.exists(pretrained_path):
                 fleet = fleet_start(pretrained_path, arrays, settings.model, settings.train)
@@ -307,10 +307,11 @@ def pretrain_job(
     members_json: str, model_path: str, lineage_path: str, settings: dict, device: str, threads: int, gpu_mem_gb: int
 ) -> None:
     """The pretrain rule's job (rules/pretrain.smk): the fleet's array files and the datasets
-    left out (rnnfleet.train.pretraining.fleet_members, as JSON) in; the pretrained model file and
+    left out (rnnfleet.workflow.pretrain_plan.fleet_members, as JSON) in; the pretrained model file and
     its lineage JSON out, each written atomically,
     trained by rnnfleet.train.pretraining.pretrain on the device this job claims (as a train job)."""
-    from rnnfleet.train.pretraining import file_sha256, pretrain  # torch loads with it
+    from rnnfleet.bars.joining import file_sha256
+    from rnnfleet.train.pretraining import pretrain  # torch loads with it
 
     with run_job_guard("pretrain", gpu_mem_gb=gpu_mem_gb):
         configure_threads(threads)

@@ -55,7 +55,7 @@ from rnnfleet.train.walkforward import folds_metrics, walk_forward
 if TYPE_CHECKING:
     from torch import nn
 
-    from rnnfleet.train.pretraining import FleetStart
+    from rnnfleet.train.fleet_start import FleetStart
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def fit_dataset(
     why there is none to update). job_facts: what the runner knows of the job (device, amp,
     threads, process, timings), recorded in the metrics. fleet (train.init fleet): the
     fleet's pretrained model; a full fit (and its refit) starts from its weights where it
-    allows (rnnfleet.train.pretraining.fleet_start), with a fresh optimizer at train.finetune_lr;
+    allows (rnnfleet.train.fleet_start.fleet_start), with a fresh optimizer at train.finetune_lr;
     the walk-forward folds train from scratch (the pretraining may have seen their test bars)."""
     model_hparams, train_hparams, evaluate, seq_len = (
         settings.model,
@@ -238,9 +238,9 @@ def compare_init(
     dataset: str, arrays: PreparedArrays, fleet_fit: Fit, fleet: FleetStart, settings: Settings, train_and_score
 ) -> tuple[Fit, dict]:
     """train.compare_init: the same fit from scratch, compared with the fit from the fleet's
-    start (rnnfleet.train.pretraining.compare_starts): (the fit from scratch, the comparison's
+    start (rnnfleet.train.start_comparison.compare_starts): (the fit from scratch, the comparison's
     metrics, init_kept the one validation prefers)."""
-    from rnnfleet.train.pretraining import compare_starts
+    from rnnfleet.train.start_comparison import compare_starts
 
     log(f"{dataset}: train.compare_init: the same fit from scratch, to compare")
     scratch_fit = train_and_score(arrays)

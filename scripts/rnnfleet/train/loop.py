@@ -220,7 +220,7 @@ def usable_windows(arrays: PreparedArrays, seq_len: int) -> WindowNumbers:
 class StartState:
     """Where an update starts (rnnfleet.train.updating): the previous model's weights and optimizer
     state; it trains only on the training windows ending at or after from_row. A fit from the
-    fleet's pretrained model (rnnfleet.train.pretraining) has its weights, no optimizer state (a
+    fleet's pretrained model (rnnfleet.train.fleet_start) has its weights, no optimizer state (a
     fresh optimizer) and from_row 0."""
 
     weights: dict

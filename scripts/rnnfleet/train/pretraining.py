@@ -1,6 +1,5 @@
 """The fleet's pretrained model (rule pretrain, `train.init: fleet`): one model of the
-configured builder trained on the bars of every dataset it serves, and the start it gives
-each dataset's own training.
+configured builder trained on the bars of every dataset it serves (the pretrain job).
 
 What it promises:
 - No look-ahead across datasets. The cutoff is the earliest bar, among the datasets served,
@@ -14,49 +13,28 @@ What it promises:
   normalisation, as its own training will.
 - Its early stopping uses each dataset's latest windows before the cutoff (val_windows of
   them, an embargo before them): never a bar at or after the cutoff.
-- The file (torch.save of tensors and plain values, written atomically) loads with
-  weights_only=True; beside it a JSON file holds the same lineage, which the workflow reads
-  while parsing (no torch there) to keep the datasets it serves frozen: a dataset added
-  later starts from it without re-running it (rules/pretrain.smk).
-- fleet_start() decides, per dataset, whether its training may start from it: only when
-  every bar the pretraining saw precedes that dataset's own first embargo bar and the model
-  is the same (builder, settings, features, target, heads); otherwise it trains from
-  scratch and says why in one line.
+- The file (rnnfleet.train.fleet_start reads it) has beside it a JSON file of the same
+  lineage, which the workflow reads while parsing (no torch there) to keep the datasets it
+  serves frozen: a dataset added later starts from it without re-running it
+  (rnnfleet.workflow.pretrain_plan).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from rnnfleet.bars.joining import file_sha256
-from rnnfleet.errors import ERROR_PREFIX
 from rnnfleet.prep.arrays_file import UNREADABLE, ArraysHead, npz_rows, read_head
+from rnnfleet.train.fleet_start import KIND, START_KEYS, iso
 
-# The folder of the fleet's files under paths.models: a dataset name never starts with a
-# dot (rnnfleet.bars.discovery.DATASET_NAME), so no dataset's model can clash with them.
-FLEET_FOLDER = ".fleet"
-MODEL_NAME = "pretrained.pt"
-LINEAGE_NAME = "pretrained.json"
-KIND = "rnnfleet fleet pretrained model"
 # A dataset with few bars before the cutoff validates on at most this share (1/VAL_SHARE) of them.
 VAL_SHARE = 4
-# Train settings that say how a dataset's own fit starts, not what the pretraining learns.
-START_KEYS = ("init", "finetune_lr", "compare_init")
 # Pretrain settings that say when it is redone (rnnfleet.workflow.pretrain_plan), not what it learns.
 WHEN_KEYS = ("refresh",)
-
-
-def pretrained_paths(models_folder: str) -> tuple[str, str]:
-    """(the pretrained model file, its lineage JSON) under paths.models."""
-    folder = f"{models_folder}/{FLEET_FOLDER}"
-    return f"{folder}/{MODEL_NAME}", f"{folder}/{LINEAGE_NAME}"
 
 
 def pretrain_settings(model: dict, train_hparams: dict, columns: dict, pretrain: dict, preprocess: dict) -> dict:
@@ -76,56 +54,6 @@ def settings_fingerprint(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def pretrain_settings_of(config: dict) -> dict:
-    """pretrain_settings() of a complete configuration, with their fingerprint
-    (settings_sha256): what the pretrain job gets and its lineage records."""
-    from rnnfleet.settings import preprocess_settings, train_hyper_parameters
-
-    settings = pretrain_settings(
-        config["model"],
-        train_hyper_parameters(config),
-        config["columns"],
-        config["pretrain"],
-        preprocess_settings(config),
-    )
-    return {**settings, "settings_sha256": settings_fingerprint(settings)}
-
-
-def frozen_membership(lineage_path: str, fingerprint: str, datasets: list[str]) -> tuple[list[str], bool]:
-    """(the datasets the pretraining serves, whether they are frozen): those its lineage file
-    names (still present) when it was made with these settings; else every dataset, not frozen."""
-    try:
-        with open(lineage_path) as handle:
-            lineage = json.load(handle)
-    except (OSError, ValueError):
-        return list(datasets), False
-    if not isinstance(lineage, dict) or lineage.get("settings_sha256") != fingerprint:
-        return list(datasets), False
-    present = set(datasets)
-    return [name for name in lineage.get("datasets", []) if name in present], True
-
-
-def fleet_members(datasets: list[str], arrays: list[str], logs: list[str], ready: list[str]) -> dict:
-    """What the pretrain job is given (rules/pretrain.smk, from the inputs it runs with): of the
-    datasets it serves (their array files and preprocess logs, in the same order), {"arrays":
-    {dataset: array file} of those whose array file is among its inputs (ready), "left_out":
-    {dataset: why} of the others: the job making their array file failed
-    (rnnfleet.hooks.past_failed_inputs), in the words of its log's last ERROR line."""
-    from rnnfleet.errors import last_marked_line
-
-    ready_files = {str(path) for path in ready}
-    members: dict = {"arrays": {}, "left_out": {}}
-    for name, path, log_path in zip(datasets, arrays, logs, strict=True):
-        if path in ready_files:
-            members["arrays"][name] = path
-            continue
-        line = last_marked_line(log_path) or ""
-        members["left_out"][name] = "its preprocess failed" + (
-            f": {line.removeprefix('ERROR: ')}" if line else f" (see {log_path})"
-        )
-    return members
-
-
 # ---- the cutoff and the windows read ---------------------------------------------------------
 
 
@@ -135,12 +63,6 @@ def first_embargo_time(head: ArraysHead) -> int | None:
     if len(head.row_times) <= head.train_end:
         return None
     return int(head.row_times[head.train_end])
-
-
-def iso(nanoseconds: int) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(nanoseconds / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True)
@@ -377,223 +299,3 @@ def pretrain(
 def left_out_text(left_out: dict[str, str]) -> str:
     """The datasets left out and why, for the one line of a pretraining that cannot run."""
     return "".join(f"; {name} left out: {why}" for name, why in sorted(left_out.items()))
-
-
-# ---- a dataset's start -------------------------------------------------------------------------
-
-
-def load_pretrained(path: str) -> dict:
-    """The pretrained model file's contents (weights_only=True: no code runs) and its lineage."""
-    import torch
-
-    from rnnfleet.errors import UserError
-
-    try:
-        contents = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any failure to load is one line naming the file
-        raise UserError(f"{path}: the fleet's pretrained model does not load ({error}); re-run rule pretrain") from None
-    if not isinstance(contents, dict) or contents.get("kind") != KIND:
-        raise UserError(f"{path}: not a pretrained model file of rnnfleet; re-run rule pretrain")
-    return {**contents, "lineage": json.loads(contents["lineage_json"])}
-
-
-@dataclass(frozen=True)
-class FleetStart:
-    """What a dataset's training knows of the fleet's pretrained model: its weights (None:
-    this dataset trains from scratch), its digest and path, and the one line that says which."""
-
-    weights: dict | None
-    sha256: str
-    path: str
-    note: str
-
-
-def fleet_start(path: str, arrays, model_hparams: dict, train_hparams: dict) -> FleetStart:
-    """Whether this dataset's fit may start from the pretrained model at path (see the module
-    doc), with the one line its log and table give."""
-    contents = load_pretrained(path)
-    lineage, sha256 = contents["lineage"], file_sha256(path)
-    own_start = int(arrays.row_times[arrays.train_end]) if len(arrays.row_times) > arrays.train_end else None
-    wanted = {key: value for key, value in train_hparams.items() if key not in (*START_KEYS, "device")}
-    differs = [
-        what
-        for what, mine, theirs in (
-            ("model", model_hparams, contents["model_hparams"]),
-            ("train settings", wanted, contents["train_hparams"]),
-            ("features", list(arrays.feature_names), contents["feature_names"]),
-            ("target", arrays.target, contents["target"]),
-            ("horizons", list(arrays.all_horizons), contents["horizons"]),
-        )
-        if json.dumps(mine, sort_keys=True, default=str) != json.dumps(theirs, sort_keys=True, default=str)
-    ]
-    if own_start is None:
-        note = "from scratch: its array file records no bar times to check the pretraining's cutoff against"
-    elif own_start < int(lineage["cutoff_ns"]):
-        note = (
-            f"from scratch: its validation (less the embargo) starts at {iso(own_start)}, before the fleet "
-            f"pretraining's cutoff {lineage['cutoff']}: the pretrained model saw bars of that period"
-        )
-    elif differs:
-        note = f"from scratch: its {', '.join(differs)} differ from the fleet's pretrained model's"
-    else:
-        note = f"from the fleet's pretrained model {path} (sha256 {sha256[:12]}, cutoff {lineage['cutoff']})"
-        return FleetStart(contents["state_dict"], sha256, str(Path(path)), note)
-    return FleetStart(None, sha256, str(Path(path)), note)
-
-
-def failed_fleet_start(path: str, log_path: str | None) -> FleetStart:
-    """A dataset's start when the fleet's pretrain job failed (its model file is not there):
-    from scratch, with the pretrain log's last error line as the reason."""
-    errors = []
-    if log_path and os.path.exists(log_path):
-        with open(log_path, errors="replace") as log_file:
-            errors = [line.strip() for line in log_file if line.startswith(ERROR_PREFIX)]
-    why = errors[-1].removeprefix(ERROR_PREFIX) if errors else f"no error line in {log_path}"
-    return FleetStart(None, "", str(Path(path)), f"from scratch: the fleet's pretraining failed: {why}")
-
-
-# ---- train.compare_init: the fleet's start against scratch, per dataset and for the fleet -----
-
-# The metrics (and table columns) of a comparison: the kept model's start is `init`.
-COMPARE_COLUMNS = (
-    "init_fleet_test_skill",  # the fit from the pretrained model
-    "init_scratch_test_skill",  # the fit from scratch
-    "init_pretrained_test_skill",  # the pretrained model itself: one model for all, a forward pass
-    "init_dm_stat",  # Diebold-Mariano on the test windows, fleet start - scratch (< 0: the fleet start's loss is lower)
-    "init_dm_pvalue",
-    "init_fleet_seconds",
-    "init_scratch_seconds",
-    "init_verdict",  # over the fleet: the same correction as fleet_verdict (the `fleet:` settings)
-    "init_qvalue",
-)
-FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE = (
-    "the fleet's start beat scratch (fleet-corrected)",
-    "the fleet's start was worse than scratch (fleet-corrected)",
-    "no difference after the fleet's correction",
-)
-
-
-def first_horizon_losses(arrays, result, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """(the model's, the naive baseline's) loss on each test window, of the first horizon's
-    point forecast; result: a fit's evaluation (rnnfleet.train.evaluate.Evaluated)."""
-    from rnnfleet.prep.targets import TARGETS
-    from rnnfleet.scores.test_period import window_losses
-    from rnnfleet.train.evaluate import horizon_arrays, horizon_outputs
-
-    if result.heads.single:
-        numbers, point, naive, own = result.test_numbers, result.test_outputs, float(result.naive_output), arrays
-    else:
-        outputs = horizon_outputs(result, 0)
-        numbers, point, naive, own = outputs.numbers, outputs.point, outputs.naive, horizon_arrays(arrays, 0)
-    actual = own.targets[numbers + (seq_len - 1)]
-    classification = TARGETS[arrays.target].classification
-    return (
-        window_losses(point, actual, classification),
-        window_losses(np.full(len(actual), naive), actual, classification),
-    )
-
-
-def pretrained_outputs(weights: dict, arrays, model_hparams: dict, result, seq_len: int) -> np.ndarray:
-    """The pretrained model's own outputs on the result's test windows (no training)."""
-    import torch
-
-    from rnnfleet.heads import with_outputs
-    from rnnfleet.train.loop import window_outputs, window_view
-    from rnnfleet.train.models import build_model
-
-    model = build_model(with_outputs(model_hparams, result.heads), arrays.features.shape[1], seq_len)
-    model.load_state_dict(weights)
-    windows = window_view(torch.from_numpy(arrays.features), seq_len)
-    return window_outputs(model, windows, None, torch.from_numpy(result.test_numbers), result.heads)
-
-
-def early_stopping_loss(fit) -> float:
-    """The validation loss the fit's early stopping compared (the training objective's, with heads)."""
-    objective = fit.trained.val_objective
-    return fit.evaluated.val_loss if objective != objective else objective
-
-
-def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams: dict, seq_len: int, block_bars: int):
-    """(which fit validation prefers, "fleet" or "scratch", and the comparison's metrics) of
-    two fits of one dataset, each a rnnfleet.train.evaluate.Fit. The choice reads the
-    validation losses only; the test windows (the same for both) give the paired difference."""
-    from dataclasses import replace
-
-    from rnnfleet.scores.test_period import bootstrap_block, diebold_mariano, skill
-
-    fleet_result, scratch_result = fleet_fit.evaluated, scratch_fit.evaluated
-    fleet_val, scratch_val = early_stopping_loss(fleet_fit), early_stopping_loss(scratch_fit)
-    kept = "fleet" if fleet_val <= scratch_val else "scratch"
-    metrics = {
-        "init_fleet_val_loss": fleet_val,
-        "init_scratch_val_loss": scratch_val,
-        "init_fleet_epochs": fleet_fit.trained.epochs_run,
-        "init_scratch_epochs": scratch_fit.trained.epochs_run,
-        "init_fleet_seconds": fleet_fit.trained.train_seconds,
-        "init_scratch_seconds": scratch_fit.trained.train_seconds,
-    }
-    if not len(fleet_result.test_numbers):
-        return kept, metrics
-    fleet_losses, naive_losses = first_horizon_losses(arrays, fleet_result, seq_len)
-    scratch_losses, _ = first_horizon_losses(arrays, scratch_result, seq_len)
-    one_for_all = replace(
-        fleet_result, test_outputs=pretrained_outputs(weights, arrays, model_hparams, fleet_result, seq_len)
-    )
-    pretrained_losses, _ = first_horizon_losses(arrays, one_for_all, seq_len)
-    statistic, p_value = diebold_mariano(fleet_losses, scratch_losses, bootstrap_block(block_bars, len(fleet_losses)))
-    return kept, metrics | {
-        "init_fleet_test_skill": skill(fleet_losses, naive_losses),
-        "init_scratch_test_skill": skill(scratch_losses, naive_losses),
-        "init_pretrained_test_skill": skill(pretrained_losses, naive_losses),
-        "init_dm_stat": statistic,
-        "init_dm_pvalue": p_value,
-    }
-
-
-def init_verdicts(rows: list[dict], method: str, fdr: float) -> list[dict]:
-    """The table's rows with init_qvalue and init_verdict over the datasets compared (status
-    ok, an init_dm_pvalue): their p-values adjusted as fleet_verdict's (rnnfleet.scores.multiple_testing)."""
-    import math
-
-    from rnnfleet.scores.multiple_testing import adjusted_p_values, as_number
-
-    p_values = [as_number(row.get("init_dm_pvalue")) if row.get("status", "ok") == "ok" else math.nan for row in rows]
-    if all(math.isnan(value) for value in p_values):
-        return rows
-    filled = []
-    for row, q_value in zip(rows, adjusted_p_values(p_values, method), strict=True):
-        statistic = as_number(row.get("init_dm_stat"))
-        verdict = ""
-        if not math.isnan(q_value) and not math.isnan(statistic):
-            verdict = NO_DIFFERENCE
-            if q_value <= fdr:
-                verdict = FLEET_START_BETTER if statistic < 0 else FLEET_START_WORSE
-        filled.append({**row, "init_qvalue": "" if math.isnan(q_value) else q_value, "init_verdict": verdict})
-    return filled
-
-
-def init_headline(rows: list[dict]) -> str:
-    """The report's first line with train.compare_init (rnnfleet.report.start_page.write_start_page): how
-    often the fleet's start beat scratch after the fleet's correction, was worse, how often
-    one model for all beat both, and the fits' training time; '' without a comparison."""
-    from rnnfleet.scores.multiple_testing import as_number
-
-    compared = [row for row in rows if row.get("init_verdict")]
-    if not compared:
-        return ""
-    better = sum(row["init_verdict"] == FLEET_START_BETTER for row in compared)
-    worse = sum(row["init_verdict"] == FLEET_START_WORSE for row in compared)
-    one_model = sum(
-        as_number(row.get("init_pretrained_test_skill"))
-        > max(as_number(row.get("init_fleet_test_skill")), as_number(row.get("init_scratch_test_skill")))
-        for row in compared
-    )
-    seconds = {
-        start: sum(as_number(row.get(f"init_{start}_seconds")) for row in compared) for start in ("fleet", "scratch")
-    }
-    return (
-        f"**The fleet's start.** It beat scratch on {better} of {len(compared)} datasets after the fleet's "
-        f"correction, was worse on {worse}; one model for all beat both on {one_model}; training time "
-        f"{seconds['fleet']:.0f} s from the fleet's start against {seconds['scratch']:.0f} s from scratch "
-        "(the pretraining not included)."
-    )

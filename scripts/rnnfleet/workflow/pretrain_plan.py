@@ -17,14 +17,63 @@ What it promises:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rnnfleet.errors import last_marked_line
 from rnnfleet.prep.arrays_file import UNREADABLE, newest_bar_ns
-from rnnfleet.train.pretraining import frozen_membership
+from rnnfleet.settings import preprocess_settings, train_hyper_parameters
+from rnnfleet.train.pretraining import pretrain_settings, settings_fingerprint
 
 DAY_NS = 86_400 * 10**9
+
+
+def pretrain_settings_of(config: dict) -> dict:
+    """pretrain_settings() of a complete configuration, with their fingerprint
+    (settings_sha256): what the pretrain job gets and its lineage records."""
+    settings = pretrain_settings(
+        config["model"],
+        train_hyper_parameters(config),
+        config["columns"],
+        config["pretrain"],
+        preprocess_settings(config),
+    )
+    return {**settings, "settings_sha256": settings_fingerprint(settings)}
+
+
+def frozen_membership(lineage_path: str, fingerprint: str, datasets: list[str]) -> tuple[list[str], bool]:
+    """(the datasets the pretraining serves, whether they are frozen): those its lineage file
+    names (still present) when it was made with these settings; else every dataset, not frozen."""
+    try:
+        with open(lineage_path) as handle:
+            lineage = json.load(handle)
+    except (OSError, ValueError):
+        return list(datasets), False
+    if not isinstance(lineage, dict) or lineage.get("settings_sha256") != fingerprint:
+        return list(datasets), False
+    present = set(datasets)
+    return [name for name in lineage.get("datasets", []) if name in present], True
+
+
+def fleet_members(datasets: list[str], arrays: list[str], logs: list[str], ready: list[str]) -> dict:
+    """What the pretrain job is given (rules/pretrain.smk, from the inputs it runs with): of the
+    datasets it serves (their array files and preprocess logs, in the same order), {"arrays":
+    {dataset: array file} of those whose array file is among its inputs (ready), "left_out":
+    {dataset: why} of the others: the job making their array file failed
+    (rnnfleet.hooks.past_failed_inputs), in the words of its log's last ERROR line."""
+    ready_files = {str(path) for path in ready}
+    members: dict = {"arrays": {}, "left_out": {}}
+    for name, path, log_path in zip(datasets, arrays, logs, strict=True):
+        if path in ready_files:
+            members["arrays"][name] = path
+            continue
+        line = last_marked_line(log_path) or ""
+        members["left_out"][name] = "its preprocess failed" + (
+            f": {line.removeprefix('ERROR: ')}" if line else f" (see {log_path})"
+        )
+    return members
 
 
 @dataclass(frozen=True)
@@ -163,10 +212,8 @@ class PretrainRule:
 
     def members(self, wildcards, input) -> str:
         """The job's datasets and those left out, as JSON (a function of input: Snakemake does
-        not compare it as a param; rnnfleet.train.pretraining.fleet_members)."""
+        not compare it as a param; fleet_members)."""
         import json
-
-        from rnnfleet.train.pretraining import fleet_members
 
         datasets = self.plan().datasets
         arrays = [self.arrays_of[name] for name in datasets]

@@ -40,8 +40,8 @@ from rnnfleet.bars.formats import is_number
 from rnnfleet.errors import one_line
 from rnnfleet.report.summary import datasets_written_since
 from rnnfleet.scores.multiple_testing import BEATS_AFTER, as_number
+from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE
 from rnnfleet.scores.test_period import BEATS
-from rnnfleet.train.pretraining import FLEET_START_BETTER, FLEET_START_WORSE
 
 # MLflow's limits on one parameter's value (characters); longer values are cut and marked.
 PARAM_VALUE_LIMIT = 6000
