@@ -42,7 +42,6 @@ include: "rules/plots.smk"
 include: "rules/predict.smk"
 include: "rules/export.smk"
 include: "rules/inspect.smk"
-include: "rules/mps.smk"
 include: "rules/checks.smk"
 include: "rules/handlers.smk"
 

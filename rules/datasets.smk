@@ -5,7 +5,9 @@ import os
 import sys
 
 from rnnfleet.bars.discovery import DATASET_NAME, discover_datasets
+from rnnfleet.bars.joining import CHECKSUM_SUFFIX
 from rnnfleet.errors import UserError
+from rnnfleet.prep.arrays_file import ARRAYS_FORMAT
 from rnnfleet.workflow.after_failures import not_done_list_if_stale
 from rnnfleet.workflow.config_check import load_schema
 from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
@@ -86,6 +88,26 @@ FORECASTS = (
 START_TEMPLATE = str(RNNFLEET_DIR / "report" / "workflow.rst")
 START_PAGE = f"{PATHS['results']}/report_start.rst"
 PREDICTIONS = f"{PATHS['predictions']}/{{dataset}}.csv"
+# export.onnx: each model also as one ONNX file (rules/export.smk).
+EXPORT = f"{PATHS['exports']}/{{dataset}}.onnx"
+EXPORTS = expand(EXPORT, dataset=DATASETS) if config["export"]["onnx"] else []
+# A killed run's .partial files there are removed by the next run (claim_run_folder).
+OUTPUT_FOLDERS.append(PATHS["exports"])
+
+if EXPORTS:
+    import importlib.util
+
+    missing = [
+        name
+        for name in ("onnx", "onnxruntime")
+        if importlib.util.find_spec(name) is None
+    ]
+    if missing:
+        raise WorkflowError(
+            f"config key 'export.onnx' = true needs {' and '.join(missing)}, not installed in this "
+            "Python: pip install -r requirements-onnx.txt (or set export.onnx: false)"
+        )
+
 INSPECTION = f"{PATHS['results']}/inspect.csv"
 
 

@@ -1,24 +1,6 @@
 # export.onnx: each model also as one ONNX file (rnnfleet.forecast.export_onnx, docs/export.md), made
 # again when its model changes. A job of its own per dataset, after that dataset's training
 # only and below every training in priority: a failing export costs its own file alone.
-EXPORT = f"{PATHS['exports']}/{{dataset}}.onnx"
-EXPORTS = expand(EXPORT, dataset=DATASETS) if config["export"]["onnx"] else []
-# A killed run's .partial files there are removed by the next run (claim_run_folder).
-OUTPUT_FOLDERS.append(PATHS["exports"])
-
-if EXPORTS:
-    import importlib.util
-
-    missing = [
-        name
-        for name in ("onnx", "onnxruntime")
-        if importlib.util.find_spec(name) is None
-    ]
-    if missing:
-        raise WorkflowError(
-            f"config key 'export.onnx' = true needs {' and '.join(missing)}, not installed in this "
-            "Python: pip install -r requirements-onnx.txt (or set export.onnx: false)"
-        )
 
 
 rule export_onnx:

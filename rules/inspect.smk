@@ -1,6 +1,3 @@
-from rnnfleet.bars.joining import CHECKSUM_SUFFIX
-
-
 rule inspect:
     input:
         bars=[path for paths in DATA_FILES.values() for path in paths],

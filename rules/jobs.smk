@@ -8,7 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from rnnfleet.workflow.pretrain_plan import pretrain_settings_of
+from rnnfleet.train.fleet_start import pretrained_paths
+from rnnfleet.workflow.pretrain_plan import PretrainRule, pretrain_settings_of
 from rnnfleet.runner.job_client import settings_path, write_settings
 
 
@@ -108,7 +109,8 @@ SETTINGS_OPTION = (
 JOB_CLIENT = (
     f"{job_python()} {quoted((RNNFLEET_DIR / 'scripts' / 'job.py').as_posix())}"
 )
-# Options of every job's command: its log, its settings file, its dataset.
+# Options of every job's command: its log, its settings file, its dataset; a run-wide job
+# (pretrain) has no dataset and reads the run's settings file.
 JOB_OPTIONS = " ".join(
     [
         "--log {log:q}",
@@ -116,16 +118,19 @@ JOB_OPTIONS = " ".join(
         "--text dataset {wildcards.dataset:q}",
     ]
 )
+RUN_WIDE_JOB_OPTIONS = f"--log {{log:q}} --settings {quoted(RUN_SETTINGS_FILE)}"
 
 
-def job_command(kind, texts, values):
+def job_command(kind, texts, values, run_wide=False):
     """The shell command of a job: scripts/job.py, a client that starts in hundredths of a
     second where a `script:` first imports Snakemake (rnnfleet.runner.job_client).
     kind: a key of job_client.JOBS; texts, values: {argument of the job's function: a Snakemake
-    placeholder}; values are JSON numbers ("{threads}")."""
+    placeholder}; values are JSON numbers ("{threads}"); run_wide: a job of no dataset.
+    """
     options = [f"--text {name} {field}" for name, field in texts.items()]
     options += [f"--value {name} {field}" for name, field in values.items()]
-    return " ".join([JOB_CLIENT, kind, JOB_OPTIONS, *options])
+    common = RUN_WIDE_JOB_OPTIONS if run_wide else JOB_OPTIONS
+    return " ".join([JOB_CLIENT, kind, common, *options])
 
 
 def input_json(name):
@@ -182,3 +187,42 @@ def prestart_warm_workers():
             for job in workflow.dag.needrun_jobs()
         ):
             prestart()
+
+
+# The fleet's pretrained model (rules/pretrain.smk): its files, log, plan and settings.
+
+PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])
+PRETRAIN_LOG = f"{PATHS['logs']}/pretrain/fleet.log"
+PRETRAIN = PretrainRule(
+    lineage_path=PRETRAINED_LINEAGE,
+    fingerprint=JOB_SETTINGS["pretrain"]["settings"]["settings_sha256"],
+    arrays_of=dict(zip(DATASETS, expand(ARRAYS, dataset=DATASETS))),
+    logs_of=dict(zip(DATASETS, expand(log_path("preprocess"), dataset=DATASETS))),
+    code_files=MODEL_CODE + FEATURE_CODE,
+    refresh_days=config["pretrain"]["refresh"],
+    main_process=workflow.is_main_process,
+    dag_settings=lambda: workflow.dag_settings,
+    outputs=(PRETRAINED, PRETRAINED_LINEAGE),
+    ancient=ancient,
+)
+# Its params: what it learns from (their fingerprint is in the settings file).
+PRETRAIN_SETTINGS = {
+    key: value
+    for key, value in JOB_SETTINGS["pretrain"]["settings"].items()
+    if key != "settings_sha256"
+}
+
+
+# train.init fleet: every dataset's train job reads the fleet's pretrained model (rules/pretrain.smk).
+# If the pretrain job fails, the train jobs go on without that input (rnnfleet.hooks.past_failed_inputs):
+# the command names the model's path, not the input, and the job finds no file there and
+# trains from scratch, with the error line of the pretrain job's log as the reason.
+# A SLURM job's own Snakemake leaves that input out too (PRETRAIN.model_input).
+FLEET_START = (
+    {"pretrained": PRETRAIN.model_input} if config["train"]["init"] == "fleet" else {}
+)
+FLEET_START_TEXTS = (
+    {"pretrained_path": quoted(PRETRAINED), "pretrain_log_path": quoted(PRETRAIN_LOG)}
+    if FLEET_START
+    else {}
+)

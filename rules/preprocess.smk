@@ -1,6 +1,3 @@
-from rnnfleet.prep.arrays_file import ARRAYS_FORMAT
-
-
 rule preprocess:
     input:
         data=dataset_files,

@@ -18,23 +18,6 @@
 # A dataset whose preprocess fails is left out of the job (rnnfleet.hooks.past_failed_inputs)
 # instead of stopping it; its lineage says which and why, and its inputs as recorded leave
 # it out, so the next run does not redo the pretraining for it.
-from rnnfleet.train.fleet_start import pretrained_paths
-from rnnfleet.workflow.pretrain_plan import PretrainRule
-
-PRETRAINED, PRETRAINED_LINEAGE = pretrained_paths(PATHS["models"])
-PRETRAIN_LOG = f"{PATHS['logs']}/pretrain/fleet.log"
-PRETRAIN = PretrainRule(
-    lineage_path=PRETRAINED_LINEAGE,
-    fingerprint=JOB_SETTINGS["pretrain"]["settings"]["settings_sha256"],
-    arrays_of=dict(zip(DATASETS, expand(ARRAYS, dataset=DATASETS))),
-    logs_of=dict(zip(DATASETS, expand(log_path("preprocess"), dataset=DATASETS))),
-    code_files=MODEL_CODE + FEATURE_CODE,
-    refresh_days=config["pretrain"]["refresh"],
-    main_process=workflow.is_main_process,
-    dag_settings=lambda: workflow.dag_settings,
-    outputs=(PRETRAINED, PRETRAINED_LINEAGE),
-    ancient=ancient,
-)
 
 
 rule pretrain:
@@ -56,21 +39,16 @@ rule pretrain:
     resources:
         gpu_mem=config["train"]["gpu_mem"],
     params:
-        settings={
-            key: value
-            for key, value in JOB_SETTINGS["pretrain"]["settings"].items()
-            if key != "settings_sha256"
-        },
+        settings=PRETRAIN_SETTINGS,
         members_json=PRETRAIN.members,
     shell:
-        " ".join(
-            [
-                JOB_CLIENT,
-                "pretrain --log {log:q}",
-                f"--settings {quoted(RUN_SETTINGS_FILE)}",
-                "--text members_json {params.members_json:q}",
-                "--text model_path {output.model:q}",
-                "--text lineage_path {output.lineage:q}",
-                "--value threads {threads} --value gpu_mem_gb {resources.gpu_mem}",
-            ]
+        job_command(
+            "pretrain",
+            texts={
+                "members_json": "{params.members_json:q}",
+                "model_path": "{output.model:q}",
+                "lineage_path": "{output.lineage:q}",
+            },
+            values={"threads": "{threads}", "gpu_mem_gb": "{resources.gpu_mem}"},
+            run_wide=True,
         )

@@ -5,21 +5,6 @@ resource_scopes:
     gpu_mem="local",
 
 
-# train.init fleet: every dataset's train job reads the fleet's pretrained model (rules/pretrain.smk).
-# If the pretrain job fails, the train jobs go on without that input (rnnfleet.hooks.past_failed_inputs):
-# the command names the model's path, not the input, and the job finds no file there and
-# trains from scratch, with the error line of the pretrain job's log as the reason.
-# A SLURM job's own Snakemake leaves that input out too (PRETRAIN.model_input).
-FLEET_START = (
-    {"pretrained": PRETRAIN.model_input} if config["train"]["init"] == "fleet" else {}
-)
-FLEET_START_TEXTS = (
-    {"pretrained_path": quoted(PRETRAINED), "pretrain_log_path": quoted(PRETRAIN_LOG)}
-    if FLEET_START
-    else {}
-)
-
-
 rule train:
     input:
         **FLEET_START,

@@ -166,3 +166,42 @@ def test_the_array_file_is_read_by_one_module():
         if any(call in path.read_text() for call in ("np.load(", "np.memmap(", "zipfile.ZipFile("))
     )
     assert readers == sorted(OPENS_ARCHIVES)
+
+
+def rule_file_python(text: str) -> list[str]:
+    """The lines of a rule file outside its rules that are Python: neither a comment, a blank
+    line, nor a Snakemake declaration (resource_scopes, localrules) or its body."""
+    found, inside_block = [], False
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.startswith((" ", "\t")):
+            if not inside_block:
+                found.append(line)
+            continue
+        inside_block = line.startswith(("rule ", "resource_scopes:", "localrules:"))
+        if not inside_block:
+            found.append(line)
+    return found
+
+
+def test_rule_files_hold_rules_and_the_helper_files_hold_the_python():
+    """A file of rules is declarative; the parse-time Python lives in the helper files, one
+    per concern (config, datasets, jobs, checks, handlers), as in the snakemake-workflows
+    template's common.smk. Every rule builds its command with job_command (rules/jobs.smk)."""
+    helpers = {"config.smk", "datasets.smk", "jobs.smk", "checks.smk", "handlers.smk"}
+    rule_files = sorted(path for path in (REPO / "rules").glob("*.smk") if "\nrule " in "\n" + path.read_text())
+    assert {path.name for path in rule_files}.isdisjoint(helpers)
+    assert {path.name for path in (REPO / "rules").glob("*.smk")} == helpers | {path.name for path in rule_files}
+    assert {path.name: rule_file_python(path.read_text()) for path in rule_files} == {
+        path.name: [] for path in rule_files
+    }
+    commands = {path.name: path.read_text().count("job_command(") for path in rule_files}
+    runs_a_job = {"preprocess.smk", "pretrain.smk", "train.smk", "predict.smk", "export.smk"}
+    assert {name for name, count in commands.items() if count} == runs_a_job
+    assert "JOB_CLIENT" not in "".join(path.read_text() for path in rule_files)
+
+
+def test_the_rule_file_check_sees_python():
+    text = "# a comment\nrule a:\n    input:\n        'x'\n\nX = 1\nif X:\n    import os\n"
+    assert rule_file_python(text) == ["X = 1", "if X:", "    import os"]
