@@ -61,6 +61,7 @@ LATER_KEYS = {
     "train.init": "scratch",  # the fleet's head start (rnnfleet.train.pretraining)
     "train.finetune_lr": None,
     "train.compare_init": False,
+    "train.compare_init_seeds": 1,
 }
 
 # The config section of each param of the train rule (named after its section); the

@@ -48,7 +48,8 @@ def test_the_fleet_starts_columns_are_logged_and_the_pretrained_digest_is_a_word
                 "init": "fleet",
                 "init_note": f"from the fleet's pretrained model (sha256 {digest[:12]})",
                 "init_fleet_test_skill": 0.03,
-                "init_dm_pvalue": 0.01,
+                "init_scratch_test_skill": 0.01,
+                "init_seeds_pvalue": 0.01,
                 "lineage": {"init": {"from": "fleet", "pretrained_sha256": digest}},
             }
         )
@@ -60,13 +61,23 @@ def test_the_fleet_starts_columns_are_logged_and_the_pretrained_digest_is_a_word
     assert words["init_verdict"] == FLEET_START_BETTER and "init_pretrained_sha256" not in numbers
     assert (
         numbers["init_fleet_test_skill"] == 0.03
-        and numbers["init_dm_pvalue"] == 0.01
+        and numbers["init_seeds_pvalue"] == 0.01
         and numbers["init_qvalue"] == 0.02
     )
-    scratch = {"dataset": "B_1m", "status": "ok", "init": "scratch", "init_verdict": FLEET_START_WORSE}
+    scratch = {
+        "dataset": "B_1m",
+        "status": "ok",
+        "init": "scratch",
+        "init_verdict": FLEET_START_WORSE,
+        "init_fleet_test_skill": 0.01,
+        "init_scratch_test_skill": 0.02,
+    }
     fleet = fleet_metrics([fleet_start, scratch], {"A_1m", "B_1m"})
     assert (fleet["init_fleet"], fleet["init_scratch"], fleet["init_compared"]) == (1, 1, 2)
     assert (fleet["init_better_after_fleet_correction"], fleet["init_worse_after_fleet_correction"]) == (1, 1)
+    # the fleet's own verdict, a sign test across the datasets compared
+    assert (fleet["init_start_better"], fleet["init_start_worse"], fleet["init_start_sign_pvalue"]) == (1, 1, 1.0)
+    assert abs(fleet["init_start_mean_difference"] - 0.005) < 1e-12
     assert "init_fleet" not in fleet_metrics([{"dataset": "C_1m", "status": "ok"}], set())  # no train.init fleet
 
     lineage = tmp_path / "pretrained.json"

@@ -12,7 +12,7 @@ from rnnfleet.atomic_files import atomic_write
 from rnnfleet.report.rows import FleetCounts, fleet_counts, quality_mark
 from rnnfleet.scores.intervals import COVERAGE
 from rnnfleet.scores.multiple_testing import as_number
-from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE
+from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE, ONE_FIT, rows_start_verdict
 
 
 def plain_name(name: str) -> str:
@@ -113,25 +113,36 @@ def write_start_page(template_path: str | os.PathLike, rows: list[dict[str, str]
 
 
 def init_headline(rows: list[dict]) -> str:
-    """The report's first line with train.compare_init (rnnfleet.report.start_page.write_start_page): how
-    often the fleet's start beat scratch after the fleet's correction, was worse, how often
-    one model for all beat both, and the fits' training time; '' without a comparison."""
-    compared = [row for row in rows if row.get("init_verdict")]
-    if not compared:
+    """The report's first line with train.compare_init (rnnfleet.report.start_page.write_start_page):
+    the fleet's verdict on its start (rnnfleet.scores.start_verdicts.rows_start_verdict), the
+    pretraining's coverage, how often one model for all beat both, how many fits kept the
+    pretrained weights unchanged, and the fits' training time; '' without a comparison."""
+    verdict = rows_start_verdict(rows)
+    if verdict is None:
         return ""
-    better = sum(row["init_verdict"] == FLEET_START_BETTER for row in compared)
-    worse = sum(row["init_verdict"] == FLEET_START_WORSE for row in compared)
+    compared = [row for row in rows if row.get("init_verdict")]
     one_model = sum(
         as_number(row.get("init_pretrained_test_skill"))
         > max(as_number(row.get("init_fleet_test_skill")), as_number(row.get("init_scratch_test_skill")))
         for row in compared
     )
+    kept_as_is = sum(str(row.get("init_fleet_best_epoch")) == "0" for row in compared)
     seconds = {
         start: sum(as_number(row.get(f"init_{start}_seconds")) for row in compared) for start in ("fleet", "scratch")
     }
+    coverage = next((row["init_pretraining"] for row in rows if row.get("init_pretraining")), "")
+    seeded = [row for row in compared if row["init_verdict"] != ONE_FIT]
+    per_dataset = (
+        f" Across seeds, it beat scratch on {sum(row['init_verdict'] == FLEET_START_BETTER for row in seeded)} of "
+        f"{len(seeded)} datasets after the fleet's correction, was worse on "
+        f"{sum(row['init_verdict'] == FLEET_START_WORSE for row in seeded)}."
+        if seeded
+        else " One fit from each start per dataset: no verdict per dataset (train.compare_init_seeds)."
+    )
     return (
-        f"**The fleet's start.** It beat scratch on {better} of {len(compared)} datasets after the fleet's "
-        f"correction, was worse on {worse}; one model for all beat both on {one_model}; training time "
-        f"{seconds['fleet']:.0f} s from the fleet's start against {seconds['scratch']:.0f} s from scratch "
-        "(the pretraining not included)."
+        f"**The fleet's start.** {verdict.words[0].upper()}{verdict.words[1:]}.{per_dataset}"
+        + (f" The pretraining: {coverage}." if coverage else "")
+        + f" One model for all beat both on {one_model}; {kept_as_is} fit(s) from the start kept the pretrained "
+        f"weights unchanged (best epoch 0); training time {seconds['fleet']:.0f} s from the fleet's start against "
+        f"{seconds['scratch']:.0f} s from scratch (the pretraining not included)."
     )

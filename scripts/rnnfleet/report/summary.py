@@ -84,6 +84,7 @@ SUMMARY_COLUMNS = (
     "made",  # how: full (trained from scratch) or update N (the Nth update since, rnnfleet.train.updating)
     "init",  # train.init fleet: where its full fit started (fleet or scratch), and why (rnnfleet.train.fleet_start)
     "init_note",
+    "init_pretraining",  # how many datasets the pretraining read of those it served, and why not the others
     "init_pretrained_sha256",  # the pretrained model file its full fit was given (from its lineage)
     *COMPARE_COLUMNS,  # train.compare_init: the fleet's start against scratch
     "model",  # which model, features and target the dataset trained with
@@ -177,6 +178,7 @@ OPTIONAL_COLUMNS = frozenset(
         "folds_scored",
         "init",
         "init_note",
+        "init_pretraining",
         "init_pretrained_sha256",
         *COMPARE_COLUMNS,
     )
@@ -416,6 +418,9 @@ def run_summary(rows: list[dict], trained_now: set[str], table_path: str, foreca
     # train.init fleet: full fits that started from the fleet's pretrained model (rnnfleet.train.pretraining)
     fleet = sum(str(row.get("made", "")) == "full" and row.get("init") == "fleet" for row in now)
     started = f"{full - fleet} trained from scratch" + (f", {fleet} from the fleet's pretrained model" if fleet else "")
+    coverage = next((row["init_pretraining"] for row in now if row.get("init") and row.get("init_pretraining")), "")
+    if coverage:
+        started += f" ({coverage})"
     forecasts = sum(row.get("forecast", "") != "" for row in rows)
     return (
         f"rnnfleet: {len(rows)} dataset(s): {started}, {len(made) - full} updated, "

@@ -58,6 +58,10 @@ if TYPE_CHECKING:
     from rnnfleet.train.fleet_start import FleetStart
 
 
+# A fit from the fleet's start whose best epoch is 0: validation kept the weights it started from.
+KEPT_AS_IS = "best epoch 0: the pretrained weights kept unchanged"
+
+
 @dataclass(frozen=True)
 class Settings:
     """One dataset's training settings, each section complete (the schema's defaults filled
@@ -73,6 +77,7 @@ class Settings:
     loop: LoopSettings = field(init=False)  # the loop's settings (train.seq_len, lr, epochs, ...)
     finetune_lr: float | None = field(init=False)  # a fit from the fleet's weights; None: train.lr
     compare_init: bool = field(init=False)
+    compare_init_seeds: int = field(init=False)  # fits per start of a comparison
     scoring: Scoring = field(
         init=False
     )  # the test period's scoring (evaluate.cost_bps, block_bars, bootstrap; train.seed)
@@ -82,6 +87,7 @@ class Settings:
         object.__setattr__(self, "loop", LoopSettings.of(self.train))
         object.__setattr__(self, "finetune_lr", float(finetune_lr) if finetune_lr is not None else None)
         object.__setattr__(self, "compare_init", bool(self.train.get("compare_init")))
+        object.__setattr__(self, "compare_init_seeds", int(self.train.get("compare_init_seeds") or 1))
         object.__setattr__(self, "scoring", Scoring.of(self.evaluate, self.train["seed"]))
 
 
@@ -187,9 +193,13 @@ def fit_dataset(
             log(f"{dataset}: trains {fleet.note}")
         scored = train_and_score(arrays, full_loop, full_start)
         if full_start is not None and settings.compare_init:
-            scratch_fit, comparison = compare_init(dataset, arrays, scored, fleet, settings, train_and_score)
+            scored, full_loop, comparison = compare_init(
+                dataset, arrays, scored, full_loop, fleet, settings, train_and_score
+            )
             if comparison["init_kept"] == "scratch":
-                scored, full_start, full_loop = scratch_fit, None, settings.loop
+                full_start = None
+        if full_start is not None and scored.trained.best_epoch == 0:
+            log(f"{dataset}: {KEPT_AS_IS}")
 
     trained, test_scores = scored.trained, scored.evaluated.test_scores
     metrics = scored_metrics(dataset, arrays, scored, model_hparams, seq_len) | job_facts | comparison
@@ -204,12 +214,15 @@ def fit_dataset(
         lineage["init"] = {
             "from": "scratch" if full_start is None else "fleet",
             "note": fleet.note
-            + ("; validation preferred the fit from scratch" if comparison.get("init_kept") == "scratch" else ""),
+            + ("; validation preferred the fit from scratch" if comparison.get("init_kept") == "scratch" else "")
+            + (f"; {KEPT_AS_IS}" if full_start is not None and scored.trained.best_epoch == 0 else ""),
             "pretrained": fleet.path,
             "pretrained_sha256": fleet.sha256,
+            "pretraining": fleet.coverage,
         }
     if "init" in lineage:  # an update keeps its full fit's
-        metrics |= {"init": lineage["init"]["from"], "init_note": lineage["init"]["note"]}
+        start = lineage["init"]
+        metrics |= {"init": start["from"], "init_note": start["note"], "init_pretraining": start.get("pretraining", "")}
     metrics |= {"made": made_label(lineage), "made_reason": fit_plan.label, "lineage": lineage}
 
     product = trained
@@ -235,29 +248,40 @@ def fit_dataset(
 
 
 def compare_init(
-    dataset: str, arrays: PreparedArrays, fleet_fit: Fit, fleet: FleetStart, settings: Settings, train_and_score
-) -> tuple[Fit, dict]:
-    """train.compare_init: the same fit from scratch, compared with the fit from the fleet's
-    start (rnnfleet.train.start_comparison.compare_starts): (the fit from scratch, the comparison's
-    metrics, init_kept the one validation prefers)."""
+    dataset: str,
+    arrays: PreparedArrays,
+    fleet_fit: Fit,
+    fleet_loop: LoopSettings,
+    fleet: FleetStart,
+    settings: Settings,
+    train_and_score,
+) -> tuple[Fit, LoopSettings, dict]:
+    """train.compare_init: the same fit from scratch (and with train.compare_init_seeds, each
+    start's fits at the next seeds), compared with the fit from the fleet's start
+    (rnnfleet.train.start_comparison.compare_starts): (the fit validation prefers, the loop
+    settings it trained with, the comparison's metrics with init_kept its start)."""
     from rnnfleet.train.start_comparison import compare_starts
 
-    log(f"{dataset}: train.compare_init: the same fit from scratch, to compare")
-    scratch_fit = train_and_score(arrays)
-    kept, comparison = compare_starts(
-        arrays,
-        fleet_fit,
-        scratch_fit,
-        fleet.weights,
-        settings.model,
-        settings.loop.seq_len,
-        settings.scoring.block_bars,
-    )
+    seeds = settings.compare_init_seeds
+    log(f"{dataset}: train.compare_init: the same fit from scratch, to compare ({seeds} seed(s) each)")
+    fleet_start = StartState(fleet.weights, None, 0)
+    fleet_loops = [replace(fleet_loop, seed=fleet_loop.seed + number) for number in range(seeds)]
+    scratch_loops = [replace(settings.loop, seed=settings.loop.seed + number) for number in range(seeds)]
+    fleet_fits = [fleet_fit] + [train_and_score(arrays, loop, fleet_start) for loop in fleet_loops[1:]]
+    scratch_fits = [train_and_score(arrays, loop) for loop in scratch_loops]
+    comparison = compare_starts(arrays, fleet_fits, scratch_fits, fleet.weights, settings.model, settings.loop.seq_len)
+    metrics = comparison.metrics
     log(
-        f"{dataset}: validation loss from the fleet's start {comparison['init_fleet_val_loss']:.5f}, from scratch "
-        f"{comparison['init_scratch_val_loss']:.5f}: keeps the fit from {'the fleet' if kept == 'fleet' else 'scratch'}"
+        f"{dataset}: validation loss from the fleet's start {metrics['init_fleet_val_loss']:.5f}, from scratch "
+        f"{metrics['init_scratch_val_loss']:.5f}: keeps the fit from "
+        f"{'the fleet' if comparison.kept_start == 'fleet' else 'scratch'}"
+        + (f" (seed {comparison.kept_number + settings.loop.seed})" if seeds > 1 else "")
     )
-    return scratch_fit, comparison | {"init_kept": kept}
+    if comparison.kept_start == "fleet":
+        kept = fleet_fits[comparison.kept_number], fleet_loops[comparison.kept_number]
+    else:
+        kept = scratch_fits[comparison.kept_number], scratch_loops[comparison.kept_number]
+    return *kept, metrics | {"init_kept": comparison.kept_start}
 
 
 def scored_metrics(dataset: str, arrays: PreparedArrays, scored: Fit, model_hparams: dict, seq_len: int) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ MODEL_NAME = "pretrained.pt"
 LINEAGE_NAME = "pretrained.json"
 KIND = "rnnfleet fleet pretrained model"
 # Train settings that say how a dataset's own fit starts, not what the pretraining learns.
-START_KEYS = ("init", "finetune_lr", "compare_init")
+START_KEYS = ("init", "finetune_lr", "compare_init", "compare_init_seeds")
 
 
 def pretrained_paths(models_folder: str) -> tuple[str, str]:
@@ -60,20 +61,67 @@ def load_pretrained(path: str) -> dict:
 @dataclass(frozen=True)
 class FleetStart:
     """What a dataset's training knows of the fleet's pretrained model: its weights (None:
-    this dataset trains from scratch), its digest and path, and the one line that says which."""
+    this dataset trains from scratch), its digest and path, the one line that says which, and
+    the pretraining's coverage in words (coverage_text)."""
 
     weights: dict | None
     sha256: str
     path: str
     note: str
+    coverage: str = ""
+
+
+REDO = "snakemake --forcerun pretrain"
+
+
+def coverage_text(lineage: dict) -> str:
+    """How many datasets the pretraining read of those it served, and why it left the others
+    out (the reasons counted, the commonest first)."""
+    served, read = lineage.get("datasets", []), lineage.get("trained_on", [])
+    left_out = lineage.get("left_out", {})
+    text = f"pretrained on {len(read)} of {len(served)} dataset(s)"
+    if left_out:
+        reasons = Counter(why.split(" (")[0].split(": ")[0] for why in left_out.values()).most_common()
+        text += f", {len(left_out)} left out: " + "; ".join(f"{why} ({count})" for why, count in reasons)
+    return text
+
+
+def read_lineage(path: str) -> dict | None:
+    """The lineage JSON beside the pretrained model at path (None: not there or not JSON)."""
+    try:
+        with open(Path(path).with_name(LINEAGE_NAME)) as handle:
+            lineage = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return lineage if isinstance(lineage, dict) and "cutoff_ns" in lineage else None
+
+
+def checked_pretrained(path: str, lineage: dict | None) -> tuple[dict, str]:
+    """(the pretrained model file's contents, its SHA-256), after checking the digest its
+    lineage records: a damaged file is one line naming it and the command that redoes it."""
+    from rnnfleet.errors import UserError
+
+    sha256 = file_sha256(path)
+    if lineage is not None and lineage.get("sha256") not in (None, sha256):
+        raise UserError(
+            f"{path}: damaged: its SHA-256 is not the one {LINEAGE_NAME} beside it records; redo it with {REDO}"
+        )
+    return load_pretrained(path), sha256
 
 
 def fleet_start(path: str, arrays, model_hparams: dict, train_hparams: dict) -> FleetStart:
     """Whether this dataset's fit may start from the pretrained model at path (see the module
-    doc), with the one line its log and table give."""
-    contents = load_pretrained(path)
-    lineage, sha256 = contents["lineage"], file_sha256(path)
+    doc), with the one line its log and table give. A dataset whose validation starts before
+    the pretraining's cutoff trains from scratch without the model file being read (its
+    lineage beside it says the cutoff): a damaged file fails only the fits that need it."""
+    lineage = read_lineage(path)
     own_start = int(arrays.row_times[arrays.train_end]) if len(arrays.row_times) > arrays.train_end else None
+    if lineage is not None and own_start is not None and own_start < int(lineage["cutoff_ns"]):
+        return FleetStart(
+            None, lineage.get("sha256", ""), str(Path(path)), before_cutoff(own_start, lineage), coverage_text(lineage)
+        )
+    contents, sha256 = checked_pretrained(path, lineage)
+    lineage = contents["lineage"]
     wanted = {key: value for key, value in train_hparams.items() if key not in (*START_KEYS, "device")}
     differs = [
         what
@@ -86,19 +134,24 @@ def fleet_start(path: str, arrays, model_hparams: dict, train_hparams: dict) -> 
         )
         if json.dumps(mine, sort_keys=True, default=str) != json.dumps(theirs, sort_keys=True, default=str)
     ]
+    coverage = coverage_text(lineage)
     if own_start is None:
         note = "from scratch: its array file records no bar times to check the pretraining's cutoff against"
     elif own_start < int(lineage["cutoff_ns"]):
-        note = (
-            f"from scratch: its validation (less the embargo) starts at {iso(own_start)}, before the fleet "
-            f"pretraining's cutoff {lineage['cutoff']}: the pretrained model saw bars of that period"
-        )
+        note = before_cutoff(own_start, lineage)
     elif differs:
         note = f"from scratch: its {', '.join(differs)} differ from the fleet's pretrained model's"
     else:
         note = f"from the fleet's pretrained model {path} (sha256 {sha256[:12]}, cutoff {lineage['cutoff']})"
-        return FleetStart(contents["state_dict"], sha256, str(Path(path)), note)
-    return FleetStart(None, sha256, str(Path(path)), note)
+        return FleetStart(contents["state_dict"], sha256, str(Path(path)), note, coverage)
+    return FleetStart(None, sha256, str(Path(path)), note, coverage)
+
+
+def before_cutoff(own_start: int, lineage: dict) -> str:
+    return (
+        f"from scratch: its validation (less the embargo) starts at {iso(own_start)}, before the fleet "
+        f"pretraining's cutoff {lineage['cutoff']}: the pretrained model saw bars of that period"
+    )
 
 
 def failed_fleet_start(path: str, log_path: str | None) -> FleetStart:

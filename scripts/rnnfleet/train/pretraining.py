@@ -2,9 +2,12 @@
 configured builder trained on the bars of every dataset it serves (the pretrain job).
 
 What it promises:
-- No look-ahead across datasets. The cutoff is the earliest bar, among the datasets served,
-  that follows a training part (the first bar of the embargo before its validation part:
-  validation start less the embargo). The pretraining reads only windows whose inputs and
+- No look-ahead for any dataset it reads. The cutoff is a bar that follows the training
+  part of every dataset it reads (the first bar of the embargo before its validation part:
+  validation start less the embargo), chosen to serve the most datasets (the latest such
+  bar among equals): a dataset whose own validation starts before it, or with too few bars
+  before it, is left out with why and trains from scratch; one dataset of an older history
+  does not move it back for everyone. The pretraining reads only windows whose inputs and
   targets lie strictly before it, and the model file records the cutoff and, per dataset,
   the first and last bar its windows touched.
 - Bounded memory at any fleet size: per dataset at most pretrain.train_windows training and
@@ -55,6 +58,37 @@ def settings_fingerprint(settings: dict) -> str:
 
 
 # ---- the cutoff and the windows read ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CutoffRange:
+    """The cutoffs that serve one dataset (ns): from the first that leaves it a training and a
+    validation window before it (earliest) to its own first embargo bar (latest)."""
+
+    earliest: int
+    latest: int
+
+
+def cutoff_range(head: ArraysHead, seq_len: int) -> CutoffRange | None:
+    """The cutoffs that serve this dataset (dataset_pieces' fewest rows: one validation
+    window, an embargo, one training window); None when none does."""
+    from rnnfleet.prep.split import embargo_rows
+
+    latest = first_embargo_time(head)
+    fewest = seq_len + embargo_rows(seq_len, head.horizon, head.warmup) + head.horizon + head.warmup
+    if latest is None or len(head.row_times) < fewest:
+        return None
+    earliest = int(head.row_times[fewest - 1]) + 1  # strictly after the last bar it reads
+    return CutoffRange(earliest, latest) if earliest <= latest else None
+
+
+def best_cutoff(ranges: dict[str, CutoffRange]) -> int:
+    """The cutoff inside the most datasets' ranges, the latest among equals (more bars read)."""
+    candidates = sorted({served.latest for served in ranges.values()})
+    return max(
+        candidates,
+        key=lambda cutoff: (sum(served.earliest <= cutoff <= served.latest for served in ranges.values()), cutoff),
+    )
 
 
 def first_embargo_time(head: ArraysHead) -> int | None:
@@ -181,29 +215,40 @@ def pretrain(
     model_hparams, train_hparams = settings["model_hparams"], settings["train_hparams"]
     loop = LoopSettings.of(train_hparams)
     seq_len = loop.seq_len
-    # First pass: each dataset's first embargo bar (one head in memory at a time: the bar
+    # First pass: the cutoffs that serve each dataset (one head in memory at a time: the bar
     # times of a thousand long histories would not be bounded by the windows read).
     left_out = dict(left_out or {})
-    embargo_times, newest_bars = {}, {}
+    ranges, newest_bars = {}, {}
     for name, path in arrays_paths.items():
         try:
             head = read_head(path)
-            embargo_times[name] = first_embargo_time(head)
-            newest_bars[name] = int(head.row_times[-1]) if len(head.row_times) else None
         except UNREADABLE as error:
             left_out[name] = f"its array file {path} does not read ({error})"
             continue
-        if embargo_times[name] is None:
+        newest_bars[name] = int(head.row_times[-1]) if len(head.row_times) else None
+        if first_embargo_time(head) is None:
             left_out[name] = "its array file records no bar times (written by an older rnnfleet): re-run preprocess"
-    timed = [name for name in arrays_paths if name not in left_out]
-    if not timed:
+        elif (served := cutoff_range(head, seq_len)) is None:
+            left_out[name] = "too few bars before its own validation part for a training and a validation window"
+        else:
+            ranges[name] = served
+    if not ranges:
         raise UserError("pretrain: no dataset ready to pretrain on" + left_out_text(left_out))
-    cutoff_dataset = min(timed, key=lambda name: embargo_times[name])
-    cutoff_ns = embargo_times[cutoff_dataset]
+    cutoff_ns = best_cutoff(ranges)
+    cutoff_dataset = min(name for name in ranges if ranges[name].latest == cutoff_ns)
+    for name, served in ranges.items():
+        if cutoff_ns > served.latest:
+            left_out[name] = (
+                f"its validation (less the embargo) starts at {iso(served.latest)}, before the cutoff "
+                f"{iso(cutoff_ns)} that serves the most datasets: it trains from scratch"
+            )
+        elif cutoff_ns < served.earliest:
+            left_out[name] = "too few bars before the cutoff for a training and a validation window"
+    timed = [name for name in ranges if name not in left_out]
     reference = read_head(arrays_paths[cutoff_dataset])
     log(
-        f"pretrain: {len(timed)} dataset(s); cutoff {iso(cutoff_ns)} (the first bar after {cutoff_dataset}'s "
-        "training part): only bars before it are read"
+        f"pretrain: {len(timed)} of {len(arrays_paths)} dataset(s); cutoff {iso(cutoff_ns)} (the first bar after "
+        f"{cutoff_dataset}'s training part, the cutoff that serves the most): only bars before it are read"
     )
     train_rows, val_rows, bars = FleetRows([], [], []), FleetRows([], [], []), {}
     for name in timed:
@@ -272,7 +317,7 @@ def pretrain(
         "cutoff_ns": cutoff_ns,
         "cutoff_dataset": cutoff_dataset,
         # Each dataset's newest bar in the array file it was given: pretrain.refresh counts from them.
-        "newest_bars_ns": {name: newest_bars[name] for name in timed},
+        "newest_bars_ns": {name: newest for name, newest in newest_bars.items() if newest is not None},
         "bars": bars,
         "scores": scores,
         "history": result.history,

@@ -3,6 +3,8 @@ scratch, on the same test windows (rnnfleet.scores.start_verdicts gives the flee
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 
@@ -46,38 +48,55 @@ def early_stopping_loss(fit) -> float:
     return fit.evaluated.val_loss if objective != objective else objective
 
 
-def compare_starts(arrays, fleet_fit, scratch_fit, weights: dict, model_hparams: dict, seq_len: int, block_bars: int):
-    """(which fit validation prefers, "fleet" or "scratch", and the comparison's metrics) of
-    two fits of one dataset, each a rnnfleet.train.evaluate.Fit. The choice reads the
-    validation losses only; the test windows (the same for both) give the paired difference."""
-    from dataclasses import replace
+@dataclass(frozen=True)
+class Comparison:
+    """Which fit validation keeps (its start, "fleet" or "scratch", and its seed's number
+    among that start's fits) and the comparison's metrics."""
 
-    from rnnfleet.scores.test_period import bootstrap_block, diebold_mariano, skill
+    kept_start: str
+    kept_number: int
+    metrics: dict
 
-    fleet_result, scratch_result = fleet_fit.evaluated, scratch_fit.evaluated
-    fleet_val, scratch_val = early_stopping_loss(fleet_fit), early_stopping_loss(scratch_fit)
-    kept = "fleet" if fleet_val <= scratch_val else "scratch"
+
+def compare_starts(arrays, fleet_fits: list, scratch_fits: list, weights: dict, model_hparams: dict, seq_len: int):
+    """The comparison of one dataset's fits from the fleet's start and from scratch (each a
+    rnnfleet.train.evaluate.Fit, one per seed, the first at train.seed). The choice reads the
+    validation losses only: the fit with the lowest is kept. The test windows (the same for
+    all) give each fit's test skill; the starts' means and, with two seeds or more each, the
+    permutation test across seeds (rnnfleet.scores.start_verdicts.seeds_p_value)."""
+    from rnnfleet.scores.start_verdicts import seeds_p_value
+    from rnnfleet.scores.test_period import skill
+
+    fits = [("fleet", number, fit) for number, fit in enumerate(fleet_fits)]
+    fits += [("scratch", number, fit) for number, fit in enumerate(scratch_fits)]
+    kept_start, kept_number, _ = min(fits, key=lambda entry: early_stopping_loss(entry[2]))
+    first_fleet, first_scratch = fleet_fits[0], scratch_fits[0]
     metrics = {
-        "init_fleet_val_loss": fleet_val,
-        "init_scratch_val_loss": scratch_val,
-        "init_fleet_epochs": fleet_fit.trained.epochs_run,
-        "init_scratch_epochs": scratch_fit.trained.epochs_run,
-        "init_fleet_seconds": fleet_fit.trained.train_seconds,
-        "init_scratch_seconds": scratch_fit.trained.train_seconds,
+        "init_fleet_val_loss": early_stopping_loss(first_fleet),
+        "init_scratch_val_loss": early_stopping_loss(first_scratch),
+        "init_fleet_best_epoch": first_fleet.trained.best_epoch,
+        "init_fleet_epochs": first_fleet.trained.epochs_run,
+        "init_scratch_epochs": first_scratch.trained.epochs_run,
+        "init_fleet_seconds": sum(fit.trained.train_seconds for fit in fleet_fits),
+        "init_scratch_seconds": sum(fit.trained.train_seconds for fit in scratch_fits),
+        "init_seeds": len(fleet_fits),
     }
-    if not len(fleet_result.test_numbers):
-        return kept, metrics
-    fleet_losses, naive_losses = first_horizon_losses(arrays, fleet_result, seq_len)
-    scratch_losses, _ = first_horizon_losses(arrays, scratch_result, seq_len)
+    if not len(first_fleet.evaluated.test_numbers):
+        return Comparison(kept_start, kept_number, metrics)
+
+    def test_skills(start_fits: list) -> list[float]:
+        return [skill(*first_horizon_losses(arrays, fit.evaluated, seq_len)) for fit in start_fits]
+
+    fleet_skills, scratch_skills = test_skills(fleet_fits), test_skills(scratch_fits)
     one_for_all = replace(
-        fleet_result, test_outputs=pretrained_outputs(weights, arrays, model_hparams, fleet_result, seq_len)
+        first_fleet.evaluated,
+        test_outputs=pretrained_outputs(weights, arrays, model_hparams, first_fleet.evaluated, seq_len),
     )
-    pretrained_losses, _ = first_horizon_losses(arrays, one_for_all, seq_len)
-    statistic, p_value = diebold_mariano(fleet_losses, scratch_losses, bootstrap_block(block_bars, len(fleet_losses)))
-    return kept, metrics | {
-        "init_fleet_test_skill": skill(fleet_losses, naive_losses),
-        "init_scratch_test_skill": skill(scratch_losses, naive_losses),
-        "init_pretrained_test_skill": skill(pretrained_losses, naive_losses),
-        "init_dm_stat": statistic,
-        "init_dm_pvalue": p_value,
+    metrics |= {
+        "init_fleet_test_skill": float(np.mean(fleet_skills)),
+        "init_scratch_test_skill": float(np.mean(scratch_skills)),
+        "init_pretrained_test_skill": skill(*first_horizon_losses(arrays, one_for_all, seq_len)),
     }
+    if len(fleet_fits) >= 2:
+        metrics["init_seeds_pvalue"] = seeds_p_value(fleet_skills, scratch_skills)
+    return Comparison(kept_start, kept_number, metrics)

@@ -40,7 +40,7 @@ from rnnfleet.bars.formats import is_number
 from rnnfleet.errors import one_line
 from rnnfleet.report.summary import datasets_written_since
 from rnnfleet.scores.multiple_testing import BEATS_AFTER, as_number
-from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE
+from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE, rows_start_verdict
 from rnnfleet.scores.test_period import BEATS
 
 # MLflow's limits on one parameter's value (characters); longer values are cut and marked.
@@ -135,6 +135,13 @@ def fleet_metrics(rows: list[dict], trained_now: set[str]) -> dict[str, float]:
             "init_better_after_fleet_correction": sum(row.get("init_verdict") == FLEET_START_BETTER for row in rows),
             "init_worse_after_fleet_correction": sum(row.get("init_verdict") == FLEET_START_WORSE for row in rows),
         }
+        if verdict := rows_start_verdict(rows):  # the fleet's verdict: a sign test across datasets
+            metrics |= {
+                "init_start_better": verdict.better,
+                "init_start_worse": verdict.worse,
+                "init_start_mean_difference": verdict.mean,
+                "init_start_sign_pvalue": verdict.p_value,
+            }
     if skills:
         metrics |= {
             "test_skill_mean": sum(skills) / len(skills),
