@@ -151,14 +151,21 @@ def report_changed_settings(dag):
         logger.warning("\n".join(lines))
     report_planned_fits(dag, changes)
     to_run = list(dag.needrun_jobs())
-    PRETRAIN.report(to_run, logger.info)
+    if FLEET_START:  # train.init fleet
+        PRETRAIN.report(to_run, logger.info)
     comparing = [
         job
         for job in to_run
         if job.rule.name == "train" and compares_init(job.wildcards.dataset)
     ]
     if comparing:
-        logger.info(compare_init_note(len(comparing)))
+        seeds = max(settings_of_compare(job.wildcards.dataset) for job in comparing)
+        logger.info(compare_init_note(len(comparing), seeds))
+
+
+def settings_of_compare(dataset):
+    """The dataset's train.compare_init_seeds."""
+    return DATASET_CONFIGS.get(dataset, config)["train"]["compare_init_seeds"]
 
 
 def compares_init(dataset):

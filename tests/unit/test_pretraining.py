@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -197,5 +198,44 @@ def test_an_array_file_that_does_not_read_is_left_out_and_the_others_pretrain(tm
     _, lineage = pretrain(paths, {**settings, "settings_sha256": "test"}, torch.device("cpu"), lines.append, failed)
     assert lineage["trained_on"] == ["A", "B"] and lineage["datasets"] == ["A", "B", "DAMAGED"]
     assert lineage["left_out"]["GONE"] == failed["GONE"]
-    assert lineage["left_out"]["DAMAGED"].startswith(f"its array file {paths['DAMAGED']} does not read (")
+    assert lineage["left_out"]["DAMAGED"].startswith(f"its array file does not read: {paths['DAMAGED']} (")
     assert f"pretrain: DAMAGED left out: {lineage['left_out']['DAMAGED']}" in lines
+
+
+def test_the_fleets_verdict_on_its_start_is_a_sign_test_across_datasets():
+    from rnnfleet.scores.start_verdicts import fleet_start_verdict, sign_test_p_value
+
+    assert sign_test_p_value(8, 0) == 2 / 2**8 and sign_test_p_value(4, 4) == 1.0
+    assert sign_test_p_value(14, 2) == pytest.approx(2 * sum(math.comb(16, k) for k in range(3)) / 2**16)
+    better = fleet_start_verdict([0.02, 0.01, 0.03, 0.015, 0.02, 0.01, 0.025, 0.012])
+    assert (better.compared, better.better, better.worse) == (8, 8, 0)
+    assert better.low > 0 and better.words.startswith("the fleet's start beat scratch: better on 8 of 8 datasets")
+    mixed = fleet_start_verdict([0.02, -0.01, 0.03, -0.015, 0.02, -0.01, float("nan")])
+    assert mixed.compared == 6 and mixed.low < mixed.mean < mixed.high
+    assert mixed.words.startswith("the fleet's start is no better than scratch") and "train from scratch" in mixed.words
+    assert fleet_start_verdict([0.1, 0.2]).words.startswith("too few datasets to tell (2, fewer than 6)")
+
+
+def test_a_datasets_own_verdict_needs_several_seeds_and_is_corrected_across_the_fleet():
+    from rnnfleet.scores.start_verdicts import (
+        FLEET_START_BETTER,
+        NO_DIFFERENCE,
+        ONE_FIT,
+        init_verdicts,
+        seeds_p_value,
+    )
+
+    # Four seeds each, every fit from the start above every fit from scratch: the most extreme
+    # of the 70 ways to split eight fits in two, on either side.
+    assert seeds_p_value([0.5, 0.6, 0.55, 0.58], [0.1, 0.2, 0.15, 0.12]) == pytest.approx(2 / 70)
+    assert seeds_p_value([0.5, 0.1], [0.4, 0.2]) == 1.0
+    rows = [
+        {"dataset": "A", "init_fleet_test_skill": 0.5, "init_scratch_test_skill": 0.1, "init_seeds_pvalue": 2 / 70},
+        {"dataset": "B", "init_fleet_test_skill": 0.3, "init_scratch_test_skill": 0.3, "init_seeds_pvalue": 1.0},
+        {"dataset": "C", "init_fleet_test_skill": 0.2, "init_scratch_test_skill": 0.1},  # one fit each
+        {"dataset": "D"},  # not compared
+    ]
+    verdicts = {row["dataset"]: row.get("init_verdict") for row in init_verdicts(rows, "bh", 0.1)}
+    assert verdicts == {"A": FLEET_START_BETTER, "B": NO_DIFFERENCE, "C": ONE_FIT, "D": None}
+    # Corrected across the fleet: A's p-value alone passes 0.05, not after Benjamini-Hochberg over two.
+    assert {row["dataset"]: row.get("init_verdict") for row in init_verdicts(rows, "bh", 0.05)}["A"] == NO_DIFFERENCE

@@ -4,6 +4,7 @@ cutoff across datasets, what re-runs it and what does not (rules/pretrain.smk, r
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -28,7 +29,7 @@ from conftest import (
 from rnnfleet.bars.joining import file_sha256
 from rnnfleet.faults import PRETRAIN_CRASH
 from rnnfleet.prep.arrays_file import load_arrays
-from rnnfleet.scores.start_verdicts import ONE_FIT
+from rnnfleet.scores.start_verdicts import NO_DIFFERENCE, ONE_FIT
 from rnnfleet.train.modelfile import load_checkpoint
 
 # SHORT's training part ends first: its first embargo bar is the fleet's cutoff. LONG's bars
@@ -359,3 +360,88 @@ def test_a_failed_pretraining_leaves_every_dataset_trained_from_scratch_with_why
         assert load_checkpoint(tmp_path / f"models/{name}.pt")["lineage"]["init"]["from"] == "scratch"
         assert f"{name}: trains {why}" in (tmp_path / f"logs/train/{name}.log").read_text()
         assert (table[name]["status"], table[name]["init"], table[name]["init_note"]) == ("ok", "scratch", why)
+
+
+# ---- the cutoff serves the most datasets; the model file is checked before any job ---------
+
+
+def test_an_older_history_is_left_out_of_the_cutoff_and_the_run_says_how_many_were_read(tmp_path):
+    """EARLY's history ends before the others begin: the cutoff that serves the most is SHORT's
+    first embargo bar, not EARLY's; EARLY is left out with why and trains from scratch, and the
+    run's last line, the table and the start page say 2 of 3 were read."""
+    for seed, name in enumerate(("SHORT_1m", "OTHER_1m")):
+        write_fleet_dataset(tmp_path, name, FLEET[name], seed)
+    write_fleet_dataset(tmp_path, "EARLY_1m", 400, 7, start="2023-12-31")
+    write_config(tmp_path, data_dir="data", train={"init": "fleet", "compare_init": True, "compare_init_seeds": 2})
+    output = snakemake(tmp_path).stderr
+    assert "is trained 4 times (2 seeds a start)" in output
+    lineage = json.loads((tmp_path / "models/.fleet/pretrained.json").read_text())
+    short = load_arrays(tmp_path / "prep/SHORT_1m.npz")
+    assert (lineage["cutoff_dataset"], lineage["cutoff_ns"]) == ("SHORT_1m", int(short.row_times[short.train_end]))
+    assert lineage["trained_on"] == ["OTHER_1m", "SHORT_1m"]
+    assert lineage["left_out"]["EARLY_1m"].startswith("its validation starts before the cutoff: at 2023-12-31")
+    coverage = "pretrained on 2 of 3 dataset(s), 1 left out: its validation starts before the cutoff (1)"
+    assert f"({coverage})" in output
+    table = summary_by_dataset(tmp_path)
+    assert (
+        table["EARLY_1m"]["init"] == "scratch"
+        and "before the fleet pretraining's cutoff" in table["EARLY_1m"]["init_note"]
+    )
+    assert {row["init_pretraining"] for row in table.values()} == {coverage}
+    assert f"The pretraining: {coverage}." in (tmp_path / "results/report_start.rst").read_text()
+    # Two seeds a start: each dataset compared gets a test across its seeds (two of each can
+    # never be told apart: the smallest p-value of an exact test of 2 against 2 is 1/3).
+    for name in ("SHORT_1m", "OTHER_1m"):
+        row = table[name]
+        metrics = json.loads((tmp_path / f"metrics/{name}.json").read_text())
+        assert row["init_seeds"] == "2" and float(row["init_seeds_pvalue"]) >= 1 / 3
+        assert row["init_verdict"] == NO_DIFFERENCE and float(row["init_qvalue"]) >= float(row["init_seeds_pvalue"])
+        assert metrics["val_loss"] <= min(metrics["init_fleet_val_loss"], metrics["init_scratch_val_loss"])
+
+
+def test_a_damaged_or_missing_pretrained_model_is_named_before_any_job_and_spares_the_fits_from_scratch(
+    fleet_run, tmp_path
+):
+    folder = copy_of_run(fleet_run[0], tmp_path)
+    untracked(folder)
+    pretrained = folder / "models/.fleet/pretrained.pt"
+    good, made = pretrained.read_bytes(), pretrained.stat()
+    # Deleted while every model is up to date: named before any job, with the command; nothing runs.
+    pretrained.unlink()
+    missing = snakemake(folder, "-n")
+    said = (
+        "rnnfleet: ERROR: models/.fleet/pretrained.pt is missing (its lineage models/.fleet/pretrained.json is there)"
+    )
+    assert said in missing.stdout + missing.stderr and "Nothing to be done" in missing.stdout
+    pretrained.write_bytes(good)
+    os.utime(pretrained, ns=(made.st_atime_ns, made.st_mtime_ns))
+    write_fleet_dataset(folder, "EARLY_1m", 400, 7, start="2023-12-31")  # trains from scratch: before the cutoff
+    snakemake(folder)
+    pretrained.write_bytes(good[:-64] + bytes(64))
+    damaged = (
+        "rnnfleet: ERROR: models/.fleet/pretrained.pt is damaged: its SHA-256 is not the one "
+        "models/.fleet/pretrained.json records"
+    )
+    redo = "the trainings that start from it fail until it is redone: snakemake --forcerun pretrain"
+    dry_run = snakemake(folder, "-n")
+    said = dry_run.stdout + dry_run.stderr
+    assert damaged in said and redo in said, said
+    assert "re-train: the fleet's pretrained model file changed on disk since, not by its pretraining" in said
+    assert "no new bars" not in said
+    # Every training forced: EARLY, from scratch, trains; each of the others fails with one line.
+    forced = snakemake(folder, "--forcerun", "train", check=False)
+    assert forced.returncode != 0 and damaged in forced.stderr
+    assert load_checkpoint(folder / "models/EARLY_1m.pt")["lineage"]["init"]["from"] == "scratch"
+    table = summary_by_dataset(folder)
+    assert table["EARLY_1m"]["status"] == "ok"
+    for name in FLEET:
+        log = (folder / f"logs/train/{name}.log").read_text()
+        errors = [line for line in log.splitlines() if line.startswith("ERROR")]
+        assert len(errors) == 1 and "pretrained.pt: damaged" in errors[0] and "--forcerun pretrain" in errors[0], log
+        assert "Traceback" not in log
+        assert table[name]["status"] != "ok"
+    # Deleted where the run needs it: it is redone, over every dataset present, and the run says why.
+    pretrained.unlink()
+    redone = snakemake(folder, "-n")
+    said = "rnnfleet: the fleet's pretraining runs: its model file models/.fleet/pretrained.pt is missing; it serves"
+    assert said in redone.stdout + redone.stderr and planned_rules(redone.stdout)["pretrain"] == 1

@@ -81,7 +81,7 @@ def coverage_text(lineage: dict) -> str:
     left_out = lineage.get("left_out", {})
     text = f"pretrained on {len(read)} of {len(served)} dataset(s)"
     if left_out:
-        reasons = Counter(why.split(" (")[0].split(": ")[0] for why in left_out.values()).most_common()
+        reasons = Counter(why.split(": ")[0] for why in left_out.values()).most_common()  # the why before its detail
         text += f", {len(left_out)} left out: " + "; ".join(f"{why} ({count})" for why, count in reasons)
     return text
 

@@ -223,11 +223,11 @@ def pretrain(
         try:
             head = read_head(path)
         except UNREADABLE as error:
-            left_out[name] = f"its array file {path} does not read ({error})"
+            left_out[name] = f"its array file does not read: {path} ({error})"
             continue
         newest_bars[name] = int(head.row_times[-1]) if len(head.row_times) else None
         if first_embargo_time(head) is None:
-            left_out[name] = "its array file records no bar times (written by an older rnnfleet): re-run preprocess"
+            left_out[name] = "no bar times: its array file was written by an older rnnfleet; re-run preprocess"
         elif (served := cutoff_range(head, seq_len)) is None:
             left_out[name] = "too few bars before its own validation part for a training and a validation window"
         else:
@@ -239,8 +239,8 @@ def pretrain(
     for name, served in ranges.items():
         if cutoff_ns > served.latest:
             left_out[name] = (
-                f"its validation (less the embargo) starts at {iso(served.latest)}, before the cutoff "
-                f"{iso(cutoff_ns)} that serves the most datasets: it trains from scratch"
+                f"its validation starts before the cutoff: at {iso(served.latest)} (less the embargo), before "
+                f"{iso(cutoff_ns)}, the cutoff that serves the most datasets; it trains from scratch"
             )
         elif cutoff_ns < served.earliest:
             left_out[name] = "too few bars before the cutoff for a training and a validation window"
@@ -255,7 +255,7 @@ def pretrain(
         try:
             head = read_head(arrays_paths[name])
         except UNREADABLE as error:
-            left_out[name] = f"its array file {arrays_paths[name]} does not read ({error})"
+            left_out[name] = f"its array file does not read: {arrays_paths[name]} ({error})"
             continue
         same = (head.feature_names, head.target, head.horizons, head.horizon, head.warmup)
         if same != (reference.feature_names, reference.target, reference.horizons, reference.horizon, reference.warmup):
@@ -276,7 +276,7 @@ def pretrain(
         try:
             read = piece_rows(path, head, train, seq_len), piece_rows(path, head, val, seq_len)
         except UNREADABLE as error:
-            left_out[name] = f"its array file {path} does not read ({error})"
+            left_out[name] = f"its array file does not read: {path} ({error})"
             continue
         train_rows.append(head, read[0])
         val_rows.append(head, read[1])

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rnnfleet.bars.joining import file_sha256
 from rnnfleet.errors import last_marked_line
 from rnnfleet.prep.arrays_file import UNREADABLE, newest_bar_ns
 from rnnfleet.settings import preprocess_settings, train_hyper_parameters
@@ -140,14 +141,18 @@ def pretrain_plan(
     code_files: Iterable[str],
     refresh_days: float | None = None,
     arrays_of=lambda dataset: "",
+    model_path: str | None = None,
 ) -> PretrainPlan:
-    """The plan of this run's pretraining (see the module doc); arrays_of(dataset): its array file."""
+    """The plan of this run's pretraining (see the module doc); arrays_of(dataset): its array
+    file; model_path: its model file (missing: redone, where the run needs it)."""
     members, frozen = frozen_membership(lineage_path, fingerprint, datasets)
     if not frozen:
         made = os.path.exists(lineage_path)
         return PretrainPlan(list(datasets), False, "its settings changed" if made else "there is none yet")
     if forced:
         return PretrainPlan(list(datasets), False, "the run forces it (--forcerun, -f or -F)")
+    if model_path and not os.path.exists(model_path):
+        return PretrainPlan(list(datasets), False, f"its model file {model_path} is missing")
     if code_changed_since(lineage_path, code_files):
         return PretrainPlan(list(datasets), False, "a model or feature file changed since it was made")
     if refresh_days is not None:
@@ -198,6 +203,7 @@ class PretrainRule:
             self.code_files,
             self.refresh_days,
             self.arrays_of.__getitem__,
+            self.outputs[0],
         )
 
     def arrays(self, wildcards) -> list:
@@ -221,22 +227,47 @@ class PretrainRule:
         return json.dumps(fleet_members(datasets, arrays, logs, list(input.arrays)))
 
     def report(self, jobs_to_run: Iterable, say: Callable[[str], None]) -> None:
-        """After the DAG is built (dry-runs too): why the pretraining runs, in one line."""
+        """After the DAG is built (dry-runs too), before any job: why the pretraining runs,
+        or what is wrong with its model file where it does not, in one line."""
         if any(job.rule.name == "pretrain" for job in jobs_to_run):
             plan = self.plan()
             if plan.why_redone:
                 say(
                     f"rnnfleet: the fleet's pretraining runs: {plan.why_redone}; it serves {len(plan.datasets)} dataset(s)"
                 )
+        elif problem := pretrained_file_problem(self.outputs[0], self.lineage_path):
+            say(problem)
 
 
-def compare_init_note(trainings: int) -> str:
+def pretrained_file_problem(model_path: str, lineage_path: str) -> str:
+    """One line where the pretrained model file its lineage records is missing or is not the
+    file it made (its SHA-256 differs), with the command that redoes it; '' where it is sound
+    or there is no lineage. A dataset whose fit starts from it fails until then; one that trains
+    from scratch does not read it (rnnfleet.train.fleet_start)."""
+    try:
+        with open(lineage_path) as handle:
+            recorded = json.load(handle).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    redo = "the trainings that start from it fail until it is redone: snakemake --forcerun pretrain"
+    if not os.path.exists(model_path):
+        return f"rnnfleet: ERROR: {model_path} is missing (its lineage {lineage_path} is there): {redo}"
+    if recorded and file_sha256(model_path) != recorded:
+        return (
+            f"rnnfleet: ERROR: {model_path} is damaged: its SHA-256 is not the one {lineage_path} records "
+            f"(the models trained before were not affected): {redo}"
+        )
+    return ""
+
+
+def compare_init_note(trainings: int, seeds: int = 1) -> str:
     """The dry-run's and the run's line on what train.compare_init costs, for the `trainings`
-    this run makes with it."""
+    this run makes with it, each start trained `seeds` times (train.compare_init_seeds)."""
+    fits = "twice" if seeds == 1 else f"{2 * seeds} times ({seeds} seeds a start)"
     return (
-        f"rnnfleet: train.compare_init: each full fit of this run's {trainings} training(s) is trained twice, from "
-        "the fleet's start and from scratch (up to twice the training time); set train.compare_init: false once "
-        "its verdict is in"
+        f"rnnfleet: train.compare_init: each full fit of this run's {trainings} training(s) is trained {fits}, from "
+        f"the fleet's start and from scratch (up to {2 * seeds} times the training time); set train.compare_init: "
+        "false once its verdict is in"
     )
 
 

@@ -69,6 +69,8 @@ def expected_fit(
 # that starts from it re-trains in full, whatever else the dataset's files say.
 PRETRAIN_RULE = "pretrain"
 PRETRAINED_CHANGES = "re-train: the fleet's pretrained model changes"
+# Its file changed on disk since the model was trained, while the pretraining does not run.
+PRETRAINED_FILE_CHANGED = "re-train: the fleet's pretrained model file changed on disk since, not by its pretraining (the ERROR line below)"
 
 
 def planned_fits(
@@ -92,8 +94,12 @@ def planned_fits(
     for dataset, job in trains.items():
         if not os.path.exists(job.output.model):
             continue
-        if pretraining and getattr(job.input, "pretrained", None):  # train.init fleet
+        pretrained = getattr(job.input, "pretrained", None)  # train.init fleet
+        if pretrained and pretraining:
             planned[dataset] = PRETRAINED_CHANGES
+            continue
+        if pretrained and newer_than(str(pretrained[0]), job.output.model):
+            planned[dataset] = PRETRAINED_FILE_CHANGED
             continue
         update, evaluate = settings_of(dataset)
         changed = dataset in settings_changed
@@ -106,6 +112,13 @@ def planned_fits(
             lambda job=job: array_rows(job.input.arrays),
         )
     return planned
+
+
+def newer_than(path: str, other: str) -> bool:
+    try:
+        return os.path.getmtime(path) > os.path.getmtime(other)
+    except OSError:
+        return False
 
 
 def report_lines(planned: Mapping[str, str]) -> list[str]:
