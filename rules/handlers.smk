@@ -61,6 +61,10 @@ SNAKEMAKE_PATCHES = apply_snakemake_patches(
         # (rules/pretrain.smk): it goes on with the others; a pretraining that fails does not
         # stop the trainings: they go on from scratch.
         past_failed_rules={"pretrain": {"preprocess"}, "train": {"pretrain"}},
+        # Fewer datasets is not a change: the pretraining, while it serves those its lineage
+        # names, is not re-run because one of them was removed.
+        inputs_may_shrink=lambda job: job.rule.name == "pretrain"
+        and PRETRAIN.plan().frozen,
     ),
 )
 logger.debug(

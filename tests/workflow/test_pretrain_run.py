@@ -445,3 +445,21 @@ def test_a_damaged_or_missing_pretrained_model_is_named_before_any_job_and_spare
     redone = snakemake(folder, "-n")
     said = "rnnfleet: the fleet's pretraining runs: its model file models/.fleet/pretrained.pt is missing; it serves"
     assert said in redone.stdout + redone.stderr and planned_rules(redone.stdout)["pretrain"] == 1
+
+
+def test_removing_a_dataset_re_runs_neither_the_pretraining_nor_any_model(fleet_run, tmp_path):
+    folder = copy_of_run(fleet_run[0], tmp_path)
+    untracked(folder)
+    models = {name: (folder / f"models/{name}.pt").stat().st_mtime_ns for name in FLEET}
+    (folder / "data/OTHER_1m.csv").unlink()
+    plan = snakemake(folder, "-n")
+    assert "pretrain" not in planned_rules(plan.stdout) and "train" not in planned_rules(plan.stdout), plan.stdout
+    snakemake(folder)
+    kept = [name for name in FLEET if name != "OTHER_1m"]
+    assert {name: (folder / f"models/{name}.pt").stat().st_mtime_ns for name in kept} == {
+        name: models[name] for name in kept
+    }
+    assert sorted(summary_by_dataset(folder)) == sorted(kept)
+    # The next forced pretraining serves the datasets present then.
+    snakemake(folder, "--forcerun", "pretrain")
+    assert json.loads((folder / "models/.fleet/pretrained.json").read_text())["datasets"] == sorted(kept)

@@ -37,6 +37,7 @@ PATCHES = {
     "after_dag": "snakemake_hooks",
     "busy_empty_folders": "snakemake_hooks",
     "write_protected_line": "snakemake_hooks",
+    "removed_inputs": "snakemake_hooks",
     "retry_policy": "retry_policy",
     "past_failed_inputs": "past_failed_inputs",  # before packed_jobs: both wrap the scheduler's error handling
     "packed_jobs": "packed_jobs",
@@ -55,6 +56,8 @@ class RunHooks:
     write_protected_line: Callable[[list[str]], str | None]
     # {rule: the rules past whose failed jobs its jobs start, without those jobs' outputs}
     past_failed_rules: dict[str, set[str]] = field(default_factory=dict)
+    # (a job) -> whether fewer inputs than recorded is no reason to re-run it
+    inputs_may_shrink: Callable[[object], bool] = lambda job: False
 
 
 def left_out() -> frozenset[str]:
@@ -129,6 +132,8 @@ def apply(workflow, run: RunHooks) -> list[str]:
             snakemake_hooks.keep_going_past_busy_empty_folders()
         elif name == "write_protected_line":
             snakemake_hooks.name_write_protected_outputs(run.write_protected_line)
+        elif name == "removed_inputs":
+            snakemake_hooks.forgive_removed_inputs(run.inputs_may_shrink)
         elif name == "past_failed_inputs":
             past_failed_inputs.start_past_failed_inputs(dict(run.past_failed_rules))
         applied.append(name)

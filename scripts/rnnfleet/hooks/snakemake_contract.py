@@ -119,6 +119,11 @@ CONTRACT = (
         "snakemake_hooks",
         "cc24c2002a61d80bcd6f9eacc14e67fe9af198607416bdfd3ea6df73f5f4f3b6",
     ),
+    Patch(
+        "snakemake.persistence:PersistenceBase._input_changed",
+        "snakemake_hooks",
+        "048b11db62c14f6aeada3643b5000b74e5179b52bcf42b9c027220ed1d8e7713",
+    ),
     # rnnfleet.hooks.retry_policy: a training retried only when a retry can help
     Patch(
         "snakemake.jobs:Job.restart_times",

@@ -10,6 +10,8 @@ directive offers (rnnfleet.hooks.apply installs them while the Snakefile is pars
 - keep_going_past_busy_empty_folders: Snakemake's clean-up of empty folders after a run
   leaves a folder it cannot remove (a mount point) instead of ending the run there.
 - name_write_protected_outputs: outputs this user cannot write are named in one line.
+- forgive_removed_inputs: a job whose inputs are those it was made with less some (a
+  dataset removed) is not re-run for that, where the workflow says its inputs may shrink.
 
 Each wraps Snakemake's function rather than copy it; rnnfleet.hooks.apply installs them
 behind its one gate (the supported release, the wrapped functions' source as in
@@ -112,3 +114,23 @@ def name_write_protected_outputs(describe: Callable[[list[str]], str | None]) ->
 
     check_protected_output.__rnnfleet_stock__ = stock_check
     Job.check_protected_output = check_protected_output
+
+
+def forgive_removed_inputs(may_shrink: Callable[[object], bool]) -> None:
+    """Snakemake re-runs a job whose set of inputs differs from the one recorded with its
+    output (the `input` rerun trigger). With this, a job for which may_shrink(job) is true
+    is not re-run where its inputs are the recorded ones less some: fewer datasets is not a
+    change for it (the fleet's pretraining while its membership is frozen)."""
+    from snakemake.persistence import PersistenceBase
+
+    stock_input_changed = _stock(PersistenceBase._input_changed)
+
+    def input_changed(self, job, file=None) -> bool:
+        changed = stock_input_changed(self, job, file)
+        if not changed or not may_shrink(job):
+            return changed
+        recorded = self.input(file)
+        return not set(self._input(job)) <= set(recorded or ())
+
+    input_changed.__rnnfleet_stock__ = stock_input_changed
+    PersistenceBase._input_changed = input_changed
