@@ -70,7 +70,9 @@ def expected_fit(
 PRETRAIN_RULE = "pretrain"
 PRETRAINED_CHANGES = "re-train: the fleet's pretrained model changes"
 # Its file changed on disk since the model was trained, while the pretraining does not run.
-PRETRAINED_FILE_CHANGED = "re-train: the fleet's pretrained model file changed on disk since, not by its pretraining (the ERROR line below)"
+PRETRAINED_FILE_CHANGED = (
+    "re-train: the fleet's pretrained model file changed on disk since, not by its pretraining (the ERROR line below)"
+)
 
 
 def planned_fits(
