@@ -27,12 +27,11 @@ time is the one to compare (the wall time includes waiting for a core).
 
     .venv/bin/python bench/bench_transfer.py --workflow --datasets 64 --rows 3000
 
---workflow: instead, the workflow's own per-dataset verdicts. Per fleet, the same bars in a
+--workflow: instead, the workflow's own verdict. Per fleet, the same bars in a
 fresh folder, a config.yaml with the same model and train settings plus train.init fleet,
 train.compare_init true and the `pretrain:` windows, and the real `snakemake --cores
-<cores>`; from results/metrics.csv: how many datasets the fleet-corrected init_verdict
-calls better, worse or neither, at which correction and rate (fleet_correction), the share
-called better, the mean test skill of the kept models (test_skill; init: which start was
+<cores>`; from results/metrics.csv: the fleet's verdict on its start (a sign test across
+datasets, rnnfleet.scores.start_verdicts.fleet_start_verdict), the mean test skill of the kept models (test_skill; init: which start was
 kept) against the fits from scratch (init_scratch_test_skill) and from the fleet's start
 (init_fleet_test_skill), the paired difference kept - scratch (datasets better / worse, a
 sign-flip p-value over datasets), and the run's wall time (the pretraining and job starts included).
@@ -221,13 +220,12 @@ def one_fleet(kind: str, args, folder: Path) -> dict:
 def workflow_fleet(kind: str, args, folder: Path) -> dict:
     """The workflow's own answer on one generated fleet: its bars in a fresh folder, a
     config.yaml with train.init fleet and train.compare_init, the real `snakemake`, then the
-    table's per-dataset verdicts (init_verdict, fleet-corrected as its fleet_correction says)
-    and test skills: the kept model's (test_skill, where init says which start it kept), the
+    fleet's verdict across datasets and the test skills: the kept model's (test_skill, where init says which start it kept), the
     fit from scratch's (init_scratch_test_skill) and the fit from the fleet's start's."""
     import yaml
     from bench_update import snakemake
 
-    from rnnfleet.scores.start_verdicts import FLEET_START_BETTER, FLEET_START_WORSE, NO_DIFFERENCE
+    from rnnfleet.scores.start_verdicts import fleet_start_verdict
 
     folder.mkdir(parents=True)
     write_fleet_bars(kind, args, folder / "data", fleet_rng(kind, args))
@@ -238,9 +236,9 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
     seconds = snakemake(folder, args.cores)
     with open(folder / "results" / "metrics.csv", newline="") as table:
         rows = list(csv.DictReader(table))
-    verdicts = [row["init_verdict"] for row in rows]
-    method, fdr = rows[0]["fleet_correction"].split(" fdr=")
-    better, worse = verdicts.count(FLEET_START_BETTER), verdicts.count(FLEET_START_WORSE)
+    verdict = fleet_start_verdict(
+        [float(row["init_fleet_test_skill"]) - float(row["init_scratch_test_skill"]) for row in rows]
+    )
     kept_gains = np.array([float(row["test_skill"]) - float(row["init_scratch_test_skill"]) for row in rows])
     return {
         "fleet": kind,
@@ -248,12 +246,10 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
         "rows": args.rows,
         "seed": args.seed,
         "cores": args.cores,
-        "better": better,
-        "worse": worse,
-        "neither": verdicts.count(NO_DIFFERENCE),
-        "correction": method,
-        "fdr": float(fdr),
-        "share_better": better / len(rows),
+        "better": verdict.better,
+        "worse": verdict.worse,
+        "sign_pvalue": verdict.p_value,
+        "verdict": verdict.words,
         "kept_fleet": sum(row["init"] == "fleet" for row in rows),
         "kept_mean_test_skill": statistics.mean(float(row["test_skill"]) for row in rows),
         "scratch_mean_test_skill": statistics.mean(float(row["init_scratch_test_skill"]) for row in rows),
@@ -268,9 +264,7 @@ def workflow_fleet(kind: str, args, folder: Path) -> dict:
 def print_workflow_fleet(result: dict) -> None:
     gain = result["kept_mean_test_skill"] - result["scratch_mean_test_skill"]
     print(
-        f"{result['fleet']:9s} {result['datasets']} x {result['rows']} bars, workflow: the fleet's start called "
-        f"better on {result['better']}, worse on {result['worse']}, neither on {result['neither']} "
-        f"({result['correction']} fdr {result['fdr']:g}; share called better {result['share_better']:.3f}); "
+        f"{result['fleet']:9s} {result['datasets']} x {result['rows']} bars, workflow: {result['verdict']}; "
         f"mean test skill kept {result['kept_mean_test_skill']:+.4f} (the fleet's start kept on "
         f"{result['kept_fleet']}), scratch {result['scratch_mean_test_skill']:+.4f}, fleet start "
         f"{result['fleet_mean_test_skill']:+.4f}; kept - scratch {gain:+.4f} (better on {result['kept_better']}, worse on "

@@ -176,7 +176,7 @@ def test_transfer_bench_compares_scratch_the_fleets_start_and_one_model_for_all_
         assert f"{fleet['fleet']:9} 2 x 600 bars: mean test skill scratch" in result.stdout
 
 
-def test_transfer_bench_workflow_mode_reads_the_workflows_fleet_corrected_verdicts_on_both_fleets(tmp_path):
+def test_transfer_bench_workflow_mode_reads_the_workflows_fleet_verdict_on_both_fleets(tmp_path):
     command = [sys.executable, str(REPO / "bench" / "bench_transfer.py"), "--workflow", "--datasets", "3"]
     command += ["--rows", "600", "--epochs", "1", "--cores", "2", "--out", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -184,18 +184,14 @@ def test_transfer_bench_workflow_mode_reads_the_workflows_fleet_corrected_verdic
     (record,) = [json.loads(line) for line in (tmp_path / "transfer.jsonl").read_text().splitlines()]
     assert record["mode"] == "workflow" and [fleet["fleet"] for fleet in record["results"]] == ["shared", "unrelated"]
     for fleet in record["results"]:
-        assert (fleet["datasets"], fleet["seed"]) == (3, 0) and fleet["better"] + fleet["worse"] + fleet["neither"] == 3
-        assert (fleet["correction"], fleet["fdr"]) == ("bh", 0.1) and fleet["share_better"] == fleet["better"] / 3
-        assert 0 <= fleet["kept_fleet"] <= 3 and fleet["seconds"] > 0
+        assert (fleet["datasets"], fleet["seed"]) == (3, 0) and fleet["better"] + fleet["worse"] <= 3
+        assert fleet["verdict"].startswith("too few datasets to tell (3, fewer than 6)")
+        assert fleet["kept_fleet"] == 3 and fleet["seconds"] > 0  # the start's fit is kept, as train.init asks
         kept, scratch, start = (fleet[f"{side}_mean_test_skill"] for side in ("kept", "scratch", "fleet"))
         assert all(-1 < skill < 1 for skill in (kept, scratch, start)) and scratch != start
-        assert kept == {3: start, 0: scratch}.get(fleet["kept_fleet"], kept)  # the kept model's own skill
-        assert (
-            fleet["kept_better"] + fleet["kept_worse"] <= fleet["kept_fleet"]
-            and 0 < fleet["kept_sign_flip_pvalue"] <= 1
-        )
-        line = f"{fleet['fleet']:9} 3 x 600 bars, workflow: the fleet's start called better on {fleet['better']}, "
-        assert line + f"worse on {fleet['worse']}, neither on {fleet['neither']} (bh fdr 0.1;" in result.stdout
+        assert kept == pytest.approx(start)
+        assert fleet["kept_better"] == fleet["better"] and 0 < fleet["kept_sign_flip_pvalue"] <= 1
+        assert f"{fleet['fleet']:9} 3 x 600 bars, workflow: {fleet['verdict']}; mean test skill kept" in result.stdout
 
 
 def test_transfer_bench_draws_a_runaway_dataset_again_so_every_fleet_is_finite():

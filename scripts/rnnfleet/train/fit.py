@@ -196,8 +196,6 @@ def fit_dataset(
             scored, full_loop, comparison = compare_init(
                 dataset, arrays, scored, full_loop, fleet, settings, train_and_score
             )
-            if comparison["init_kept"] == "scratch":
-                full_start = None
         if full_start is not None and scored.trained.best_epoch == 0:
             log(f"{dataset}: {KEPT_AS_IS}")
 
@@ -214,7 +212,6 @@ def fit_dataset(
         lineage["init"] = {
             "from": "scratch" if full_start is None else "fleet",
             "note": fleet.note
-            + ("; validation preferred the fit from scratch" if comparison.get("init_kept") == "scratch" else "")
             + (f"; {KEPT_AS_IS}" if full_start is not None and scored.trained.best_epoch == 0 else ""),
             "pretrained": fleet.path,
             "pretrained_sha256": fleet.sha256,
@@ -258,8 +255,8 @@ def compare_init(
 ) -> tuple[Fit, LoopSettings, dict]:
     """train.compare_init: the same fit from scratch (and with train.compare_init_seeds, each
     start's fits at the next seeds), compared with the fit from the fleet's start
-    (rnnfleet.train.start_comparison.compare_starts): (the fit validation prefers, the loop
-    settings it trained with, the comparison's metrics with init_kept its start)."""
+    (rnnfleet.train.start_comparison.compare_starts): (the fit from the fleet's start kept,
+    the loop settings it trained with, the comparison's metrics)."""
     from rnnfleet.train.start_comparison import compare_starts
 
     seeds = settings.compare_init_seeds
@@ -269,19 +266,16 @@ def compare_init(
     scratch_loops = [replace(settings.loop, seed=settings.loop.seed + number) for number in range(seeds)]
     fleet_fits = [fleet_fit] + [train_and_score(arrays, loop, fleet_start) for loop in fleet_loops[1:]]
     scratch_fits = [train_and_score(arrays, loop) for loop in scratch_loops]
-    comparison = compare_starts(arrays, fleet_fits, scratch_fits, fleet.weights, settings.model, settings.loop.seq_len)
-    metrics = comparison.metrics
+    kept, metrics = compare_starts(
+        arrays, fleet_fits, scratch_fits, fleet.weights, settings.model, settings.loop.seq_len
+    )
     log(
         f"{dataset}: validation loss from the fleet's start {metrics['init_fleet_val_loss']:.5f}, from scratch "
-        f"{metrics['init_scratch_val_loss']:.5f}: keeps the fit from "
-        f"{'the fleet' if comparison.kept_start == 'fleet' else 'scratch'}"
-        + (f" (seed {comparison.kept_number + settings.loop.seed})" if seeds > 1 else "")
+        f"{metrics['init_scratch_val_loss']:.5f}; keeps the fit from the fleet's start"
+        + (f" (seed {kept + settings.loop.seed}, its lowest validation loss)" if seeds > 1 else "")
+        + ", as train.init asks: the fleet's verdict across datasets says whether that helps"
     )
-    if comparison.kept_start == "fleet":
-        kept = fleet_fits[comparison.kept_number], fleet_loops[comparison.kept_number]
-    else:
-        kept = scratch_fits[comparison.kept_number], scratch_loops[comparison.kept_number]
-    return *kept, metrics | {"init_kept": comparison.kept_start}
+    return fleet_fits[kept], fleet_loops[kept], metrics
 
 
 def scored_metrics(dataset: str, arrays: PreparedArrays, scored: Fit, model_hparams: dict, seq_len: int) -> dict:

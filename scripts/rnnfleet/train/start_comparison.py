@@ -3,7 +3,7 @@ scratch, on the same test windows (rnnfleet.scores.start_verdicts gives the flee
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -48,28 +48,23 @@ def early_stopping_loss(fit) -> float:
     return fit.evaluated.val_loss if objective != objective else objective
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """Which fit validation keeps (its start, "fleet" or "scratch", and its seed's number
-    among that start's fits) and the comparison's metrics."""
-
-    kept_start: str
-    kept_number: int
-    metrics: dict
-
-
-def compare_starts(arrays, fleet_fits: list, scratch_fits: list, weights: dict, model_hparams: dict, seq_len: int):
-    """The comparison of one dataset's fits from the fleet's start and from scratch (each a
-    rnnfleet.train.evaluate.Fit, one per seed, the first at train.seed). The choice reads the
-    validation losses only: the fit with the lowest is kept. The test windows (the same for
-    all) give each fit's test skill; the starts' means and, with two seeds or more each, the
-    permutation test across seeds (rnnfleet.scores.start_verdicts.seeds_p_value)."""
+def compare_starts(
+    arrays, fleet_fits: list, scratch_fits: list, weights: dict, model_hparams: dict, seq_len: int
+) -> tuple[int, dict]:
+    """(the number of the fit kept, the comparison's metrics) of one dataset's fits from the
+    fleet's start and from scratch (each a rnnfleet.train.evaluate.Fit, one per seed, the
+    first at train.seed). The kept fit is one
+    from the fleet's start, as train.init asks: of its seeds, the one with the lowest
+    validation loss. A choice between the starts by one dataset's short validation part is
+    noise (docs/model.md: on a real fleet it kept scratch where the start scored higher on the
+    test periods); the fleet's verdict across datasets is the evidence for train.init. The
+    test windows (the same for all) give each fit's test skill; the starts' means and, with
+    two seeds or more each, the permutation test across seeds
+    (rnnfleet.scores.start_verdicts.seeds_p_value)."""
     from rnnfleet.scores.start_verdicts import seeds_p_value
     from rnnfleet.scores.test_period import skill
 
-    fits = [("fleet", number, fit) for number, fit in enumerate(fleet_fits)]
-    fits += [("scratch", number, fit) for number, fit in enumerate(scratch_fits)]
-    kept_start, kept_number, _ = min(fits, key=lambda entry: early_stopping_loss(entry[2]))
+    kept_number = min(range(len(fleet_fits)), key=lambda number: early_stopping_loss(fleet_fits[number]))
     first_fleet, first_scratch = fleet_fits[0], scratch_fits[0]
     metrics = {
         "init_fleet_val_loss": early_stopping_loss(first_fleet),
@@ -82,7 +77,7 @@ def compare_starts(arrays, fleet_fits: list, scratch_fits: list, weights: dict, 
         "init_seeds": len(fleet_fits),
     }
     if not len(first_fleet.evaluated.test_numbers):
-        return Comparison(kept_start, kept_number, metrics)
+        return kept_number, metrics
 
     def test_skills(start_fits: list) -> list[float]:
         return [skill(*first_horizon_losses(arrays, fit.evaluated, seq_len)) for fit in start_fits]
@@ -99,4 +94,4 @@ def compare_starts(arrays, fleet_fits: list, scratch_fits: list, weights: dict, 
     }
     if len(fleet_fits) >= 2:
         metrics["init_seeds_pvalue"] = seeds_p_value(fleet_skills, scratch_skills)
-    return Comparison(kept_start, kept_number, metrics)
+    return kept_number, metrics
