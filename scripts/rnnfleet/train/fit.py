@@ -58,6 +58,9 @@ if TYPE_CHECKING:
     from rnnfleet.train.fleet_start import FleetStart
 
 
+# train.finetune_lr null: a fit from the fleet's start learns at this share of train.lr (docs/model.md:
+# at train.lr, fine-tunes of the real fleet's short histories lost most of what the start gained).
+FINETUNE_LR_SHARE = 5
 # A fit from the fleet's start whose best epoch is 0: validation kept the weights it started from.
 KEPT_AS_IS = "best epoch 0: the pretrained weights kept unchanged"
 
@@ -75,7 +78,7 @@ class Settings:
     update: dict
     columns: dict | None = None
     loop: LoopSettings = field(init=False)  # the loop's settings (train.seq_len, lr, epochs, ...)
-    finetune_lr: float | None = field(init=False)  # a fit from the fleet's weights; None: train.lr
+    finetune_lr: float | None = field(init=False)  # a fit from the fleet's weights; None: train.lr / FINETUNE_LR_SHARE
     compare_init: bool = field(init=False)
     compare_init_seeds: int = field(init=False)  # fits per start of a comparison
     scoring: Scoring = field(
@@ -172,7 +175,7 @@ def fit_dataset(
         fingerprint = settings_sha256({"fit": fingerprint, "pretrained": fleet.sha256})
         if fleet.weights is not None:
             full_start = StartState(fleet.weights, None, 0)
-            full_loop = replace(settings.loop, lr=settings.finetune_lr or settings.loop.lr)
+            full_loop = replace(settings.loop, lr=settings.finetune_lr or settings.loop.lr / FINETUNE_LR_SHARE)
     fit_plan = plan_training(*previous, arrays, fingerprint, settings.update, evaluate)
     log(f"{dataset}: {fit_plan.label}")
 
