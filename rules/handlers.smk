@@ -106,6 +106,20 @@ onstart:
         logger.addFilter(QuietAfterErrorLine())
 
 
+def print_tune_lines():
+    """After a run that made the settings search's verdict (rules/tune.smk): the search's
+    own best, optimistic by construction, then the held-out verdict."""
+    import yaml
+
+    from rnnfleet.tune.heldout import best_line
+
+    verdict = TUNE_PATHS["verdict"]
+    if os.path.exists(verdict) and os.path.getmtime(verdict) >= RUN_STARTED:
+        with open(TUNE_PATHS["best"]) as handle:
+            print(best_line(yaml.safe_load(handle)))
+        print(Path(verdict).read_text().strip())
+
+
 # The fleet's history (tracking: in the config): once per run that trained anything.
 TRACKED = TrackedPaths(
     SUMMARY, FORECASTS, SUMMARY_HTML, SKILL_PLOT, METRICS, MODEL, PRETRAINED_LINEAGE
@@ -116,6 +130,7 @@ onsuccess:
     stop_mps_if_on()
     drop_not_done_list_if_replaced(NOT_DONE, SUMMARY)
     print_run_summary(SUMMARY, FORECASTS, METRICS, RUN_STARTED)
+    print_tune_lines()
     log_run_to_mlflow(
         config["tracking"]["mlflow"],
         config,
