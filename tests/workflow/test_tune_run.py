@@ -16,6 +16,7 @@ import yaml
 from conftest import add_datasets, planned_rules, snakemake, write_config
 
 from rnnfleet.prep.arrays_file import load_arrays, save_arrays
+from rnnfleet.train.modelfile import load_checkpoint
 
 DATASETS = ["AAA_1m", "BBB_1m", "CCC_1m", "DDD_1m"]
 ROWS = 800
@@ -135,3 +136,26 @@ def test_a_bad_tune_value_is_one_line_naming_its_key(tmp_path, tune, line):
     assert result.returncode == 1
     lines = [text for text in result.stderr.splitlines() if text.strip() and not text.startswith("Using workflow")]
     assert len(lines) == 1 and lines[0].startswith(f"invalid configuration (config.yaml): {line}"), result.stderr
+
+
+def test_tune_apply_makes_its_settings_the_trainings_params(tmp_path):
+    """tune.apply: the models re-train with best.yaml's settings, and back without it; a file
+    that is not there is one line naming the key."""
+    folder = tune_folder(tmp_path)
+    target = "models/AAA_1m.pt"
+    snakemake(folder, target)
+    assert load_checkpoint(folder / target)["model_config"]["hidden_size"] == 8  # the tests' tiny model
+    (folder / "best.yaml").write_text(yaml.safe_dump({"settings": {"model.hidden_size": 4, "train.lr": 0.002}}))
+    write_config(folder, data_dir="data", tune={**TUNE, "apply": "best.yaml"})
+    assert planned_rules(snakemake(folder, target, "-n").stdout).get("train") == 1
+    snakemake(folder, target)
+    checkpoint = load_checkpoint(folder / target)
+    assert checkpoint["model_config"]["hidden_size"] == 4 and checkpoint["train_config"]["lr"] == 0.002
+    assert planned_rules(snakemake(folder, target, "-n").stdout) == {}
+    write_config(folder, data_dir="data", tune={**TUNE, "apply": ""})
+    assert planned_rules(snakemake(folder, target, "-n").stdout).get("train") == 1
+    write_config(folder, data_dir="data", tune={**TUNE, "apply": "missing.yaml"})
+    result = snakemake(folder, target, "-n", check=False)
+    lines = [text for text in result.stderr.splitlines() if text.strip() and not text.startswith("Using workflow")]
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("invalid configuration: config key 'tune.apply' = 'missing.yaml': cannot read it")
