@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import add_datasets, planned_rules, snakemake, write_config
+from conftest import add_datasets, kill_hard, planned_rules, snakemake, start_paused_run, write_config
 
 from rnnfleet.prep.arrays_file import load_arrays, save_arrays
 from rnnfleet.train.modelfile import load_checkpoint
@@ -112,6 +112,23 @@ def test_two_workers_share_one_study(tmp_path):
     assert len(finished) == 6
     assert {row["worker"] for row in finished} == {"0", "1"}
     assert sorted(int(number) for number in numbers[0] + numbers[1]) == sorted(int(row["number"]) for row in finished)
+
+
+def test_a_killed_worker_loses_only_its_running_trial(tmp_path):
+    """Killed (SIGKILL, run and job) in its first trial's first epoch: the next run's worker
+    tells that trial FAIL, which does not count, and runs the whole budget."""
+    folder = tune_folder(tmp_path / "run")
+    snakemake(folder, *(f"prep/{name}.npz" for name in DATASETS))
+    run, job_pid = start_paused_run(folder, "epoch", "results/tune/trials.csv")
+    kill_hard(run, job_pid)
+    snakemake(folder, "results/tune/trials.csv")
+    rows = trials(folder)
+    assert [(row["number"], row["state"], row["note"]) for row in rows[:1]] == [
+        ("0", "FAIL", "its worker stopped before it ended")
+    ]
+    assert [row["number"] for row in rows if row["state"] in ("COMPLETE", "PRUNED")] == ["1", "2", "3"]
+    log = (folder / "logs/tune/worker-0.log").read_text()
+    assert "trial(s) [0] left running by a stopped worker told FAIL (not counted)" in log
 
 
 @pytest.mark.parametrize(
