@@ -331,7 +331,10 @@ def tune_search_settings():
         "space": TUNE["space"],
         "sample": TUNE_SAMPLE,
         "epochs": TUNE["epochs"],
-        "train": TUNE_BASE["train"],
+        # train.epochs aside: tune.epochs caps a trial's fits.
+        "train": {
+            key: value for key, value in TUNE_BASE["train"].items() if key != "epochs"
+        },
         "model": TUNE_BASE["model"],
     }
     return {

@@ -156,12 +156,15 @@ def test_a_bad_tune_value_is_one_line_naming_its_key(tmp_path, tune, line):
 
 
 def test_tune_apply_makes_its_settings_the_trainings_params(tmp_path):
-    """tune.apply: the models re-train with best.yaml's settings, and back without it; a file
-    that is not there is one line naming the key."""
+    """tune.apply: the models re-train with best.yaml's settings, and back without it (the other
+    tune: keys re-train nothing); a file that is not there is one line naming the key."""
     folder = tune_folder(tmp_path)
     target = "models/AAA_1m.pt"
     snakemake(folder, target)
     assert load_checkpoint(folder / target)["model_config"]["hidden_size"] == 8  # the tests' tiny model
+    # The search's own settings are no training's params.
+    other_search = 'tune={"trials": 9, "seed": 3, "epochs": 4, "workers": 2}'
+    assert planned_rules(snakemake(folder, target, "-n", "--config", other_search).stdout) == {}
     (folder / "best.yaml").write_text(yaml.safe_dump({"settings": {"model.hidden_size": 4, "train.lr": 0.002}}))
     write_config(folder, data_dir="data", tune={**TUNE, "apply": "best.yaml"})
     assert planned_rules(snakemake(folder, target, "-n").stdout).get("train") == 1
