@@ -10,6 +10,7 @@ import numpy as np
 import optuna
 import pytest
 
+from rnnfleet.errors import UserError
 from rnnfleet.scores.start_verdicts import fleet_start_verdict, paired_verdict
 from rnnfleet.tune.heldout import verdict_line
 from rnnfleet.tune.search import Budget, fail_abandoned_trials, open_study, run_worker, validation_only
@@ -101,7 +102,7 @@ def test_settings_that_fail_every_fit_stop_the_worker(tmp_path):
     def failing(trial, flat):
         raise ValueError("no validation windows")
 
-    with pytest.raises(RuntimeError, match="3 trials in a row failed; the last: no validation windows"):
+    with pytest.raises(UserError, match="3 trials in a row failed, the search stops; the last: no validation windows"):
         run_worker(journal_study(tmp_path), 0, {"model.cell": ["lstm"]}, failing, Budget(10, None), lambda line: None)
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import optuna
 
+from rnnfleet.errors import UserError
 from rnnfleet.prep.arrays import PreparedArrays
 from rnnfleet.tune.space import with_settings
 
@@ -166,7 +167,7 @@ def run_worker(
 ) -> list[dict]:
     """Ask, evaluate and tell trials until the budget is spent (see the module doc); one
     log line per trial. Returns what this worker did: {number, state, value, params} each.
-    RuntimeError after FAILURES_IN_A_ROW failed trials in a row."""
+    UserError after FAILURES_IN_A_ROW failed trials in a row."""
     started, done, failures = time.monotonic(), [], 0
     while True:
         if budget.minutes is not None and time.monotonic() - started >= budget.minutes * 60:
@@ -195,7 +196,9 @@ def run_worker(
             log(f"tune worker {worker}: trial {trial.number} failed: {error}")
             failures += 1
             if failures >= FAILURES_IN_A_ROW:
-                raise RuntimeError(f"{failures} trials in a row failed; the last: {error}") from None
+                raise UserError(
+                    f"tune: {failures} trials in a row failed, the search stops; the last: {error}"
+                ) from None
             continue
         failures = 0
         study.tell(trial, value)
