@@ -115,3 +115,33 @@ def test_the_paired_verdict_names_its_arms_and_the_fleet_start_words_are_unchang
     line = verdict_line({f"D{n}": {"chosen": 0.1, "defaults": 0.1 - n / 100} for n in range(1, 8)})
     assert line.startswith("tune (held-out datasets): the search's choice beat the defaults: better on 7 of 7")
     assert not math.isnan(paired_verdict([0.1, math.nan], "A", "B", "keep B").mean)
+
+
+@pytest.mark.slow  # matplotlib and fANOVA's forest: seconds
+def test_the_results_hold_every_trial_and_the_best_complete_one(tmp_path):
+    import csv
+
+    import yaml
+
+    from rnnfleet.tune.results import write_results
+
+    study = journal_study(tmp_path)
+    space = {"train.lr": {"low": 0.001, "high": 0.1, "log": True}, "model.hidden_size": [4, 8]}
+    run_worker(
+        study, 0, space, lambda trial, flat: flat["train.lr"] * flat["model.hidden_size"], Budget(5, None), print
+    )
+    study.ask().set_user_attr("worker", 1)  # a dead worker's, still RUNNING
+    paths = {name: str(tmp_path / f"{name}.out") for name in ("trials", "best", "page")}
+    record = write_results(study, space, {"sample": ["A"]}, paths)
+    with open(paths["trials"]) as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["state"] for row in rows] == ["COMPLETE"] * 5 + ["RUNNING"]
+    best = min(rows[:5], key=lambda row: float(row["value"]))
+    assert yaml.safe_load(open(paths["best"])) == record
+    assert record["settings"] == {
+        "train.lr": float(best["train.lr"]),
+        "model.hidden_size": int(best["model.hidden_size"]),
+    }
+    assert record["evidence"]["complete_trials"] == 5 and record["evidence"]["trials"] == 6
+    page = open(paths["page"]).read()
+    assert page.count("data:image/png;base64,") == 3 and "Setting importances" in page

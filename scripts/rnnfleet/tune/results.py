@@ -120,6 +120,7 @@ def history_chart(complete: list[optuna.trial.FrozenTrial]) -> str:
 def settings_chart(complete: list[optuna.trial.FrozenTrial], space: Mapping) -> str:
     """Trial value against each searched setting, one panel each."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     figure, panels = plt.subplots(1, len(space), figsize=(3.2 * len(space), 3), squeeze=False)
     for axes, name in zip(panels[0], space, strict=True):
@@ -133,6 +134,7 @@ def settings_chart(complete: list[optuna.trial.FrozenTrial], space: Mapping) -> 
             axes.plot(values, scores, "o")
             if space[name].get("log"):
                 axes.set_xscale("log")
+                axes.xaxis.set_minor_formatter(NullFormatter())  # the minor labels overlap
         axes.set_xlabel(name)
     panels[0][0].set_ylabel("validation loss / naive")
     return png_of(figure)
