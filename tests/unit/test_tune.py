@@ -84,6 +84,18 @@ def test_the_budget_counts_the_finished_trials_of_earlier_runs(tmp_path):
     assert run_worker(journal_study(tmp_path), 0, space, lambda *_: 0.0, Budget(3, None), lambda line: None) == []
 
 
+def test_the_minutes_stop_a_worker_after_its_running_trial(tmp_path):
+    import time
+
+    def slow(trial, flat):
+        time.sleep(0.1)
+        return 1.0
+
+    lines = []
+    done = run_worker(journal_study(tmp_path), 0, {"model.cell": ["lstm"]}, slow, Budget(100, 0.001), lines.append)
+    assert len(done) == 1 and "tune worker 0: tune.minutes (0.001) spent" in lines
+
+
 def test_a_dead_workers_trial_is_failed_by_its_successor_and_not_counted(tmp_path):
     study = journal_study(tmp_path)
     for worker in (0, 1, 2):  # each dies in its trial
