@@ -42,6 +42,7 @@ include: "rules/plots.smk"
 include: "rules/predict.smk"
 include: "rules/export.smk"
 include: "rules/inspect.smk"
+include: "rules/tune.smk"
 include: "rules/checks.smk"
 include: "rules/handlers.smk"
 

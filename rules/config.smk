@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from rnnfleet.workflow.config_check import (
+    applied_tune_settings,
     config_problems,
     config_sources,
     fill_schema_defaults,
@@ -17,7 +18,11 @@ from rnnfleet.workflow.config_check import (
     typed_as_yaml,
 )
 from rnnfleet.plugins import reference_files
-from rnnfleet.settings import preprocess_settings, train_settings
+from rnnfleet.settings import (
+    preprocess_settings,
+    train_hyper_parameters,
+    train_settings,
+)
 
 SCHEMA_PATH = str(RNNFLEET_DIR / "schemas" / "config.schema.yaml")
 
@@ -67,6 +72,27 @@ if CONFIG_PROBLEMS:
 fill_schema_defaults(config, CONFIG_SCHEMA)
 if inverted_sign_note(config):
     print(f"rnnfleet: {inverted_sign_note(config)}", file=sys.stderr)
+
+# What the settings search (rules/tune.smk) starts from and its verdict compares against:
+# the settings as configured, before tune.apply.
+TUNE_BASE = {
+    "train": train_hyper_parameters(config),
+    "model": dict(config["model"]),
+    "evaluate": dict(config["evaluate"]),
+}
+
+
+def apply_tuned_settings():
+    """tune.apply: a search's best.yaml becomes the train:/model: values, before anything
+    reads them (so they are the params of every training); a problem stops the run in one line.
+    """
+    if config["tune"]["apply"]:
+        problems = applied_tune_settings(config, CONFIG_SCHEMA)
+        if problems:
+            stop_run([f"invalid configuration: {problem}" for problem in problems])
+
+
+apply_tuned_settings()
 
 # What reading, cleaning and splitting a dataset depend on: the params of preprocess (so
 # editing one re-preprocesses) and of inspect (which reports what preprocess would do).

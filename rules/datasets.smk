@@ -284,3 +284,68 @@ def stale_not_done_list(wildcards):
     """An input of summarize only when the table written after failures must be rewritten
     although no dataset trains again (rnnfleet.workflow.after_failures)."""
     return not_done_list_if_stale(NOT_DONE, DATA_FILES, METRICS)
+
+
+# The settings search (rules/tune.smk, rnnfleet.tune, docs/tuning.md): its files, the
+# datasets it trains on (the sample) and those of its verdict (held out), and its settings.
+TUNE = config["tune"]
+TUNE_DIR = f"{PATHS['results']}/tune"
+TUNE_PATHS = {
+    "journal": f"{TUNE_DIR}/journal.log",  # the study, shared by the workers (not an output)
+    "best": f"{TUNE_DIR}/best.yaml",
+    "trials": f"{TUNE_DIR}/trials.csv",
+    "page": f"{TUNE_DIR}/tune.html",
+    "verdict": f"{TUNE_DIR}/verdict.txt",
+    "skills": f"{TUNE_DIR}/verdict.json",
+}
+TUNE_WORKER_RECORD = f"{TUNE_DIR}/workers/{{worker}}.json"
+TUNE_LOGS = f"{PATHS['logs']}/tune"
+
+
+def tune_datasets():
+    """(sample, held out) of the datasets present; a name in tune.datasets that is not one
+    stops the run in one line."""
+    from rnnfleet.tune.space import holdout_datasets, sample_datasets
+
+    for name in TUNE["datasets"]:
+        if name not in DATASETS:
+            stop_run(
+                [
+                    f"invalid configuration: config key 'tune.datasets': {no_such_dataset(name)}"
+                ]
+            )
+    sample = sample_datasets(DATASETS, TUNE["sample"], TUNE["seed"], TUNE["datasets"])
+    return sample, holdout_datasets(DATASETS, sample, TUNE["holdout"], TUNE["seed"])
+
+
+TUNE_SAMPLE, TUNE_HOLDOUT = tune_datasets()
+
+
+def tune_search_settings():
+    """What the workers and the report read: what a trial's value depends on (its hash names
+    the study), the budget and the journal. The params of the tune rules: changing one re-runs
+    them, and a larger budget continues the same study."""
+    from rnnfleet.tune.space import study_name
+
+    scored = {
+        "space": TUNE["space"],
+        "sample": TUNE_SAMPLE,
+        "epochs": TUNE["epochs"],
+        # train.epochs aside: tune.epochs caps a trial's fits.
+        "train": {
+            key: value for key, value in TUNE_BASE["train"].items() if key != "epochs"
+        },
+        "model": TUNE_BASE["model"],
+    }
+    return {
+        **scored,
+        "study": study_name(scored),
+        "journal": TUNE_PATHS["journal"],
+        "trials": TUNE["trials"],
+        "minutes": TUNE["minutes"],
+        "workers": TUNE["workers"],
+        "seed": TUNE["seed"],
+    }
+
+
+TUNE_SEARCH = tune_search_settings()

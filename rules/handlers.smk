@@ -106,6 +106,31 @@ onstart:
         logger.addFilter(QuietAfterErrorLine())
 
 
+def print_tune_lines():
+    """After a run that made the settings search's verdict (rules/tune.smk): the search's
+    own best, optimistic by construction, then the held-out verdict."""
+    import yaml
+
+    from rnnfleet.tune.heldout import best_line
+
+    verdict = TUNE_PATHS["verdict"]
+    if os.path.exists(verdict) and os.path.getmtime(verdict) >= RUN_STARTED:
+        with open(TUNE_PATHS["best"]) as handle:
+            print(best_line(yaml.safe_load(handle)))
+        print(Path(verdict).read_text().strip())
+
+
+def fleet_results_due():
+    """Whether a failed run writes the fleet's table and figures (onerror): not after a run
+    of the settings search that trains no model of the fleet (`snakemake tune`)."""
+    rules = {job.rule.name for job in workflow.dag.jobs}
+    return "train" in rules or not rules & {
+        "tune_worker",
+        "tune_report",
+        "tune_verdict",
+    }
+
+
 # The fleet's history (tracking: in the config): once per run that trained anything.
 TRACKED = TrackedPaths(
     SUMMARY, FORECASTS, SUMMARY_HTML, SKILL_PLOT, METRICS, MODEL, PRETRAINED_LINEAGE
@@ -116,6 +141,7 @@ onsuccess:
     stop_mps_if_on()
     drop_not_done_list_if_replaced(NOT_DONE, SUMMARY)
     print_run_summary(SUMMARY, FORECASTS, METRICS, RUN_STARTED)
+    print_tune_lines()
     log_run_to_mlflow(
         config["tracking"]["mlflow"],
         config,
@@ -133,27 +159,28 @@ onsuccess:
 onerror:
     hold_off_stop_signals()
     stop_mps_if_on()
-    write_results_after_failures(
-        DATASETS,
-        {step: log_path(step) for step in ("preprocess", "train", "predict")},
-        METRICS,
-        MODEL,
-        ResultPaths(
-            table=SUMMARY,
-            table_html=SUMMARY_HTML,
-            skill_plot=SKILL_PLOT,
-            coverage_plot=COVERAGE_PLOT,
-            loss_curves=LOSS_CURVES,
-            not_done=NOT_DONE,
-            start_template=START_TEMPLATE,
-            start_page=START_PAGE,
-            forecasts=FORECASTS,
-        ),
-        fleet=config["fleet"],
-        quality_thresholds=config["quality"],
-        dataset_quality=DATASET_QUALITY,
-        unpublished=lambda paths: forget_records(workflow.persistence, paths),
-    )
+    if fleet_results_due():
+        write_results_after_failures(
+            DATASETS,
+            {step: log_path(step) for step in ("preprocess", "train", "predict")},
+            METRICS,
+            MODEL,
+            ResultPaths(
+                table=SUMMARY,
+                table_html=SUMMARY_HTML,
+                skill_plot=SKILL_PLOT,
+                coverage_plot=COVERAGE_PLOT,
+                loss_curves=LOSS_CURVES,
+                not_done=NOT_DONE,
+                start_template=START_TEMPLATE,
+                start_page=START_PAGE,
+                forecasts=FORECASTS,
+            ),
+            fleet=config["fleet"],
+            quality_thresholds=config["quality"],
+            dataset_quality=DATASET_QUALITY,
+            unpublished=lambda paths: forget_records(workflow.persistence, paths),
+        )
     log_run_to_mlflow(
         config["tracking"]["mlflow"],
         config,

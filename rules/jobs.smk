@@ -1,5 +1,5 @@
-# The job command: how the per-dataset rules (preprocess, train, predict, export_onnx) and
-# pretrain hand their jobs to the job runner
+# The job command: how the per-dataset rules (preprocess, train, predict, export_onnx),
+# pretrain and the settings search's (tune_worker, tune_report, tune_verdict) hand their jobs to the job runner
 # (scripts/job.py -> rnnfleet.runner.job_client -> a warm worker or the job's own process
 # -> rnnfleet.runner.jobs), the settings files they read, their resources.
 import json
@@ -60,6 +60,19 @@ def job_settings(settings_config):
             "settings": pretrain_settings_of(config),
             "device": config["train"]["device"],
             "warm_workers": config["train"]["warm_workers"],
+        },
+        # The settings search (rules/tune.smk): run-wide jobs of minutes to hours, in their
+        # own processes (a warm worker saves seconds of imports, nothing here).
+        "tune_worker": {
+            "search": TUNE_SEARCH,
+            "device": config["train"]["device"],
+            "warm_workers": False,
+        },
+        "tune_report": {"search": TUNE_SEARCH, "warm_workers": False},
+        "tune_verdict": {
+            "defaults": TUNE_BASE,
+            "device": config["train"]["device"],
+            "warm_workers": False,
         },
     }
 

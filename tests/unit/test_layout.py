@@ -53,7 +53,7 @@ def reached_from(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 # The core's stage folders, in the order data flows.
-CORE_STAGES = ("bars", "prep", "train", "scores", "forecast", "report")
+CORE_STAGES = ("bars", "prep", "train", "scores", "forecast", "report", "tune")
 
 
 def core_modules() -> list[Path]:
@@ -197,7 +197,7 @@ def test_rule_files_hold_rules_and_the_helper_files_hold_the_python():
         path.name: [] for path in rule_files
     }
     commands = {path.name: path.read_text().count("job_command(") for path in rule_files}
-    runs_a_job = {"preprocess.smk", "pretrain.smk", "train.smk", "predict.smk", "export.smk"}
+    runs_a_job = {"preprocess.smk", "pretrain.smk", "train.smk", "predict.smk", "export.smk", "tune.smk"}
     assert {name for name, count in commands.items() if count} == runs_a_job
     assert "JOB_CLIENT" not in "".join(path.read_text() for path in rule_files)
 

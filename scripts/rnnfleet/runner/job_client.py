@@ -1,4 +1,4 @@
-"""The process Snakemake starts for each preprocess, train, pretrain, predict and export job
+"""The process Snakemake starts for each preprocess, train, pretrain, predict, export and tune job
 (scripts/job.py).
 
 What it promises:
@@ -43,6 +43,9 @@ JOBS = {
     "pretrain": ("rnnfleet.runner.jobs:pretrain_job", False),
     "predict": ("rnnfleet.runner.jobs:predict_job", False),
     "export": ("rnnfleet.runner.jobs:export_job", False),
+    "tune_worker": ("rnnfleet.runner.jobs:tune_worker_job", False),
+    "tune_report": ("rnnfleet.runner.jobs:tune_report_job", False),
+    "tune_verdict": ("rnnfleet.runner.jobs:tune_verdict_job", False),
 }
 
 
@@ -74,7 +77,7 @@ def write_settings(settings: dict) -> Path:
     return path
 
 
-USAGE = "usage: scripts/job.py {preprocess,train,pretrain,predict,export} --log LOG --settings SETTINGS [--text NAME VALUE]... [--value NAME JSON]..."
+USAGE = "usage: scripts/job.py {preprocess,train,pretrain,predict,export,tune_worker,tune_report,tune_verdict} --log LOG --settings SETTINGS [--text NAME VALUE]... [--value NAME JSON]..."
 # Option -> the number of words that follow it. The command is rules/jobs.smk's
 # (job_command); a hand-written reader, because importing argparse (and the shutil it pulls
 # in) would add to every job's start.

@@ -328,3 +328,109 @@ def pretrain_job(
             release_gpu_memory(claimed)
             gpu_slot.release()
         log(f"pretrain: -> {model_path} (cutoff {lineage['cutoff']})")
+
+
+# ---- the settings search (rules/tune.smk, rnnfleet.tune) ----------------------------------------
+
+
+def dataset_arrays(arrays_json: str) -> dict[str, str]:
+    """{dataset: its array file} of a JSON list of prep/<dataset>.npz paths."""
+    return {Path(path).stem: path for path in json.loads(arrays_json)}
+
+
+def tune_worker_job(
+    worker: int, search: dict, arrays_json: str, record_path: str, device: str, threads: int, gpu_mem_gb: int
+) -> None:
+    """The tune_worker rule's job: trials of the shared study (rnnfleet.tune.search.run_worker)
+    on the sample's arrays cut at their validation end, until the budget is spent; what it
+    did in record_path (JSON), written atomically at the end."""
+    from rnnfleet.tune.search import (
+        Budget,
+        fail_abandoned_trials,
+        make_objective,
+        open_study,
+        run_worker,
+        seeded_sampler,
+        spent_before,
+        validation_only,
+    )
+
+    with run_job_guard(f"tune worker {worker}", gpu_mem_gb=gpu_mem_gb):
+        paths = dataset_arrays(arrays_json)
+        if not paths:
+            raise UserError("tune: no dataset to search on (tune.sample, tune.datasets)")
+        configure_threads(threads)
+        claimed, gpu_slot = claim_device(device, gpu_mem_gb)
+        cap_gpu_memory(claimed, gpu_mem_gb)
+        log(
+            f"tune worker {worker}: on {claimed} with {threads} thread(s), study {search['study']}, {len(paths)} dataset(s)"
+        )
+        try:
+            # Loaded whole, then cut: nothing from the validation end on reaches a fit.
+            datasets = {name: validation_only(load_arrays(path)) for name, path in paths.items()}
+            Path(search["journal"]).parent.mkdir(parents=True, exist_ok=True)
+            study = open_study(search["journal"], search["study"])
+            failed = fail_abandoned_trials(study, worker, search["workers"])
+            if failed:
+                log(f"tune worker {worker}: trial(s) {failed} left running by a stopped worker told FAIL (not counted)")
+            sampler = seeded_sampler(search["seed"], worker, spent_before(study))
+            study = open_study(search["journal"], search["study"], sampler)
+            objective = make_objective(datasets, search["train"], search["model"], search["epochs"], claimed, log)
+            budget = Budget(search["trials"], search["minutes"])
+            done = run_worker(study, worker, search["space"], objective, budget, log)
+        finally:
+            release_gpu_memory(claimed)
+            gpu_slot.release()
+        write_json({"worker": worker, "study": search["study"], "trials": done}, record_path)
+
+
+def tune_report_job(search: dict, trials_path: str, best_path: str, page_path: str) -> None:
+    """The tune_report rule's job: trials.csv, best.yaml and tune.html of the study
+    (rnnfleet.tune.results), and the best-of-N line in the log."""
+    from rnnfleet.tune.heldout import best_line
+    from rnnfleet.tune.results import write_results
+    from rnnfleet.tune.search import open_study
+
+    with run_job_guard("tune report"):
+        study = open_study(search["journal"], search["study"])
+        evidence = {"sample": search["sample"], "epochs": search["epochs"], "space": search["space"]}
+        paths = {"trials": trials_path, "best": best_path, "page": page_path}
+        log(best_line(write_results(study, search["space"], evidence, paths)))
+
+
+def tune_verdict_job(
+    defaults: dict,
+    best_path: str,
+    arrays_json: str,
+    verdict_path: str,
+    skills_path: str,
+    device: str,
+    threads: int,
+    gpu_mem_gb: int,
+) -> None:
+    """The tune_verdict rule's job: best.yaml's settings and the defaults trained on the
+    held-out datasets and compared on their test periods (rnnfleet.tune.heldout); the
+    verdict line in verdict_path, the per-dataset test skills in skills_path."""
+    import yaml
+
+    from rnnfleet.atomic_files import atomic_write
+    from rnnfleet.tune.heldout import held_out_comparison
+
+    with run_job_guard("tune verdict", gpu_mem_gb=gpu_mem_gb):
+        with open(best_path) as handle:
+            chosen = yaml.safe_load(handle)["settings"]
+        configure_threads(threads)
+        claimed, gpu_slot = claim_device(device, gpu_mem_gb)
+        cap_gpu_memory(claimed, gpu_mem_gb)
+        try:
+            loaders = {
+                name: (lambda path=path: load_arrays(path)) for name, path in dataset_arrays(arrays_json).items()
+            }
+            result = held_out_comparison(loaders, chosen, defaults, claimed, log)
+        finally:
+            release_gpu_memory(claimed)
+            gpu_slot.release()
+        write_json(result, skills_path)
+        with atomic_write(verdict_path) as handle:
+            handle.write((result["line"] + "\n").encode())
+        log(result["line"])

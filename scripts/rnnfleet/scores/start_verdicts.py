@@ -75,6 +75,16 @@ def sign_test_p_value(better: int, worse: int) -> float:
 def fleet_start_verdict(differences: list[float], alpha: float = 0.05, seed: int = 0) -> StartVerdict:
     """The fleet's verdict (see the module doc) of the datasets' paired differences of test
     skill, the fit from the fleet's start less the fit from scratch (NaN left out)."""
+    return paired_verdict(differences, "the fleet's start", "scratch", "train from scratch", alpha, seed)
+
+
+def paired_verdict(
+    differences: list[float], arm: str, other: str, advice: str, alpha: float = 0.05, seed: int = 0
+) -> StartVerdict:
+    """The verdict of `arm` against `other` from the datasets' paired differences of test
+    skill (arm less other, NaN left out): a two-sided exact sign test and the mean's 95%
+    bootstrap interval; fewer than FEWEST_DATASETS cannot tell. `advice` ends the words
+    when the arm is not better (e.g. "train from scratch")."""
     values = np.array([value for value in differences if not math.isnan(value)], dtype=np.float64)
     better, worse = int((values > 0).sum()), int((values < 0).sum())
     if not len(values):
@@ -86,13 +96,11 @@ def fleet_start_verdict(differences: list[float], alpha: float = 0.05, seed: int
     if len(values) < FEWEST_DATASETS:
         words = f"too few datasets to tell ({len(values)}, fewer than {FEWEST_DATASETS}): {counted}"
     elif p_value <= alpha and mean > 0:
-        words = f"the fleet's start beat scratch: {counted} (sign test p {p_value:.3g})"
+        words = f"{arm} beat {other}: {counted} (sign test p {p_value:.3g})"
     elif p_value <= alpha and mean < 0:
-        words = f"the fleet's start was worse than scratch: {counted} (sign test p {p_value:.3g}): train from scratch"
+        words = f"{arm} was worse than {other}: {counted} (sign test p {p_value:.3g}): {advice}"
     else:
-        words = (
-            f"the fleet's start is no better than scratch: {counted} (sign test p {p_value:.3g}): train from scratch"
-        )
+        words = f"{arm} is no better than {other}: {counted} (sign test p {p_value:.3g}): {advice}"
     return StartVerdict(len(values), better, worse, mean, low, high, p_value, words)
 
 

@@ -68,7 +68,41 @@ def config_problems(config: dict, schema: dict) -> list[str]:
     problems.update(timezone_problems(config))
     problems.update(split_problems(config, schema))
     problems.update(quantile_problems(config))
+    problems.update(tune_problems(config))
     return sorted(problems)
+
+
+def tune_problems(config: dict) -> list[str]:
+    """tune.space, where given, holds settings a search can draw (rnnfleet.tune.space)."""
+    from rnnfleet.tune.space import space_problems
+
+    tune = config.get("tune") if isinstance(config.get("tune"), dict) else {}
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    return space_problems(tune["space"], model) if "space" in tune else []
+
+
+def applied_tune_settings(config: dict, schema: dict) -> list[str]:
+    """With tune.apply, the settings of that best.yaml set into config's train: and model:
+    sections (config complete: defaults filled in); the problems, one line each naming
+    tune.apply, or those of the settings as config keys ([]: applied)."""
+    import yaml
+
+    from rnnfleet.tune.space import is_searchable, searchable_keys, split_settings
+
+    path = config["tune"]["apply"]
+    where = f"config key 'tune.apply' = {path!r}"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            settings = (yaml.safe_load(handle) or {}).get("settings")
+    except (OSError, yaml.YAMLError, AttributeError) as error:
+        return [f"{where}: cannot read it ({one_line_error(error)})"]
+    allowed = searchable_keys(config["model"])
+    if not isinstance(settings, dict) or not settings or not all(is_searchable(name, allowed) for name in settings):
+        keys = ", ".join(allowed) if allowed else "train.<key>, model.<key>"
+        return [f"{where}: its `settings` must map some of {keys} to values, not {settings!r}"]
+    for section, values in split_settings(settings).items():
+        config[section].update(values)
+    return [f"{problem} (from tune.apply {path})" for problem in config_problems(config, schema)]
 
 
 def quantile_problems(config: dict) -> list[str]:
