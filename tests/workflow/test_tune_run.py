@@ -9,11 +9,20 @@ import csv
 import json
 import re
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import add_datasets, kill_hard, planned_rules, snakemake, start_paused_run, write_config
+from conftest import (
+    add_datasets,
+    kill_hard,
+    most_at_once,
+    planned_rules,
+    snakemake,
+    start_paused_run,
+    write_config,
+)
 
 from rnnfleet.prep.arrays_file import load_arrays, save_arrays
 from rnnfleet.train.modelfile import load_checkpoint
@@ -112,6 +121,19 @@ def test_two_workers_share_one_study(tmp_path):
     assert len(finished) == 6
     assert {row["worker"] for row in finished} == {"0", "1"}
     assert sorted(int(number) for number in numbers[0] + numbers[1]) == sorted(int(row["number"]) for row in finished)
+
+
+@pytest.mark.parametrize("budget, expected", [(2, lambda peak: peak == 1), (4, lambda peak: peak == 2)])
+def test_gpu_mem_bounds_the_trials_at_once(tmp_path, budget, expected):
+    """Two workers of gpu_mem 2 each: --resources gpu_mem=2 runs one at a time, 4 both."""
+    folder = tune_folder(tmp_path, workers=2, trials=4)
+    snakemake(folder, "--until", "preprocess")  # both workers ready at once
+    snakemake(folder, "results/tune/trials.csv", "--cores", "4", "--resources", f"gpu_mem={budget}")
+    intervals = []
+    for row in trials(folder):
+        started = datetime.fromisoformat(row["started"]).timestamp()
+        intervals.append((started, started + float(row["seconds"])))
+    assert expected(most_at_once(intervals)), intervals
 
 
 def test_a_killed_worker_loses_only_its_running_trial(tmp_path):

@@ -26,12 +26,12 @@ from rnnfleet.tune.heldout import best_line
 from rnnfleet.tune.search import SKIPPED_ATTR, WORKER_ATTR
 
 MIN_FOR_IMPORTANCE = 4
-FIXED_COLUMNS = ("number", "state", "value", "worker", "note")
+FIXED_COLUMNS = ("number", "state", "value", "worker", "started", "seconds", "note")
 
 
 def trial_rows(study: optuna.Study, space: Mapping) -> list[dict]:
-    """One row per trial: number, state, value (empty unless COMPLETE), worker, why it
-    failed, and its settings, by trial number."""
+    """One row per trial: number, state, value (empty unless COMPLETE), worker, when it
+    started (UTC, ISO) and how long it ran, why it failed, and its settings, by trial number."""
     rows = []
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda trial: trial.number):
         note = trial.user_attrs.get(SKIPPED_ATTR, "")
@@ -43,6 +43,8 @@ def trial_rows(study: optuna.Study, space: Mapping) -> list[dict]:
                 "state": trial.state.name,
                 "value": trial.value if trial.state == optuna.trial.TrialState.COMPLETE else "",
                 "worker": trial.user_attrs.get(WORKER_ATTR, ""),
+                "started": trial.datetime_start.isoformat() if trial.datetime_start else "",
+                "seconds": trial.duration.total_seconds() if trial.duration is not None else "",
                 "note": note,
                 **{name: trial.params.get(name, "") for name in space},
             }
