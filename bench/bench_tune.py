@@ -1,0 +1,142 @@
+"""`snakemake tune` on generated fleets: does the search find settings that beat the defaults
+on datasets it never trained on where there is something to find, and does its verdict say
+"no better" where there is nothing?
+
+- `lagged`: every dataset's returns repeat, in part, the return LAG bars before
+  (x_t = 0.6 x_{t-LAG} + noise, each dataset its own scale), with LAG longer than the
+  defaults' window (the config below: seq_len 30): the defaults cannot see it, a longer
+  window can;
+- `noise`: independent returns: no setting can beat the baseline but by luck.
+
+    .venv/bin/python bench/bench_tune.py --fleet lagged
+    .venv/bin/python bench/bench_tune.py --fleet noise --seeds 3
+
+Per fleet and seed, the bars in a fresh folder, a config.yaml (an LSTM 1x16, seq_len 30, at
+most 8 epochs, patience 2, lr 1e-3: "the defaults" here) with a `tune:` section (space:
+train.seq_len in [15, 30, 60] and train.lr in [3e-4, 3e-3] log-scaled; --trials trials on
+--sample sample datasets, the others held out), then the real `snakemake tune --cores
+<cores>`: the verdict line, the held-out datasets' mean test skill with the chosen settings
+and with the defaults, the chosen settings, and the run's wall time (the preprocessing, the search and the verdict).
+Appends one JSON line to
+<out>/tune.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent / "scripts"))
+
+LAG = 45
+MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
+TRAIN = {"seq_len": 30, "batch_size": 128, "epochs": 8, "lr": 1e-3, "patience": 2, "seed": 0, "threads": 1}
+SPACE = {"train.seq_len": [15, 30, 60], "train.lr": {"low": 3e-4, "high": 3e-3, "log": True}}
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fleet", choices=("lagged", "noise"), default="lagged")
+    parser.add_argument("--datasets", type=int, default=12)
+    parser.add_argument("--sample", type=int, default=4)
+    parser.add_argument("--rows", type=int, default=4000)
+    parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--seeds", type=int, default=1, help="fleets drawn with seeds 0 .. N-1")
+    parser.add_argument("--cores", type=int, default=os.cpu_count())
+    parser.add_argument("--out", default=str(BENCH / "out"))
+    return parser.parse_args()
+
+
+def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator) -> list[np.ndarray]:
+    fleet = []
+    for _ in range(datasets):
+        shocks = rng.normal(0, 1, rows)
+        x = shocks.copy()
+        if kind == "lagged":
+            for t in range(LAG, rows):
+                x[t] = 0.6 * x[t - LAG] + shocks[t]
+        fleet.append(rng.uniform(0.5, 2.0) * 1e-3 * x)
+    return fleet
+
+
+def one_search(kind: str, seed: int, args, folder: Path) -> dict:
+    from rnnfleet.synthetic import write_bars_of_returns
+
+    rng = np.random.default_rng(seed)
+    (folder / "data").mkdir(parents=True)
+    for number, returns in enumerate(fleet_returns(kind, args.datasets, args.rows, rng)):
+        write_bars_of_returns(folder / "data" / f"{kind}{number:02d}_1m.csv", returns, rng, decimals=8)
+    tune = {
+        "space": SPACE,
+        "trials": args.trials,
+        "sample": args.sample,
+        "holdout": args.datasets - args.sample,
+        "epochs": TRAIN["epochs"],
+        "seed": seed,
+    }
+    config = {"data_dir": "data", "pattern": "*.csv", "model": MODEL, "train": TRAIN, "tune": tune}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    started = time.perf_counter()
+    snakemake_tune(folder, args.cores)
+    seconds = time.perf_counter() - started
+    skills = json.loads((folder / "results/tune/verdict.json").read_text())["skills"]
+    best = yaml.safe_load((folder / "results/tune/best.yaml").read_text())
+    return {
+        "fleet": kind,
+        "seed": seed,
+        "verdict": (folder / "results/tune/verdict.txt").read_text().strip(),
+        "chosen": best["settings"],
+        "best_value": best["evidence"]["best_value"],
+        "held_out": len(skills),
+        "chosen_mean_test_skill": statistics.mean(entry["chosen"] for entry in skills.values()),
+        "defaults_mean_test_skill": statistics.mean(entry["defaults"] for entry in skills.values()),
+        "better": sum(entry["chosen"] > entry["defaults"] for entry in skills.values()),
+        "seconds": seconds,
+    }
+
+
+def snakemake_tune(folder: Path, cores: int) -> None:
+    import subprocess
+
+    command = [sys.executable, "-m", "snakemake", "-s", str(BENCH.parent / "Snakefile"), "--cores", str(cores), "tune"]
+    result = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"snakemake tune in {folder} failed:\n{result.stderr[-3000:]}")
+
+
+def main() -> None:
+    args = parse_args()
+    from bench_update import append_record
+
+    results = []
+    for seed in range(args.seeds):
+        with tempfile.TemporaryDirectory() as folder:
+            result = one_search(args.fleet, seed, args, Path(folder) / "fleet")
+        results.append(result)
+        gain = result["chosen_mean_test_skill"] - result["defaults_mean_test_skill"]
+        print(
+            f"{args.fleet} seed {seed}, {args.datasets} x {args.rows} bars, {args.trials} trials on {args.sample}: "
+            f"chose {result['chosen']} (best of {args.trials}: {result['best_value']:.4f}); held-out mean test skill "
+            f"chosen {result['chosen_mean_test_skill']:+.4f}, defaults {result['defaults_mean_test_skill']:+.4f} "
+            f"({gain:+.4f}, better on {result['better']} of {result['held_out']}); {result['verdict']}; "
+            f"snakemake tune {result['seconds']:.0f}s",
+            flush=True,
+        )
+    if args.fleet == "noise":
+        kept = sum(" beat " not in result["verdict"] for result in results)
+        print(f"noise: the verdict says no better than the defaults in {kept} of {len(results)} seeds")
+    append_record(args.out, "tune", {"at": time.time(), "fleet": args.fleet, "results": results})
+
+
+if __name__ == "__main__":
+    main()
