@@ -44,6 +44,8 @@ def job_settings(settings_config):
             "update": settings_config["update"],
             "device": config["train"]["device"],
             "warm_workers": config["train"]["warm_workers"],
+            # tune.apply: the best.yaml the settings came from (recorded, not a param)
+            "tuned_from": config["tune"].get("applied"),
         },
         "predict": {
             **read_params,

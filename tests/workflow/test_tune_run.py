@@ -6,6 +6,7 @@ the test period never reaches a trial's value; the held-out verdict names its co
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import re
 from dataclasses import replace
@@ -203,6 +204,14 @@ def test_tune_apply_makes_its_settings_the_trainings_params(tmp_path):
     snakemake(folder, target)
     checkpoint = load_checkpoint(folder / target)
     assert checkpoint["model_config"]["hidden_size"] == 4 and checkpoint["train_config"]["lr"] == 0.002
+    # The model records where its settings came from.
+    tuned_from = json.loads((folder / "metrics/AAA_1m.json").read_text())["tuned_from"]
+    digest = hashlib.sha256((folder / "best.yaml").read_bytes()).hexdigest()
+    assert tuned_from == {
+        "file": "best.yaml",
+        "sha256": digest,
+        "settings": {"model.hidden_size": 4, "train.lr": 0.002},
+    }
     assert planned_rules(snakemake(folder, target, "-n").stdout) == {}
     write_config(folder, data_dir="data", tune={**TUNE, "apply": ""})
     assert planned_rules(snakemake(folder, target, "-n").stdout).get("train") == 1

@@ -123,6 +123,7 @@ def train_job(
     evaluate: dict,
     update: dict,
     columns: dict | None = None,
+    tuned_from: dict | None = None,
     **job,
 ) -> None:
     """train_one on `device` (train.device: a run-time setting, not a hyper-parameter) for
@@ -149,7 +150,7 @@ def train_job(
             raise_injected_out_of_memory(attempt)
             raise_injected_train_crash(dataset)
             # The model file stays at its path until the new one is renamed over it.
-            train_one(**job, settings=settings, previous_model=job["model_path"])
+            train_one(**job, settings=settings, previous_model=job["model_path"], tuned_from=tuned_from)
     except SystemExit:
         sys.stderr.flush()
         EARLIER_ATTEMPTS_DIR.mkdir(parents=True, exist_ok=True)
@@ -243,6 +244,7 @@ def train_one(
     previous_model: str | None = None,
     pretrained_path: str | None = None,
     pretrain_log_path: str | None = None,
+    tuned_from: dict | None = None,
 ) -> dict:
     """The train job: arrays in; model file and metrics JSON out (each written atomically),
     fitted by rnnfleet.train.fit.fit_dataset on the device this job claims; previous_model: the model file this job replaces;
@@ -267,6 +269,8 @@ def train_one(
     facts |= job_process()
     facts |= {"startup_seconds": startup_seconds, "process_started_at": process_started_at}
     facts["load_seconds"] = time.perf_counter() - load_started
+    if tuned_from:  # tune.apply: the search's file these settings came from (rnnfleet.tune)
+        facts["tuned_from"] = tuned_from
     try:
         fleet = None
         if pretrained_path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import math
 import re
 import sys
@@ -102,7 +103,15 @@ def applied_tune_settings(config: dict, schema: dict) -> list[str]:
         return [f"{where}: its `settings` must map some of {keys} to values, not {settings!r}"]
     for section, values in split_settings(settings).items():
         config[section].update(values)
-    return [f"{problem} (from tune.apply {path})" for problem in config_problems(config, schema)]
+    problems = [f"{problem} (from tune.apply {path})" for problem in config_problems(config, schema)]
+    if not problems:  # where the trainings' settings came from, for their metrics (not a config key)
+        with open(path, "rb") as handle:
+            config["tune"]["applied"] = {
+                "file": str(path),
+                "sha256": hashlib.sha256(handle.read()).hexdigest(),
+                "settings": settings,
+            }
+    return problems
 
 
 def quantile_problems(config: dict) -> list[str]:
