@@ -463,3 +463,21 @@ def test_removing_a_dataset_re_runs_neither_the_pretraining_nor_any_model(fleet_
     # The next forced pretraining serves the datasets present then.
     snakemake(folder, "--forcerun", "pretrain")
     assert json.loads((folder / "models/.fleet/pretrained.json").read_text())["datasets"] == sorted(kept)
+
+
+def test_a_fine_tune_that_keeps_the_pretrained_weights_says_so(fleet_run, tmp_path):
+    """A fine-tune whose learning rate moves nothing: no epoch beats the weights it started
+    from (best epoch 0), and its log, init_note and init_fleet_best_epoch say so."""
+    folder = copy_of_run(fleet_run[0], tmp_path)
+    untracked(folder)
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    config["train"]["finetune_lr"] = 1e-12
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    snakemake(folder)
+    table = summary_by_dataset(folder)
+    started = [name for name in FLEET if table[name]["init"] == "fleet"]
+    assert started
+    for name in started:
+        said = "best epoch 0: the pretrained weights kept unchanged"
+        assert f"{name}: {said}" in (folder / f"logs/train/{name}.log").read_text()
+        assert said in table[name]["init_note"] and table[name]["init_fleet_best_epoch"] == "0"
