@@ -159,11 +159,11 @@ def report_changed_settings(dag):
         if job.rule.name == "train" and compares_init(job.wildcards.dataset)
     ]
     if comparing:
-        seeds = max(settings_of_compare(job.wildcards.dataset) for job in comparing)
+        seeds = max(compare_seeds(job.wildcards.dataset) for job in comparing)
         logger.info(compare_init_note(len(comparing), seeds))
 
 
-def settings_of_compare(dataset):
+def compare_seeds(dataset):
     """The dataset's train.compare_init_seeds."""
     return DATASET_CONFIGS.get(dataset, config)["train"]["compare_init_seeds"]
 

@@ -197,7 +197,7 @@ def fit_dataset(
         scored = train_and_score(arrays, full_loop, full_start)
         if full_start is not None and settings.compare_init:
             scored, full_loop, comparison = compare_init(
-                dataset, arrays, scored, full_loop, fleet, settings, train_and_score
+                dataset, arrays, scored, full_loop, full_start, settings, train_and_score
             )
         if full_start is not None and scored.trained.best_epoch == 0:
             log(f"{dataset}: {KEPT_AS_IS}")
@@ -252,7 +252,7 @@ def compare_init(
     arrays: PreparedArrays,
     fleet_fit: Fit,
     fleet_loop: LoopSettings,
-    fleet: FleetStart,
+    fleet_start: StartState,
     settings: Settings,
     train_and_score,
 ) -> tuple[Fit, LoopSettings, dict]:
@@ -264,13 +264,12 @@ def compare_init(
 
     seeds = settings.compare_init_seeds
     log(f"{dataset}: train.compare_init: the same fit from scratch, to compare ({seeds} seed(s) each)")
-    fleet_start = StartState(fleet.weights, None, 0)
     fleet_loops = [replace(fleet_loop, seed=fleet_loop.seed + number) for number in range(seeds)]
     scratch_loops = [replace(settings.loop, seed=settings.loop.seed + number) for number in range(seeds)]
     fleet_fits = [fleet_fit] + [train_and_score(arrays, loop, fleet_start) for loop in fleet_loops[1:]]
     scratch_fits = [train_and_score(arrays, loop) for loop in scratch_loops]
     kept, metrics = compare_starts(
-        arrays, fleet_fits, scratch_fits, fleet.weights, settings.model, settings.loop.seq_len
+        arrays, fleet_fits, scratch_fits, fleet_start.weights, settings.model, settings.loop.seq_len
     )
     log(
         f"{dataset}: validation loss from the fleet's start {metrics['init_fleet_val_loss']:.5f}, from scratch "

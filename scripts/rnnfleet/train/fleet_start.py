@@ -114,14 +114,18 @@ def fleet_start(path: str, arrays, model_hparams: dict, train_hparams: dict) -> 
     doc), with the one line its log and table give. A dataset whose validation starts before
     the pretraining's cutoff trains from scratch without the model file being read (its
     lineage beside it says the cutoff): a damaged file fails only the fits that need it."""
-    lineage = read_lineage(path)
+    lineage, contents, sha256 = read_lineage(path), None, ""
+    if lineage is None:  # no JSON beside it: the model file's own lineage says the cutoff
+        contents, sha256 = checked_pretrained(path, None)
+        lineage = contents["lineage"]
+    coverage = coverage_text(lineage)
     own_start = int(arrays.row_times[arrays.train_end]) if len(arrays.row_times) > arrays.train_end else None
-    if lineage is not None and own_start is not None and own_start < int(lineage["cutoff_ns"]):
+    if own_start is not None and own_start < int(lineage["cutoff_ns"]):
         return FleetStart(
-            None, lineage.get("sha256", ""), str(Path(path)), before_cutoff(own_start, lineage), coverage_text(lineage)
+            None, sha256 or lineage.get("sha256", ""), str(Path(path)), before_cutoff(own_start, lineage), coverage
         )
-    contents, sha256 = checked_pretrained(path, lineage)
-    lineage = contents["lineage"]
+    if contents is None:
+        contents, sha256 = checked_pretrained(path, lineage)
     wanted = {key: value for key, value in train_hparams.items() if key not in (*START_KEYS, "device")}
     differs = [
         what
@@ -134,11 +138,8 @@ def fleet_start(path: str, arrays, model_hparams: dict, train_hparams: dict) -> 
         )
         if json.dumps(mine, sort_keys=True, default=str) != json.dumps(theirs, sort_keys=True, default=str)
     ]
-    coverage = coverage_text(lineage)
     if own_start is None:
         note = "from scratch: its array file records no bar times to check the pretraining's cutoff against"
-    elif own_start < int(lineage["cutoff_ns"]):
-        note = before_cutoff(own_start, lineage)
     elif differs:
         note = f"from scratch: its {', '.join(differs)} differ from the fleet's pretrained model's"
     else:
