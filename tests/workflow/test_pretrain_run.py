@@ -481,3 +481,15 @@ def test_a_fine_tune_that_keeps_the_pretrained_weights_says_so(fleet_run, tmp_pa
         said = "best epoch 0: the pretrained weights kept unchanged"
         assert f"{name}: {said}" in (folder / f"logs/train/{name}.log").read_text()
         assert said in table[name]["init_note"] and table[name]["init_fleet_best_epoch"] == "0"
+
+
+def test_compare_init_seeds_from_the_command_line(fleet_run, tmp_path):
+    """train.compare_init_seeds as --config hands it over (text): the run's compare_init line
+    counts its fits, and a value below 1 is one line naming the key."""
+    folder = copy_of_run(fleet_run[0], tmp_path)
+    untracked(folder)
+    dry_run = snakemake(folder, "-n", "--config", 'train={"compare_init_seeds": "3"}')
+    assert planned_rules(dry_run.stdout)["train"] == len(FLEET)  # a train setting: every model
+    assert "is trained 6 times (3 seeds a start)" in dry_run.stdout + dry_run.stderr
+    bad = snakemake(folder, "-n", "--config", 'train={"compare_init_seeds": "0"}', check=False)
+    assert bad.returncode != 0 and "config key 'train.compare_init_seeds' = 0 is not allowed" in bad.stderr
