@@ -44,12 +44,16 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rnnfleet.synthetic import write_bars_of_returns
+
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "scripts"))
 
 MODEL = {"cell": "lstm", "hidden_size": 16, "num_layers": 1, "dropout": 0.0}
 TRAIN = {"seq_len": 30, "batch_size": 128, "epochs": 8, "lr": 0.1, "patience": 2, "seed": 0, "threads": 1}
 SPACE = {"train.lr": {"low": 1e-4, "high": 1e-1, "log": True}, "train.seq_len": [15, 30]}
+# --fleet momentum: the repo's model (LSTM 2x64, dropout 0.1) at the bench's learning rate.
+MOMENTUM_MODEL = yaml.safe_load((BENCH.parent / "config.yaml").read_text())["model"]
 
 
 def parse_args():
@@ -59,21 +63,25 @@ def parse_args():
     parser.add_argument("--datasets", type=int, default=12)
     parser.add_argument("--sample", type=int, default=4)
     parser.add_argument("--rows", type=int, default=4000)
+    parser.add_argument("--momentum", type=float, default=0.4, help="--fleet momentum: the share of the return before")
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=1, help="fleets drawn with seeds 0 .. N-1")
+    parser.add_argument(
+        "--budget", action="store_true", help="the search's time against one training of the fleet (see budget())"
+    )
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args()
 
 
-def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator) -> list[np.ndarray]:
+def fleet_returns(kind: str, datasets: int, rows: int, rng: np.random.Generator, momentum: float) -> list[np.ndarray]:
     fleet = []
     for _ in range(datasets):
         shocks = rng.normal(0, 1, rows)
         x = shocks.copy()
         if kind == "momentum":
             for t in range(1, rows):
-                x[t] = 0.4 * x[t - 1] + shocks[t]
+                x[t] = momentum * x[t - 1] + shocks[t]
         fleet.append(rng.uniform(0.5, 2.0) * 1e-3 * x)
     return fleet
 
@@ -93,14 +101,13 @@ def one_search(kind: str, seed: int, args, folder: Path) -> dict:
             "model.hidden_size": [32, 64],
         }
     else:
-        from rnnfleet.synthetic import write_bars_of_returns
-
         rng = np.random.default_rng(seed)
         (folder / "data").mkdir(parents=True)
         datasets = args.datasets
-        for number, returns in enumerate(fleet_returns(kind, datasets, args.rows, rng)):
+        for number, returns in enumerate(fleet_returns(kind, datasets, args.rows, rng, args.momentum)):
             write_bars_of_returns(folder / "data" / f"{kind}{number:02d}_1m.csv", returns, rng, decimals=8)
-        config = {"data_dir": "data", "pattern": "*.csv", "model": MODEL, "train": TRAIN}
+        model = MOMENTUM_MODEL if kind == "momentum" else MODEL
+        config = {"data_dir": "data", "pattern": "*.csv", "model": model, "train": TRAIN}
         space = SPACE
     config["tune"] = {
         "space": space,
@@ -111,9 +118,7 @@ def one_search(kind: str, seed: int, args, folder: Path) -> dict:
         "seed": seed,
     }
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
-    started = time.perf_counter()
-    snakemake_tune(folder, args.cores)
-    seconds = time.perf_counter() - started
+    seconds = snakemake_tune(folder, args.cores)
     skills = json.loads((folder / "results/tune/verdict.json").read_text())["skills"]
     best = yaml.safe_load((folder / "results/tune/best.yaml").read_text())
     return {
@@ -130,19 +135,66 @@ def one_search(kind: str, seed: int, args, folder: Path) -> dict:
     }
 
 
-def snakemake_tune(folder: Path, cores: int) -> None:
+def snakemake_tune(folder: Path, cores: int, target: str = "tune") -> float:
+    """The seconds `snakemake --cores <cores> <target>` took in folder ("": the default target)."""
     import subprocess
 
-    command = [sys.executable, "-m", "snakemake", "-s", str(BENCH.parent / "Snakefile"), "--cores", str(cores), "tune"]
-    result = subprocess.run(command, cwd=folder, capture_output=True, text=True)
+    command = [sys.executable, "-m", "snakemake", "-s", str(BENCH.parent / "Snakefile"), "--cores", str(cores)]
+    started = time.perf_counter()
+    result = subprocess.run([*command, *([target] if target else [])], cwd=folder, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"snakemake tune in {folder} failed:\n{result.stderr[-3000:]}")
+        raise SystemExit(f"snakemake {target} in {folder} failed:\n{result.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def budget(args) -> dict:
+    """The repo's config.yaml on a generated fleet of --datasets (momentum): the default
+    `snakemake` (every dataset preprocessed and trained) in one folder, and in another on the
+    same bars a search of --trials trials on --sample datasets (`snakemake tune_report`, its
+    preprocessing included), with as many workers as --cores hold training jobs; then the
+    held-out verdict (`snakemake tune`) on its own."""
+    config = yaml.safe_load((BENCH.parent / "config.yaml").read_text())
+    config |= {"data_dir": "data", "pattern": "*.csv"}
+    config["export"] = {**config.get("export", {}), "onnx": False}
+    workers = max(1, args.cores // int(config["train"]["threads"]))
+    config["tune"] |= {"trials": args.trials, "sample": args.sample, "workers": workers}
+    rng = np.random.default_rng(0)
+    fleet = fleet_returns("momentum", args.datasets, args.rows, rng, args.momentum)
+    seconds = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for run, target in (("training", ""), ("search", "tune_report"), ("verdict", "tune")):
+            folder = Path(scratch) / ("training" if run == "training" else "search")
+            if not folder.exists():
+                (folder / "data").mkdir(parents=True)
+                for number, returns in enumerate(fleet):
+                    bars_rng = np.random.default_rng(number)
+                    write_bars_of_returns(folder / "data" / f"pair{number:02d}_1m.csv", returns, bars_rng, decimals=8)
+                (folder / "config.yaml").write_text(yaml.safe_dump(config))
+            seconds[run] = snakemake_tune(folder, args.cores, target)
+            print(f"budget: {run} {seconds[run]:.0f}s", flush=True)
+    return {
+        "datasets": args.datasets,
+        "sample": args.sample,
+        "trials": args.trials,
+        "workers": workers,
+        "seconds": seconds,
+    }
 
 
 def main() -> None:
     args = parse_args()
     from bench_update import append_record
 
+    if args.budget:
+        record = budget(args)
+        search, training = record["seconds"]["search"], record["seconds"]["training"]
+        print(
+            f"budget: a {args.trials}-trial search on {args.sample} datasets ({record['workers']} workers) {search:.0f}s; "
+            f"one training of the {args.datasets}-dataset fleet {training:.0f}s; search / training "
+            f"x{search / training:.2f}; the held-out verdict after it {record['seconds']['verdict']:.0f}s"
+        )
+        append_record(args.out, "tune", {"at": time.time(), "budget": record})
+        return
     results = []
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as folder:

@@ -13,7 +13,14 @@ import pytest
 from rnnfleet.errors import UserError
 from rnnfleet.scores.start_verdicts import fleet_start_verdict, paired_verdict
 from rnnfleet.tune.heldout import verdict_line
-from rnnfleet.tune.search import Budget, fail_abandoned_trials, open_study, run_worker, validation_only
+from rnnfleet.tune.search import (
+    Budget,
+    fail_abandoned_trials,
+    open_study,
+    run_worker,
+    validation_only,
+    validation_ratios,
+)
 from rnnfleet.tune.space import holdout_datasets, sample_datasets, space_problems
 
 RNN = {"builder": "rnn"}
@@ -67,6 +74,61 @@ def test_the_cut_arrays_hold_no_row_of_the_test_period(tmp_path):
     assert cut.rows == split.val_end and cut.split.test_start == cut.rows
     assert np.array_equal(cut.targets, arrays.targets[: split.val_end])
     assert len(cut.latest_features) == 0 and len(cut.raw_targets) == 0
+
+
+def cut_arrays(tmp_path, seeds: range) -> dict:
+    from conftest import write_synthetic_csv
+
+    from rnnfleet.prep.prepare import prepare_dataset
+
+    datasets = {}
+    for seed in seeds:
+        write_synthetic_csv(tmp_path / f"X{seed}_1m.csv", 500, seed)
+        arrays, _ = prepare_dataset([str(tmp_path / f"X{seed}_1m.csv")], seq_len=12, horizon=1, val_fraction=0.2)
+        datasets[f"X{seed}"] = validation_only(arrays)
+    return datasets
+
+
+# Dropout draws from torch's global random state: fits run in turns must each keep their own.
+TURNS_MODEL = {"builder": "rnn", "cell": "lstm", "hidden_size": 8, "num_layers": 2, "dropout": 0.5}
+TURNS_TRAIN = {"seq_len": 12, "batch_size": 32, "lr": 0.01, "epochs": 4, "patience": 1, "seed": 3, "amp": "off"}
+
+
+def test_fits_run_in_turns_are_each_the_fit_it_would_be_alone(tmp_path):
+    import torch
+
+    from rnnfleet.train.evaluate import train_and_evaluate
+    from rnnfleet.train.loop import LoopSettings
+
+    datasets = cut_arrays(tmp_path, range(3))
+    reported = []
+    ratios = validation_ratios(
+        datasets, TURNS_TRAIN, TURNS_MODEL, torch.device("cpu"), lambda epoch, mean: reported.append((epoch, mean))
+    )
+    for name, arrays in datasets.items():
+        alone = train_and_evaluate(arrays, dict(TURNS_MODEL), LoopSettings.of(TURNS_TRAIN), torch.device("cpu"))
+        assert ratios[name] == alone.evaluated.val_loss / alone.evaluated.naive_val_loss, name
+    assert [epoch for epoch, _ in reported] == list(range(1, len(reported) + 1))
+    assert reported[-1][1] == pytest.approx(float(np.mean(list(ratios.values()))))
+
+
+def test_a_report_that_raises_stops_every_fit_of_the_trial(tmp_path):
+    import torch
+
+    def prune_after_the_second(epoch, mean):
+        if epoch == 2:
+            raise optuna.TrialPruned()
+
+    calls = []
+    with pytest.raises(optuna.TrialPruned):
+        validation_ratios(
+            cut_arrays(tmp_path, range(2)),
+            TURNS_TRAIN | {"patience": 9},
+            TURNS_MODEL,
+            torch.device("cpu"),
+            lambda epoch, mean: (calls.append(epoch), prune_after_the_second(epoch, mean)),
+        )
+    assert calls == [1, 2]
 
 
 def journal_study(tmp_path, name="s"):

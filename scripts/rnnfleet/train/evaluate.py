@@ -126,7 +126,7 @@ def evaluate(trained: Trained, parts: Parts, arrays: PreparedArrays, scoring: Sc
     val_targets = parts.targets[parts.val]
     naive_value = naive_outputs(heads, target, parts.targets[parts.train])
     naive_output = naive_batch(naive_value, heads, val_targets)
-    naive_val_objective = loss_of(heads, target, device)(naive_output, val_targets).item() if validating else math.nan
+    naive_objective = naive_val_objective(parts)
     val_accuracy = naive_val_accuracy = None
     if target.classification and validating:
         val_accuracy = best_pass.hit_share
@@ -136,7 +136,7 @@ def evaluate(trained: Trained, parts: Parts, arrays: PreparedArrays, scoring: Sc
     test_outputs = window_outputs(
         trained.model, parts.windows, parts.amp_dtype, torch.from_numpy(parts.test).to(device), heads
     )
-    val_loss, naive_val_loss = trained.val_objective, naive_val_objective
+    val_loss, naive_val_loss = trained.val_objective, naive_objective
     if validating and not heads.single:
         val_loss, naive_val_loss = first_point_losses(
             best_pass.outputs, naive_value, val_targets.cpu().numpy(), heads, target
@@ -149,7 +149,7 @@ def evaluate(trained: Trained, parts: Parts, arrays: PreparedArrays, scoring: Sc
         naive_output=naive_value,
         val_loss=val_loss,
         naive_val_loss=naive_val_loss,
-        naive_val_objective=naive_val_objective,
+        naive_val_objective=naive_objective,
         val_accuracy=val_accuracy,
         naive_val_accuracy=naive_val_accuracy,
         test_numbers=parts.test,
@@ -162,6 +162,18 @@ def evaluate(trained: Trained, parts: Parts, arrays: PreparedArrays, scoring: Sc
         arrays, evaluated, parts.seq_len, scoring.cost_bps, scoring.block_bars, scoring.bootstrap, scoring.seed
     )
     return replace(evaluated, test_scores=scores)
+
+
+def naive_val_objective(parts: Parts) -> float:
+    """The naive baseline's (naive_outputs of every training window's target) training loss
+    on the validation windows, as the loop measures a model's there; NaN without them."""
+    if not parts.validating:
+        return math.nan
+    val_targets = parts.targets[parts.val]
+    naive_output = naive_batch(
+        naive_outputs(parts.heads, parts.target, parts.targets[parts.train]), parts.heads, val_targets
+    )
+    return loss_of(parts.heads, parts.target, val_targets.device)(naive_output, val_targets).item()
 
 
 def naive_outputs(heads: Heads, target: Target, train_targets: torch.Tensor) -> float | np.ndarray:

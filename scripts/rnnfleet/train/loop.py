@@ -15,7 +15,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -364,6 +364,22 @@ def train(parts: Parts, model_hparams: dict, settings: LoopSettings, start: Star
     (a re-fit on all rows) every epoch runs and the last is kept. From a start (an update):
     the same loop from its weights and optimizer state, on its windows only, the start
     itself being epoch 0 (kept when no epoch improves on it)."""
+    return to_the_end(epochs_of_training(parts, model_hparams, settings, start))
+
+
+class EpochEnd(NamedTuple):
+    """Where a training stands after an epoch that did not end it."""
+
+    epoch: int
+    best_val_objective: float  # the best epoch's so far (NaN without validation windows)
+
+
+def epochs_of_training(
+    parts: Parts, model_hparams: dict, settings: LoopSettings, start: StartState | None = None
+) -> Generator[EpochEnd, None, Trained]:
+    """train() an epoch at a time: an EpochEnd after each epoch that does not end the
+    training, then Trained as the generator's value. Several trainings can so run in turns
+    (the settings search scores a trial's datasets epoch by epoch); each run alone is train()."""
     entered = time.perf_counter()
     device, heads, target, amp_dtype = parts.targets.device, parts.heads, parts.target, parts.amp_dtype
     batch_size, lr = settings.batch_size, settings.lr
@@ -416,6 +432,8 @@ def train(parts: Parts, model_hparams: dict, settings: LoopSettings, start: Star
         elif epoch - best_epoch >= settings.patience:
             log(f"early stop: no val_{objective} improvement for {settings.patience} epochs")
             break
+        if epoch < settings.epochs:
+            yield EpochEnd(epoch, best_val_loss)
 
     model.load_state_dict(best_state)
     model.eval()
@@ -432,6 +450,15 @@ def train(parts: Parts, model_hparams: dict, settings: LoopSettings, start: Star
         train_seconds=time.perf_counter() - started,
         setup_seconds=parts.seconds + started - entered,
     )
+
+
+def to_the_end(steps: Generator[EpochEnd, None, Trained]) -> Trained:
+    """The value of an epochs_of_training generator run to its end."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 def heads_of_arrays(arrays: PreparedArrays, settings: LoopSettings) -> Heads:

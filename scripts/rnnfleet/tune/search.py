@@ -3,8 +3,8 @@
 What it promises:
 - A trial's value is the mean, over the sample's datasets, of the validation loss of a fit
   with the trial's settings relative to that dataset's naive baseline (val_loss /
-  naive_val_loss: below 1 beats the baseline). The fit is rnnfleet.train.evaluate's
-  train_and_evaluate on the arrays cut at their validation end (validation_only): the test
+  naive_val_loss: below 1 beats the baseline). The fit is a train job's (the loop, then
+  the evaluation) on the arrays cut at their validation end (validation_only): the test
   period's rows are dropped before anything trains or is scored, so no value of the search
   depends on them.
 - Several workers share one study through an Optuna journal file (open_study). Each asks,
@@ -15,23 +15,30 @@ What it promises:
 - A worker that dies leaves at most its running trial RUNNING; the next worker of the same
   number (and worker 0 for numbers no longer used) tells it FAIL before it starts
   (fail_abandoned_trials): a failed trial never counts.
+- A trial trains its sample's datasets in turns, an epoch each (validation_ratios): each fit
+  is the one it would be alone, and after every round the trial reports the mean of their
+  best validation losses so far relative to the baselines'. Pruning is Optuna's
+  MedianPruner on that mean from the second epoch on: a trial worse than the median of
+  earlier trials at the same epoch stops there, on every dataset at once.
 - The sampler is TPE seeded from tune.seed, the worker's number and the trials already
-  finished, so workers and resumed runs do not repeat each other's first draws; pruning is
-  Optuna's MedianPruner on the running mean after each dataset.
+  finished, so workers and resumed runs do not repeat each other's first draws.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 import optuna
+import torch
 
 from rnnfleet.errors import UserError
 from rnnfleet.prep.arrays import PreparedArrays
+from rnnfleet.train.evaluate import evaluate, naive_val_objective
+from rnnfleet.train.loop import EpochEnd, LoopSettings, Parts, Trained, epochs_of_training, on_device
 from rnnfleet.tune.space import with_settings
 
 WORKER_ATTR = "worker"
@@ -40,6 +47,9 @@ FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 # A worker stops after this many failed trials in a row: settings that fail every fit
 # should stop the search, not spend its budget.
 FAILURES_IN_A_ROW = 3
+# A trial is compared with the others from its second epoch on: after one epoch a low
+# learning rate has barely started, and pruning it then would favour fast starters.
+PRUNE_FROM_EPOCH = 2
 
 
 @dataclass(frozen=True)
@@ -75,17 +85,91 @@ def validation_only(arrays: PreparedArrays) -> PreparedArrays:
     )
 
 
-def validation_ratio(arrays: PreparedArrays, train: Mapping, model: Mapping, device) -> float:
-    """val_loss / naive_val_loss of one fit (arrays already cut: validation_only); ValueError
-    when it is not a finite number (no validation windows, a zero baseline)."""
-    from rnnfleet.train.evaluate import train_and_evaluate
-    from rnnfleet.train.loop import LoopSettings
+@dataclass
+class RunningFit:
+    """One sample dataset's fit within a trial, between its epochs."""
 
-    evaluated = train_and_evaluate(arrays, dict(model), LoopSettings.of(train), device).evaluated
+    arrays: PreparedArrays
+    parts: Parts
+    epochs: Generator[EpochEnd, None, Trained]
+    naive_objective: float  # the baseline's training loss on the validation windows
+    random_state: tuple | None = None  # torch's random state after its last epoch
+    best_ratio: float = math.inf  # its best validation loss so far relative to the baseline's
+
+
+def random_state(device: torch.device) -> tuple:
+    """torch's global random state on the CPU and the device (dropout draws from it)."""
+    if device.type == "cuda":
+        return torch.get_rng_state(), torch.cuda.get_rng_state(device)
+    if device.type == "mps":
+        return torch.get_rng_state(), torch.mps.get_rng_state()
+    return torch.get_rng_state(), None
+
+
+def set_random_state(device: torch.device, state: tuple) -> None:
+    cpu, on_device_state = state
+    torch.set_rng_state(cpu)
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(on_device_state, device)
+    elif device.type == "mps":
+        torch.mps.set_rng_state(on_device_state)
+
+
+def one_more_epoch(fit: RunningFit, device: torch.device) -> Trained | None:
+    """The fit's next epoch, in its own random state (so that fits run in turns are each the
+    fit it would be alone); its Trained when that epoch ended it, else None."""
+    if fit.random_state is not None:
+        set_random_state(device, fit.random_state)
+    try:
+        fit.best_ratio = next(fit.epochs).best_val_objective / fit.naive_objective
+        return None
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        fit.random_state = random_state(device)
+
+
+def finished_ratio(name: str, fit: RunningFit, trained: Trained) -> float:
+    """val_loss / naive_val_loss of a finished fit (evaluate); ValueError naming the dataset
+    when it is not a finite number (no validation windows, a zero baseline)."""
+    evaluated = evaluate(trained, fit.parts, fit.arrays)
     ratio = evaluated.val_loss / evaluated.naive_val_loss if evaluated.naive_val_loss > 0 else math.nan
     if not math.isfinite(ratio):
-        raise ValueError(f"validation loss {evaluated.val_loss} against the baseline's {evaluated.naive_val_loss}")
+        raise ValueError(
+            f"{name}: validation loss {evaluated.val_loss} against the baseline's {evaluated.naive_val_loss}"
+        )
     return ratio
+
+
+def validation_ratios(
+    datasets: Mapping[str, PreparedArrays],
+    train: Mapping,
+    model: Mapping,
+    device: torch.device,
+    after_epoch: Callable[[int, float], None] = lambda epoch, mean_ratio: None,
+) -> dict[str, float]:
+    """Each dataset's val_loss / naive_val_loss of a fit with these settings (arrays already
+    cut: validation_only). The fits run in turns, an epoch each, every one the fit it would be
+    alone (train_and_evaluate's result); after each round, after_epoch(epoch, the mean over the
+    datasets of their best validation loss so far relative to the baseline's), which may raise
+    to stop them all."""
+    settings = LoopSettings.of(train)
+    running = {}
+    for name, arrays in datasets.items():
+        parts = on_device(arrays, settings, device)
+        epochs = epochs_of_training(parts, dict(model), settings)
+        running[name] = RunningFit(arrays, parts, epochs, naive_val_objective(parts))
+    ratios: dict[str, float] = {}
+    for epoch in range(1, settings.epochs + 1):
+        for name, fit in list(running.items()):
+            trained = one_more_epoch(fit, device)
+            if trained is not None:
+                ratios[name] = finished_ratio(name, fit, trained)
+                del running[name]
+        after_epoch(epoch, float(np.mean([*ratios.values(), *(fit.best_ratio for fit in running.values())])))
+        if not running:
+            break
+    return {name: ratios[name] for name in datasets}
 
 
 def make_objective(
@@ -96,14 +180,17 @@ def make_objective(
     def objective(trial: optuna.Trial, flat: dict) -> float:
         trial_train, trial_model = with_settings(train, model, flat)
         trial_train["epochs"] = epochs
-        ratios = []
-        for step, (name, arrays) in enumerate(datasets.items()):
-            ratios.append(validation_ratio(arrays, trial_train, trial_model, device))
-            log(f"  trial {trial.number}: {name} val_loss/naive {ratios[-1]:.5f}")
-            trial.report(float(np.mean(ratios)), step)
+
+        def after_epoch(epoch: int, mean_ratio: float) -> None:
+            log(f"  trial {trial.number}: epoch {epoch}, mean best val_loss/naive so far {mean_ratio:.5f}")
+            trial.report(mean_ratio, epoch)
             if trial.should_prune():
                 raise optuna.TrialPruned()
-        return float(np.mean(ratios))
+
+        ratios = validation_ratios(datasets, trial_train, trial_model, device, after_epoch)
+        for name, ratio in ratios.items():
+            log(f"  trial {trial.number}: {name} val_loss/naive {ratio:.5f}")
+        return float(np.mean(list(ratios.values())))
 
     return objective
 
@@ -138,7 +225,7 @@ def open_study(journal_path: str, name: str, sampler=None) -> optuna.Study:
         direction="minimize",
         load_if_exists=True,
         sampler=sampler,
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=3),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=PRUNE_FROM_EPOCH),
     )
 
 

@@ -122,9 +122,15 @@ def holdout_datasets(datasets: list[str], sample: list[str], cap: int, seed: int
     return sorted(random.Random(seed + 1).sample(others, min(cap, len(others))))
 
 
+# What a trial's reported steps are (the pruner compares trials step by step): a study whose
+# trials reported other steps is not continued.
+STEPS = "epochs of the sample's datasets in turns"
+
+
 def study_name(what_is_scored: Mapping) -> str:
     """The study's name in the journal: a hash of what a trial's value depends on (the space,
     the sample, the epochs, the settings it starts from), so a change starts another study and
     an unchanged configuration continues its own."""
-    digest = hashlib.sha256(json.dumps(what_is_scored, sort_keys=True, default=str).encode()).hexdigest()
+    scored = {**what_is_scored, "steps": STEPS}
+    digest = hashlib.sha256(json.dumps(scored, sort_keys=True, default=str).encode()).hexdigest()
     return f"tune-{digest[:12]}"
