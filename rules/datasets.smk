@@ -8,6 +8,7 @@ from rnnfleet.bars.discovery import DATASET_NAME, discover_datasets
 from rnnfleet.bars.joining import CHECKSUM_SUFFIX
 from rnnfleet.errors import UserError
 from rnnfleet.prep.arrays_file import ARRAYS_FORMAT
+from rnnfleet.tune.space import own_settings
 from rnnfleet.workflow.after_failures import not_done_list_if_stale
 from rnnfleet.workflow.config_check import load_schema
 from rnnfleet.workflow.dataset_sheet import read_dataset_sheet
@@ -19,7 +20,8 @@ SHEET_SCHEMA_PATH = RNNFLEET_DIR / "schemas" / "datasets.schema.yaml"
 # {dataset: its files} and their fingerprints: from the datasets sheet
 # (rnnfleet.workflow.dataset_sheet), else one walk of data_dir (rnnfleet.bars.discovery).
 # DATASET_CONFIGS: {dataset: its configuration with the sheet's overrides}, only for the
-# datasets that have any ({} without a sheet: no per-dataset work anywhere).
+# datasets that have any ({} without a sheet: no per-dataset work anywhere); DATASET_OVERRIDES
+# those overrides ({dataset: {dotted key: value}}).
 try:
     if SHEET_PATH:
         SHEET = read_dataset_sheet(
@@ -30,11 +32,12 @@ try:
             load_schema(SHEET_SCHEMA_PATH),
         )
         FOUND, DATASET_CONFIGS = SHEET.found, SHEET.configs
+        DATASET_OVERRIDES = SHEET.overrides
     else:
         FOUND = discover_datasets(
             config["data_dir"], config["pattern"], config["datasets"]["files"]
         )
-        DATASET_CONFIGS = {}
+        DATASET_CONFIGS = DATASET_OVERRIDES = {}
 except UserError as error:
     stop_run([str(error)])
 if workflow.is_main_process:
@@ -330,6 +333,7 @@ def tune_search_settings():
     scored = {
         "space": TUNE["space"],
         "sample": TUNE_SAMPLE,
+        "own": own_settings(DATASET_OVERRIDES, TUNE_BASE, TUNE_SAMPLE),
         "epochs": TUNE["epochs"],
         # train.epochs aside: tune.epochs caps a trial's fits.
         "train": {
@@ -349,3 +353,5 @@ def tune_search_settings():
 
 
 TUNE_SEARCH = tune_search_settings()
+# The held-out datasets' settings of their own (a datasets sheet): the verdict's fits take them.
+TUNE_HOLDOUT_OWN = own_settings(DATASET_OVERRIDES, TUNE_BASE, TUNE_HOLDOUT)

@@ -73,6 +73,7 @@ def job_settings(settings_config):
         "tune_report": {"search": TUNE_SEARCH, "warm_workers": False},
         "tune_verdict": {
             "defaults": TUNE_BASE,
+            "own": TUNE_HOLDOUT_OWN,
             "device": config["train"]["device"],
             "warm_workers": False,
         },

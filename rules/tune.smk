@@ -89,6 +89,7 @@ rule tune_verdict:
         gpu_mem=config["train"]["gpu_mem"],
     params:
         defaults=TUNE_BASE,
+        own=TUNE_HOLDOUT_OWN,
         arrays_json=input_json("arrays"),
     shell:
         job_command(

@@ -21,7 +21,7 @@ from rnnfleet.tune.search import (
     validation_only,
     validation_ratios,
 )
-from rnnfleet.tune.space import holdout_datasets, sample_datasets, space_problems
+from rnnfleet.tune.space import holdout_datasets, own_settings, sample_datasets, space_problems
 
 RNN = {"builder": "rnn"}
 
@@ -48,6 +48,17 @@ def test_a_good_space_has_no_problem_and_another_builder_takes_its_own_keys():
     assert space_problems(space, RNN) == []
     assert space_problems({"model.width": [1, 2]}, {"builder": "mine.py:build"}) == []
     assert space_problems({"model.builder": ["rnn"]}, {"builder": "mine.py:build"}) != []
+
+
+def test_a_datasets_own_settings_are_those_a_fit_learns_from():
+    base = {"train": {"lr": 0.001, "seq_len": 60}, "model": {"builder": "rnn"}}
+    overrides = {
+        "A": {"train.lr": 0.01, "model.hidden_size": 8, "target": "direction", "train.init": "fleet"},
+        "B": {"format.timezone": "Europe/Athens"},
+        "C": {"train.seq_len": 30},
+    }
+    assert own_settings(overrides, base, ["A", "B", "D"]) == {"A": {"train.lr": 0.01, "model.hidden_size": 8}}
+    assert own_settings(overrides, base, ["C"]) == {"C": {"train.seq_len": 30}}
 
 
 def test_the_sample_and_the_held_out_datasets_are_disjoint_and_seeded():
@@ -102,9 +113,8 @@ def test_fits_run_in_turns_are_each_the_fit_it_would_be_alone(tmp_path):
 
     datasets = cut_arrays(tmp_path, range(3))
     reported = []
-    ratios = validation_ratios(
-        datasets, TURNS_TRAIN, TURNS_MODEL, torch.device("cpu"), lambda epoch, mean: reported.append((epoch, mean))
-    )
+    fits = {name: (arrays, TURNS_TRAIN, TURNS_MODEL) for name, arrays in datasets.items()}
+    ratios = validation_ratios(fits, torch.device("cpu"), lambda epoch, mean: reported.append((epoch, mean)))
     for name, arrays in datasets.items():
         alone = train_and_evaluate(arrays, dict(TURNS_MODEL), LoopSettings.of(TURNS_TRAIN), torch.device("cpu"))
         assert ratios[name] == alone.evaluated.val_loss / alone.evaluated.naive_val_loss, name
@@ -122,9 +132,10 @@ def test_a_report_that_raises_stops_every_fit_of_the_trial(tmp_path):
     calls = []
     with pytest.raises(optuna.TrialPruned):
         validation_ratios(
-            cut_arrays(tmp_path, range(2)),
-            TURNS_TRAIN | {"patience": 9},
-            TURNS_MODEL,
+            {
+                name: (arrays, TURNS_TRAIN | {"patience": 9}, TURNS_MODEL)
+                for name, arrays in cut_arrays(tmp_path, range(2)).items()
+            },
             torch.device("cpu"),
             lambda epoch, mean: (calls.append(epoch), prune_after_the_second(epoch, mean)),
         )

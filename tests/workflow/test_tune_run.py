@@ -169,6 +169,30 @@ def test_settings_no_fit_can_take_stop_the_search_in_one_line(tmp_path):
     assert sorted(path.name for path in (folder / "results").iterdir()) == ["tune"]
 
 
+def test_a_datasets_sheets_own_settings_win_over_the_trials_and_the_verdicts(tmp_path):
+    """A sheet that sets train.lr for every dataset: each trial's fits take it over the
+    trial's lr (every trial scores the same), and so do both arms of the verdict (the chosen
+    settings and the defaults fit alike), as a train job takes it over tune.apply's."""
+    add_datasets(tmp_path, DATASETS, rows=ROWS)
+    (tmp_path / "config").mkdir()
+    rows = "".join(f"{name}\t{name}.csv\t0.003\n" for name in DATASETS)
+    (tmp_path / "config" / "datasets.tsv").write_text("dataset\tfiles\ttrain.lr\n" + rows)
+    write_config(
+        tmp_path,
+        data_dir="data",
+        datasets={"files": "", "sheet": "config/datasets.tsv"},
+        tune={**TUNE, "space": {"train.lr": SPACE["train.lr"]}},
+    )
+    snakemake(tmp_path, "tune")
+    rows = trials(tmp_path)
+    assert len({row["train.lr"] for row in rows}) == 3
+    assert all(row["state"] == "COMPLETE" for row in rows) and len({row["value"] for row in rows}) == 1
+    log = (tmp_path / "logs/tune/worker-0.log").read_text()
+    assert "settings of its own (datasets sheet) over each trial's: {'train.lr': 0.003}" in log
+    skills = json.loads((tmp_path / "results/tune/verdict.json").read_text())["skills"]
+    assert len(skills) == 1 and all(entry["chosen"] == entry["defaults"] for entry in skills.values())
+
+
 @pytest.mark.parametrize(
     ("tune", "line"),
     [

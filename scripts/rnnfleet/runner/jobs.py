@@ -379,7 +379,11 @@ def tune_worker_job(
                 log(f"tune worker {worker}: trial(s) {failed} left running by a stopped worker told FAIL (not counted)")
             sampler = seeded_sampler(search["seed"], worker, spent_before(study))
             study = open_study(search["journal"], search["study"], sampler)
-            objective = make_objective(datasets, search["train"], search["model"], search["epochs"], claimed, log)
+            for name, settings in search["own"].items():
+                log(f"tune worker {worker}: {name}: settings of its own (datasets sheet) over each trial's: {settings}")
+            objective = make_objective(
+                datasets, search["train"], search["model"], search["own"], search["epochs"], claimed, log
+            )
             budget = Budget(search["trials"], search["minutes"])
             done = run_worker(study, worker, search["space"], objective, budget, log)
         finally:
@@ -404,6 +408,7 @@ def tune_report_job(search: dict, trials_path: str, best_path: str, page_path: s
 
 def tune_verdict_job(
     defaults: dict,
+    own: dict,
     best_path: str,
     arrays_json: str,
     verdict_path: str,
@@ -413,8 +418,9 @@ def tune_verdict_job(
     gpu_mem_gb: int,
 ) -> None:
     """The tune_verdict rule's job: best.yaml's settings and the defaults trained on the
-    held-out datasets and compared on their test periods (rnnfleet.tune.heldout); the
-    verdict line in verdict_path, the per-dataset test skills in skills_path."""
+    held-out datasets (with their own settings, `own`) and compared on their test periods
+    (rnnfleet.tune.heldout); the verdict line in verdict_path, the per-dataset test skills
+    in skills_path."""
     import yaml
 
     from rnnfleet.atomic_files import atomic_write
@@ -430,7 +436,9 @@ def tune_verdict_job(
             loaders = {
                 name: (lambda path=path: load_arrays(path)) for name, path in dataset_arrays(arrays_json).items()
             }
-            result = held_out_comparison(loaders, chosen, defaults, claimed, log)
+            for name, settings in own.items():
+                log(f"tune verdict: {name}: settings of its own (datasets sheet) over both arms': {settings}")
+            result = held_out_comparison(loaders, chosen, defaults, own, claimed, log)
         finally:
             release_gpu_memory(claimed)
             gpu_slot.release()

@@ -34,17 +34,22 @@ def held_out_comparison(
     datasets: Mapping[str, Callable[[], PreparedArrays]],
     chosen: Mapping,
     defaults: Mapping,
+    own: Mapping[str, Mapping],
     device,
     log: Callable,
 ) -> dict:
     """{dataset: {chosen, defaults}} test skills and the verdict line. datasets: name ->
     a function that loads its arrays (one at a time in memory); chosen: best.yaml's settings;
-    defaults: {train, model, evaluate}."""
-    train, model, evaluate = defaults["train"], defaults["model"], defaults["evaluate"]
-    chosen_train, chosen_model = with_settings(train, model, chosen)
+    defaults: {train, model, evaluate}; own: {dataset: its settings of its own (a datasets
+    sheet)}, over both arms' for its fits, as over tune.apply's in its train job."""
+    evaluate = defaults["evaluate"]
     skills = {}
     for name, load in datasets.items():
         arrays = load()
+        train, model = with_settings(defaults["train"], defaults["model"], own.get(name, {}))
+        chosen_train, chosen_model = with_settings(
+            *with_settings(defaults["train"], defaults["model"], chosen), own.get(name, {})
+        )
         skills[name] = {
             "chosen": test_skill(arrays, chosen_train, chosen_model, evaluate, device),
             "defaults": test_skill(arrays, train, model, evaluate, device),

@@ -18,8 +18,8 @@ What it promises:
 - A trial trains its sample's datasets in turns, an epoch each (validation_ratios): each fit
   is the one it would be alone, and after every round the trial reports the mean of their
   best validation losses so far relative to the baselines'. Pruning is Optuna's
-  MedianPruner on that mean from the second epoch on: a trial worse than the median of
-  earlier trials at the same epoch stops there, on every dataset at once.
+  MedianPruner on that mean from the second epoch on (after 3 trials): a trial worse than
+  the median of earlier trials at the same epoch stops there, on every dataset at once.
 - The sampler is TPE seeded from tune.seed, the worker's number and the trials already
   finished, so workers and resumed runs do not repeat each other's first draws.
 """
@@ -142,44 +142,51 @@ def finished_ratio(name: str, fit: RunningFit, trained: Trained) -> float:
 
 
 def validation_ratios(
-    datasets: Mapping[str, PreparedArrays],
-    train: Mapping,
-    model: Mapping,
+    fits: Mapping[str, tuple[PreparedArrays, Mapping, Mapping]],
     device: torch.device,
     after_epoch: Callable[[int, float], None] = lambda epoch, mean_ratio: None,
 ) -> dict[str, float]:
-    """Each dataset's val_loss / naive_val_loss of a fit with these settings (arrays already
-    cut: validation_only). The fits run in turns, an epoch each, every one the fit it would be
-    alone (train_and_evaluate's result); after each round, after_epoch(epoch, the mean over the
-    datasets of their best validation loss so far relative to the baseline's), which may raise
-    to stop them all."""
-    settings = LoopSettings.of(train)
+    """Each dataset's val_loss / naive_val_loss of a fit of its arrays (already cut:
+    validation_only) with its settings ({dataset: (arrays, train, model)}). The fits run in
+    turns, an epoch each, every one the fit it would be alone (train_and_evaluate's result);
+    after each round, after_epoch(epoch, the mean over the datasets of their best validation
+    loss so far relative to the baseline's), which may raise to stop them all."""
     running = {}
-    for name, arrays in datasets.items():
+    for name, (arrays, train, model) in fits.items():
+        settings = LoopSettings.of(train)
         parts = on_device(arrays, settings, device)
         epochs = epochs_of_training(parts, dict(model), settings)
         running[name] = RunningFit(arrays, parts, epochs, naive_val_objective(parts))
     ratios: dict[str, float] = {}
-    for epoch in range(1, settings.epochs + 1):
+    epoch = 0
+    while running:
+        epoch += 1
         for name, fit in list(running.items()):
             trained = one_more_epoch(fit, device)
             if trained is not None:
                 ratios[name] = finished_ratio(name, fit, trained)
                 del running[name]
         after_epoch(epoch, float(np.mean([*ratios.values(), *(fit.best_ratio for fit in running.values())])))
-        if not running:
-            break
-    return {name: ratios[name] for name in datasets}
+    return {name: ratios[name] for name in fits}
 
 
 def make_objective(
-    datasets: Mapping[str, PreparedArrays], train: Mapping, model: Mapping, epochs: int, device, log: Callable
+    datasets: Mapping[str, PreparedArrays],
+    train: Mapping,
+    model: Mapping,
+    own: Mapping[str, Mapping],
+    epochs: int,
+    device,
+    log: Callable,
 ) -> Callable[[optuna.Trial, dict], float]:
-    """The trial's score (see the module doc), given its settings {"train.lr": ...}."""
+    """The trial's score (see the module doc), given its settings {"train.lr": ...}; own:
+    {dataset: its settings of its own (a datasets sheet)}, over the trial's for its fits."""
 
     def objective(trial: optuna.Trial, flat: dict) -> float:
-        trial_train, trial_model = with_settings(train, model, flat)
-        trial_train["epochs"] = epochs
+        fits = {}
+        for name, arrays in datasets.items():
+            trial_train, trial_model = with_settings(*with_settings(train, model, flat), own.get(name, {}))
+            fits[name] = (arrays, {**trial_train, "epochs": epochs}, trial_model)
 
         def after_epoch(epoch: int, mean_ratio: float) -> None:
             log(f"  trial {trial.number}: epoch {epoch}, mean best val_loss/naive so far {mean_ratio:.5f}")
@@ -187,7 +194,7 @@ def make_objective(
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
-        ratios = validation_ratios(datasets, trial_train, trial_model, device, after_epoch)
+        ratios = validation_ratios(fits, device, after_epoch)
         for name, ratio in ratios.items():
             log(f"  trial {trial.number}: {name} val_loss/naive {ratio:.5f}")
         return float(np.mean(list(ratios.values())))

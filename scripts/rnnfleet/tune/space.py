@@ -106,6 +106,24 @@ def with_settings(train: Mapping, model: Mapping, flat: Mapping) -> tuple[dict, 
     return {**train, **chosen["train"]}, {**model, **chosen["model"]}
 
 
+def own_settings(overrides: Mapping[str, Mapping], base: Mapping, datasets: list[str]) -> dict[str, dict]:
+    """{dataset: {dotted key: value}}: the settings of what a fit learns from that a datasets
+    sheet gives these datasets (overrides: {dataset: {dotted key: value}}), its train.<key>
+    among base["train"]'s keys and its model.<key>; only datasets that have any. A fit of
+    the search or of its verdict takes them over the trial's or the choice's, as the
+    dataset's train job takes them over tune.apply's."""
+    own = {}
+    for dataset in datasets:
+        learned = {
+            key: value
+            for key, value in overrides.get(dataset, {}).items()
+            if key.startswith("model.") or (key.startswith("train.") and key.partition(".")[2] in base["train"])
+        }
+        if learned:
+            own[dataset] = learned
+    return own
+
+
 def sample_datasets(datasets: list[str], count: int, seed: int, named: list[str]) -> list[str]:
     """The datasets the search trains on: `named` where given, else `count` of `datasets`
     drawn uniformly with `seed` (all of them when there are no more), in name order."""

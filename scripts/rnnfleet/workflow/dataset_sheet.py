@@ -78,12 +78,14 @@ class SheetRow:
 
 @dataclass
 class DatasetSheet:
-    """The datasets the sheet defines (files and fingerprints, as discovery gives them), and
+    """The datasets the sheet defines (files and fingerprints, as discovery gives them),
     {dataset: its configuration with its overrides} for each dataset that has any
-    (datasets with the same overrides share one object)."""
+    (datasets with the same overrides share one object), and those overrides themselves
+    ({dataset: {dotted config key: value}})."""
 
     found: Datasets
     configs: dict[str, dict]
+    overrides: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 def read_dataset_sheet(
@@ -109,7 +111,8 @@ def read_dataset_sheet(
     problems += override_problems + config_problem_lines
     if problems:
         raise sheet_error(problems)
-    return DatasetSheet(found=found, configs=configs)
+    own = {dataset: {key: value for key, (value, _) in keyed.items()} for dataset, keyed in overrides.items() if keyed}
+    return DatasetSheet(found=found, configs=configs, overrides=own)
 
 
 def sheet_error(problems: list[str]) -> UserError:
