@@ -77,6 +77,7 @@ def parse_args():
     parser.add_argument(
         "--budget", action="store_true", help="the search's time against one training of the fleet (see budget())"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="--budget: training and search alternately, N times")
     parser.add_argument("--cores", type=int, default=os.cpu_count())
     parser.add_argument("--out", default=str(BENCH / "out"))
     return parser.parse_args()
@@ -157,29 +158,33 @@ def snakemake_tune(folder: Path, cores: int, target: str = "tune") -> float:
 
 def budget(args) -> dict:
     """The repo's config.yaml on a generated fleet of --datasets (momentum): the default
-    `snakemake` (every dataset preprocessed and trained) in one folder, and in another on the
-    same bars a search of --trials trials on --sample datasets (`snakemake tune_report`, its
-    preprocessing included), with as many workers as --cores hold training jobs; then the
-    held-out verdict (`snakemake tune`) on its own."""
+    `snakemake` (every dataset preprocessed and trained) in a fresh folder, then in another on
+    the same bars a search of --trials trials on --sample datasets (`snakemake tune_report`,
+    its preprocessing included), with as many workers as --cores hold training jobs; --rounds
+    times, alternating; then the held-out verdict (`snakemake tune`) after the last search."""
     config = yaml.safe_load((BENCH.parent / "config.yaml").read_text())
     config |= {"data_dir": "data", "pattern": "*.csv"}
     config["export"] = {**config.get("export", {}), "onnx": False}
     workers = max(1, args.cores // int(config["train"]["threads"]))
     config["tune"] |= {"trials": args.trials, "sample": args.sample, "workers": workers}
-    rng = np.random.default_rng(0)
-    fleet = fleet_returns("momentum", args.datasets, args.rows, rng, args.momentum)
-    seconds = {}
+    fleet = fleet_returns("momentum", args.datasets, args.rows, np.random.default_rng(0), args.momentum)
+    seconds: dict[str, list[float]] = {"training": [], "search": [], "verdict": []}
     with tempfile.TemporaryDirectory() as scratch:
-        for run, target in (("training", ""), ("search", "tune_report"), ("verdict", "tune")):
-            folder = Path(scratch) / ("training" if run == "training" else "search")
+        runs = [("training", ""), ("search", "tune_report")] * args.rounds + [("verdict", "tune")]
+        for number, (run, target) in enumerate(runs):
+            folder = (
+                Path(scratch) / f"{run}-{number // 2}"
+                if run != "verdict"
+                else Path(scratch) / f"search-{args.rounds - 1}"
+            )
             if not folder.exists():
                 (folder / "data").mkdir(parents=True)
-                for number, returns in enumerate(fleet):
-                    bars_rng = np.random.default_rng(number)
-                    write_bars_of_returns(folder / "data" / f"pair{number:02d}_1m.csv", returns, bars_rng, decimals=8)
+                for pair, returns in enumerate(fleet):
+                    bars_rng = np.random.default_rng(pair)
+                    write_bars_of_returns(folder / "data" / f"pair{pair:02d}_1m.csv", returns, bars_rng, decimals=8)
                 (folder / "config.yaml").write_text(yaml.safe_dump(config))
-            seconds[run] = snakemake_tune(folder, args.cores, target)
-            print(f"budget: {run} {seconds[run]:.0f}s", flush=True)
+            seconds[run].append(snakemake_tune(folder, args.cores, target))
+            print(f"budget: {run} {seconds[run][-1]:.0f}s", flush=True)
     return {
         "datasets": args.datasets,
         "sample": args.sample,
@@ -195,11 +200,16 @@ def main() -> None:
 
     if args.budget:
         record = budget(args)
-        search, training = record["seconds"]["search"], record["seconds"]["training"]
+        seconds = record["seconds"]
+        for search, training in zip(seconds["search"], seconds["training"], strict=True):
+            print(
+                f"budget: a {args.trials}-trial search on {args.sample} datasets ({record['workers']} workers) "
+                f"{search:.0f}s; one training of the {args.datasets}-dataset fleet {training:.0f}s; "
+                f"search / training x{search / training:.2f}"
+            )
+        total = sum(seconds["search"]) / sum(seconds["training"])
         print(
-            f"budget: a {args.trials}-trial search on {args.sample} datasets ({record['workers']} workers) {search:.0f}s; "
-            f"one training of the {args.datasets}-dataset fleet {training:.0f}s; search / training "
-            f"x{search / training:.2f}; the held-out verdict after it {record['seconds']['verdict']:.0f}s"
+            f"budget: over {args.rounds} round(s) x{total:.2f}; the held-out verdict after it {seconds['verdict'][0]:.0f}s"
         )
         append_record(args.out, "tune", {"at": time.time(), "budget": record})
         return

@@ -118,8 +118,19 @@ def test_fits_run_in_turns_are_each_the_fit_it_would_be_alone(tmp_path):
     for name, arrays in datasets.items():
         alone = train_and_evaluate(arrays, dict(TURNS_MODEL), LoopSettings.of(TURNS_TRAIN), torch.device("cpu"))
         assert ratios[name] == alone.evaluated.val_loss / alone.evaluated.naive_val_loss, name
-    assert [epoch for epoch, _ in reported] == list(range(1, len(reported) + 1))
-    assert reported[-1][1] == pytest.approx(float(np.mean(list(ratios.values()))))
+    assert reported and [epoch for epoch, _ in reported] == list(range(1, len(reported) + 1))
+    assert all(0 < mean < 2 for _, mean in reported)
+
+
+def test_a_trial_whose_fits_have_all_ended_is_not_reported_again(tmp_path):
+    """One epoch: the round that ends every fit is the last, and nothing may prune it then."""
+    import torch
+
+    datasets = cut_arrays(tmp_path, range(2))
+    reported = []
+    fits = {name: (arrays, TURNS_TRAIN | {"epochs": 1}, TURNS_MODEL) for name, arrays in datasets.items()}
+    ratios = validation_ratios(fits, torch.device("cpu"), lambda epoch, mean: reported.append(epoch))
+    assert reported == [] and len(ratios) == 2
 
 
 def test_a_report_that_raises_stops_every_fit_of_the_trial(tmp_path):
@@ -144,6 +155,36 @@ def test_a_report_that_raises_stops_every_fit_of_the_trial(tmp_path):
 
 def journal_study(tmp_path, name="s"):
     return open_study(str(tmp_path / "journal.log"), name)
+
+
+def test_a_losing_trial_stops_after_its_first_epoch_on_every_dataset(tmp_path):
+    """Successive halving on the trial's mean after each round: the second trial, worse than
+    the first after epoch 1 (a learning rate that cannot move the weights), is pruned there."""
+    import torch
+
+    from rnnfleet.prep.prepare import prepare_dataset
+    from rnnfleet.synthetic import write_bars_of_returns
+    from rnnfleet.tune.search import make_objective
+
+    datasets = {}
+    for seed in range(2):
+        rng = np.random.default_rng(seed)
+        returns = np.zeros(1500)
+        for t in range(1, len(returns)):  # half of each return carries over: something to learn
+            returns[t] = 0.5 * returns[t - 1] + rng.normal(0, 1e-3)
+        write_bars_of_returns(tmp_path / f"M{seed}_1m.csv", returns, rng)
+        arrays, _ = prepare_dataset([str(tmp_path / f"M{seed}_1m.csv")], seq_len=12, horizon=1, val_fraction=0.2)
+        datasets[f"M{seed}"] = validation_only(arrays)
+    lines = []
+    objective = make_objective(datasets, TURNS_TRAIN, TURNS_MODEL, {}, 3, torch.device("cpu"), lines.append)
+    study = journal_study(tmp_path)
+    for lr in (0.01, 1e-9):
+        study.enqueue_trial({"train.lr": lr})
+    run_worker(study, 0, {"train.lr": [0.01, 1e-9]}, objective, Budget(2, None), lines.append)
+    first, second = study.get_trials()
+    assert (first.state.name, second.state.name) == ("COMPLETE", "PRUNED"), lines
+    assert list(second.intermediate_values) == [1]
+    assert not [line for line in lines if line.startswith("  trial 1: M")]  # no dataset of it trained to the end
 
 
 def test_the_budget_counts_the_finished_trials_of_earlier_runs(tmp_path):

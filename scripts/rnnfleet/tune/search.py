@@ -18,8 +18,9 @@ What it promises:
 - A trial trains its sample's datasets in turns, an epoch each (validation_ratios): each fit
   is the one it would be alone, and after every round the trial reports the mean of their
   best validation losses so far relative to the baselines'. Pruning is Optuna's
-  MedianPruner on that mean from the second epoch on (after 3 trials): a trial worse than
-  the median of earlier trials at the same epoch stops there, on every dataset at once.
+  SuccessiveHalvingPruner on that mean, at epochs 1, 3, 9, ...: a trial not among the best
+  third of the trials that have reached that epoch so far (the best, while fewer than three
+  have) stops there, on every dataset at once.
 - The sampler is TPE seeded from tune.seed, the worker's number and the trials already
   finished, so workers and resumed runs do not repeat each other's first draws.
 """
@@ -47,9 +48,11 @@ FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 # A worker stops after this many failed trials in a row: settings that fail every fit
 # should stop the search, not spend its budget.
 FAILURES_IN_A_ROW = 3
-# A trial is compared with the others from its second epoch on: after one epoch a low
-# learning rate has barely started, and pruning it then would favour fast starters.
-PRUNE_FROM_EPOCH = 2
+# Successive halving: most of a search's time goes to trials that do not win, so each goes on
+# past epoch 1 only among the best third of the trials there so far, and past epoch 3 only
+# among the best third there. The risk, a slow starter pruned that would have won, is
+# measured on a fleet where a too-high learning rate starts fast (bench/bench_tune.py).
+PRUNER_GROWTH = 3
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,9 @@ def validation_ratios(
     """Each dataset's val_loss / naive_val_loss of a fit of its arrays (already cut:
     validation_only) with its settings ({dataset: (arrays, train, model)}). The fits run in
     turns, an epoch each, every one the fit it would be alone (train_and_evaluate's result);
-    after each round, after_epoch(epoch, the mean over the datasets of their best validation
-    loss so far relative to the baseline's), which may raise to stop them all."""
+    after each round that leaves a fit to go on, after_epoch(epoch, the mean over the datasets
+    of their best validation loss so far relative to the baseline's), which may raise to stop
+    them all (a trial whose fits have all ended is not pruned)."""
     running = {}
     for name, (arrays, train, model) in fits.items():
         settings = LoopSettings.of(train)
@@ -166,7 +170,8 @@ def validation_ratios(
             if trained is not None:
                 ratios[name] = finished_ratio(name, fit, trained)
                 del running[name]
-        after_epoch(epoch, float(np.mean([*ratios.values(), *(fit.best_ratio for fit in running.values())])))
+        if running:
+            after_epoch(epoch, float(np.mean([*ratios.values(), *(fit.best_ratio for fit in running.values())])))
     return {name: ratios[name] for name in fits}
 
 
@@ -224,7 +229,7 @@ def storage_of(journal_path: str) -> optuna.storages.JournalStorage:
 
 
 def open_study(journal_path: str, name: str, sampler=None) -> optuna.Study:
-    """The study `name` in the journal (made if new), minimising, with the MedianPruner."""
+    """The study `name` in the journal (made if new), minimising, with successive halving."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna.create_study(
         storage=storage_of(journal_path),
@@ -232,7 +237,7 @@ def open_study(journal_path: str, name: str, sampler=None) -> optuna.Study:
         direction="minimize",
         load_if_exists=True,
         sampler=sampler,
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=PRUNE_FROM_EPOCH),
+        pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=PRUNER_GROWTH),
     )
 
 
