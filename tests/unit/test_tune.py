@@ -133,6 +133,19 @@ def test_a_trial_whose_fits_have_all_ended_is_not_reported_again(tmp_path):
     assert reported == [] and len(ratios) == 2
 
 
+def test_a_dataset_without_a_baseline_to_score_against_fails_the_trial_naming_it(tmp_path):
+    """Targets all zero: the baseline (a zero return) is never wrong; ValueError (the worker
+    tells the trial FAIL with it) before anything trains."""
+    import dataclasses
+
+    import torch
+
+    (name, arrays), *_ = cut_arrays(tmp_path, range(1)).items()
+    flat = dataclasses.replace(arrays, targets=np.zeros_like(arrays.targets))
+    with pytest.raises(ValueError, match=f"^{name}: the baseline's validation loss is 0.0: nothing to score against"):
+        validation_ratios({name: (flat, TURNS_TRAIN, TURNS_MODEL)}, torch.device("cpu"))
+
+
 def test_a_report_that_raises_stops_every_fit_of_the_trial(tmp_path):
     import torch
 

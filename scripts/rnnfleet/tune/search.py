@@ -159,8 +159,11 @@ def validation_ratios(
     for name, (arrays, train, model) in fits.items():
         settings = LoopSettings.of(train)
         parts = on_device(arrays, settings, device)
+        naive_objective = naive_val_objective(parts)
+        if not naive_objective > 0:  # NaN: no validation window
+            raise ValueError(f"{name}: the baseline's validation loss is {naive_objective}: nothing to score against")
         epochs = epochs_of_training(parts, dict(model), settings)
-        running[name] = RunningFit(arrays, parts, epochs, naive_val_objective(parts))
+        running[name] = RunningFit(arrays, parts, epochs, naive_objective)
     ratios: dict[str, float] = {}
     epoch = 0
     while running:
