@@ -284,3 +284,17 @@ def test_the_results_hold_every_trial_and_the_best_complete_one(tmp_path):
     assert record["evidence"]["complete_trials"] == 5 and record["evidence"]["trials"] == 6
     page = open(paths["page"]).read()
     assert page.count("data:image/png;base64,") == 3 and "Setting importances" in page
+
+
+def test_the_searchs_results_load_neither_torch_nor_the_train_path():
+    """The tune_report job reads the study: torch and the training code are the workers'."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    probe = "import sys, rnnfleet.tune.results; print(sorted(m for m in ('torch', 'rnnfleet.train.loop') if m in sys.modules))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env={"PYTHONPATH": str(scripts)}
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stderr

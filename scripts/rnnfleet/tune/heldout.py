@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 
 from rnnfleet.prep.arrays import PreparedArrays
 from rnnfleet.scores.start_verdicts import paired_verdict
-from rnnfleet.tune.space import with_settings
+from rnnfleet.tune.space import fit_settings
 
 CHOSEN, DEFAULTS = "the search's choice", "the defaults"
 
@@ -46,10 +46,8 @@ def held_out_comparison(
     skills = {}
     for name, load in datasets.items():
         arrays = load()
-        train, model = with_settings(defaults["train"], defaults["model"], own.get(name, {}))
-        chosen_train, chosen_model = with_settings(
-            *with_settings(defaults["train"], defaults["model"], chosen), own.get(name, {})
-        )
+        train, model = fit_settings(defaults["train"], defaults["model"], {}, own.get(name, {}))
+        chosen_train, chosen_model = fit_settings(defaults["train"], defaults["model"], chosen, own.get(name, {}))
         skills[name] = {
             "chosen": test_skill(arrays, chosen_train, chosen_model, evaluate, device),
             "defaults": test_skill(arrays, train, model, evaluate, device),

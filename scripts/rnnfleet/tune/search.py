@@ -31,16 +31,19 @@ import math
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import optuna
-import torch
 
 from rnnfleet.errors import UserError
 from rnnfleet.prep.arrays import PreparedArrays
-from rnnfleet.train.evaluate import evaluate, naive_val_objective
-from rnnfleet.train.loop import EpochEnd, LoopSettings, Parts, Trained, epochs_of_training, on_device
-from rnnfleet.tune.space import with_settings
+from rnnfleet.tune.space import fit_settings
+
+if TYPE_CHECKING:  # torch and the train path load in the workers only, not in the report job
+    import torch
+
+    from rnnfleet.train.loop import EpochEnd, Parts, Trained
 
 WORKER_ATTR = "worker"
 SKIPPED_ATTR = "failed"  # why a trial was told FAIL (none: its worker stopped before it ended)
@@ -102,6 +105,8 @@ class RunningFit:
 
 def random_state(device: torch.device) -> tuple:
     """torch's global random state on the CPU and the device (dropout draws from it)."""
+    import torch
+
     if device.type == "cuda":
         return torch.get_rng_state(), torch.cuda.get_rng_state(device)
     if device.type == "mps":
@@ -110,6 +115,8 @@ def random_state(device: torch.device) -> tuple:
 
 
 def set_random_state(device: torch.device, state: tuple) -> None:
+    import torch
+
     cpu, on_device_state = state
     torch.set_rng_state(cpu)
     if device.type == "cuda":
@@ -135,6 +142,8 @@ def one_more_epoch(fit: RunningFit, device: torch.device) -> Trained | None:
 def finished_ratio(name: str, fit: RunningFit, trained: Trained) -> float:
     """val_loss / naive_val_loss of a finished fit (evaluate); ValueError naming the dataset
     when it is not a finite number (no validation windows, a zero baseline)."""
+    from rnnfleet.train.evaluate import evaluate
+
     evaluated = evaluate(trained, fit.parts, fit.arrays)
     ratio = evaluated.val_loss / evaluated.naive_val_loss if evaluated.naive_val_loss > 0 else math.nan
     if not math.isfinite(ratio):
@@ -155,6 +164,9 @@ def validation_ratios(
     after each round that leaves a fit to go on, after_epoch(epoch, the mean over the datasets
     of their best validation loss so far relative to the baseline's), which may raise to stop
     them all (a trial whose fits have all ended is not pruned)."""
+    from rnnfleet.train.evaluate import naive_val_objective
+    from rnnfleet.train.loop import LoopSettings, epochs_of_training, on_device
+
     running = {}
     for name, (arrays, train, model) in fits.items():
         settings = LoopSettings.of(train)
@@ -193,7 +205,7 @@ def make_objective(
     def objective(trial: optuna.Trial, flat: dict) -> float:
         fits = {}
         for name, arrays in datasets.items():
-            trial_train, trial_model = with_settings(*with_settings(train, model, flat), own.get(name, {}))
+            trial_train, trial_model = fit_settings(train, model, flat, own.get(name, {}))
             fits[name] = (arrays, {**trial_train, "epochs": epochs}, trial_model)
 
         def after_epoch(epoch: int, mean_ratio: float) -> None:

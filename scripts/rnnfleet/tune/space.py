@@ -106,6 +106,12 @@ def with_settings(train: Mapping, model: Mapping, flat: Mapping) -> tuple[dict, 
     return {**train, **chosen["train"]}, {**model, **chosen["model"]}
 
 
+def fit_settings(train: Mapping, model: Mapping, chosen: Mapping, own: Mapping) -> tuple[dict, dict]:
+    """(train, model) of one dataset's fit: the chosen values (a trial's, best.yaml's, or
+    none) over the sections, and the dataset's own settings (own_settings) over both."""
+    return with_settings(*with_settings(train, model, chosen), own)
+
+
 def own_settings(overrides: Mapping[str, Mapping], base: Mapping, datasets: list[str]) -> dict[str, dict]:
     """{dataset: {dotted key: value}}: the settings of what a fit learns from that a datasets
     sheet gives these datasets (overrides: {dataset: {dotted key: value}}), its train.<key>

@@ -93,8 +93,9 @@ def applied_tune_settings(config: dict, schema: dict) -> list[str]:
     path = config["tune"]["apply"]
     where = f"config key 'tune.apply' = {path!r}"
     try:
-        with open(path, encoding="utf-8") as handle:
-            settings = (yaml.safe_load(handle) or {}).get("settings")
+        with open(path, "rb") as handle:
+            content = handle.read()
+        settings = (yaml.safe_load(content) or {}).get("settings")
     except (OSError, yaml.YAMLError, AttributeError) as error:
         return [f"{where}: cannot read it ({one_line_error(error)})"]
     allowed = searchable_keys(config["model"])
@@ -105,12 +106,11 @@ def applied_tune_settings(config: dict, schema: dict) -> list[str]:
         config[section].update(values)
     problems = [f"{problem} (from tune.apply {path})" for problem in config_problems(config, schema)]
     if not problems:  # where the trainings' settings came from, for their metrics (not a config key)
-        with open(path, "rb") as handle:
-            config["tune"]["applied"] = {
-                "file": str(path),
-                "sha256": hashlib.sha256(handle.read()).hexdigest(),
-                "settings": settings,
-            }
+        config["tune"]["applied"] = {
+            "file": str(path),
+            "sha256": hashlib.sha256(content).hexdigest(),
+            "settings": settings,
+        }
     return problems
 
 
